@@ -1,0 +1,113 @@
+use std::fmt;
+
+use crate::CodecTag;
+
+/// Why a `meta.zr` image or one of its entries was refused.
+///
+/// Entry errors name the entry; the caller (which knows the path) adds the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The image is shorter than what it must hold.
+    Truncated { need: u64, have: u64 },
+    /// The first four bytes are not `ZREC`.
+    BadMagic { found: [u8; 4] },
+    /// A version this crate does not read.
+    Version { expected: u16, found: u16 },
+    /// The header's `length` is over the record limit.
+    TooManyRecords { length: u32, limit: u32 },
+    /// The header's `tail_chunk` is over the chunk limit.
+    TooManyChunks { tail_chunk: u16, limit: u32 },
+    /// Fewer chunk files than `tail_chunk + 1` were supplied.
+    MissingChunk { chunk: u32 },
+    /// A table entry below `length` breaks a rule of the format.
+    BadEntry { entry: u32, reason: EntryFault },
+}
+
+/// Which rule a table entry breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EntryFault {
+    /// The codec byte is not one format v1 defines.
+    UnknownCodec(CodecTag),
+    /// `logic_length` is zero or over 1 MiB.
+    LogicLength(u32),
+    /// `phys_length` is over 1 MiB.
+    PhysLength(u32),
+    /// A raw entry whose stored and logical sizes differ.
+    RawSizeMismatch { phys: u32, logic: u32 },
+    /// `chunk_id` is past the header's `tail_chunk`.
+    ChunkPastTail { chunk: u16, tail_chunk: u16 },
+    /// The bytes end past the chunk's capacity.
+    PastCapacity { end: u64 },
+    /// The bytes end past the write frontier of the tail chunk.
+    PastFrontier { end: u64, tail_offset: u32 },
+    /// The bytes end past the chunk file's real end.
+    PastFileEnd { end: u64, file_len: u64 },
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormatError::Truncated { need, have } => {
+                write!(f, "meta.zr is truncated: need {need} bytes, have {have}")
+            }
+            FormatError::BadMagic { found } => {
+                write!(
+                    f,
+                    "not a loaderx store: magic is {found:?}, expected \"ZREC\""
+                )
+            }
+            FormatError::Version { expected, found } => write!(
+                f,
+                "unsupported format version {found} (this build reads version {expected})"
+            ),
+            FormatError::TooManyRecords { length, limit } => {
+                write!(
+                    f,
+                    "header length {length} exceeds the limit of {limit} records"
+                )
+            }
+            FormatError::TooManyChunks { tail_chunk, limit } => {
+                write!(
+                    f,
+                    "header tail_chunk {tail_chunk} exceeds the limit of {limit} chunks"
+                )
+            }
+            FormatError::MissingChunk { chunk } => write!(f, "chunk file {chunk}.zr is missing"),
+            FormatError::BadEntry { entry, reason } => write!(f, "table entry {entry}: {reason}"),
+        }
+    }
+}
+
+impl fmt::Display for EntryFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EntryFault::UnknownCodec(tag) => write!(f, "unknown codec tag {}", tag.0),
+            EntryFault::LogicLength(n) => {
+                write!(f, "logical length {n} is outside 1..=1048576")
+            }
+            EntryFault::PhysLength(n) => write!(f, "stored length {n} exceeds 1048576"),
+            EntryFault::RawSizeMismatch { phys, logic } => write!(
+                f,
+                "raw record stores {phys} bytes but claims {logic} logical bytes"
+            ),
+            EntryFault::ChunkPastTail { chunk, tail_chunk } => {
+                write!(f, "chunk {chunk} is past the tail chunk {tail_chunk}")
+            }
+            EntryFault::PastCapacity { end } => {
+                write!(f, "bytes end at {end}, past the 4 GiB chunk capacity")
+            }
+            EntryFault::PastFrontier { end, tail_offset } => write!(
+                f,
+                "bytes end at {end}, past the tail chunk's frontier {tail_offset}"
+            ),
+            EntryFault::PastFileEnd { end, file_len } => write!(
+                f,
+                "bytes end at {end}, past the chunk file's end {file_len}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}

@@ -1,0 +1,275 @@
+//! Validation of a `meta.zr` image: the checks listed in `docs/FORMAT.md` §Validation.
+
+use crate::{
+    CHUNK_CAPACITY, CodecTag, ENTRY_LEN, HEADER_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN,
+    MAX_RECORDS, RecordLoc,
+    error::{EntryFault, FormatError},
+};
+
+/// A validated view of a `meta.zr` image. Borrowing, never copying, the table.
+#[derive(Debug, Clone, Copy)]
+pub struct Index<'a> {
+    /// The decoded header.
+    pub header: Header,
+    table: &'a [u8],
+}
+
+impl<'a> Index<'a> {
+    /// Checks the header alone: magic, version, limits, that the image holds the
+    /// table it claims, and that a length is known for every chunk `0..=tail_chunk`.
+    /// O(1) in the number of records; entries are left to [`validate_entry`].
+    pub fn parse_header(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>, FormatError> {
+        let header = Header::decode(image)?;
+        if header.length > MAX_RECORDS {
+            return Err(FormatError::TooManyRecords {
+                length: header.length,
+                limit: MAX_RECORDS,
+            });
+        }
+        if u32::from(header.tail_chunk) >= MAX_CHUNKS {
+            return Err(FormatError::TooManyChunks {
+                tail_chunk: header.tail_chunk,
+                limit: MAX_CHUNKS,
+            });
+        }
+        let need = HEADER_LEN as u64 + u64::from(header.length) * ENTRY_LEN as u64;
+        if (image.len() as u64) < need {
+            return Err(FormatError::Truncated {
+                need,
+                have: image.len() as u64,
+            });
+        }
+        if chunk_lens.len() <= usize::from(header.tail_chunk) {
+            return Err(FormatError::MissingChunk {
+                chunk: chunk_lens.len() as u32,
+            });
+        }
+        let table = &image[HEADER_LEN..need as usize];
+        Ok(Index { header, table })
+    }
+
+    /// Entry `i`, if `i < length`. Not validated.
+    pub fn entry(&self, i: u32) -> Option<RecordLoc> {
+        let at = (i as usize).checked_mul(ENTRY_LEN)?;
+        let bytes = self.table.get(at..at + ENTRY_LEN)?;
+        Some(RecordLoc::decode(bytes.try_into().expect("16 bytes")))
+    }
+}
+
+/// Validates a whole `meta.zr` image against the real lengths of chunk files
+/// `0..=tail_chunk` (`chunk_lens[i]` is the length of `i.zr`).
+///
+/// Returns the first problem found, naming the entry. Never panics, never
+/// allocates, and reads only inside `image`.
+pub fn parse_index<'a>(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>, FormatError> {
+    let index = Index::parse_header(image, chunk_lens)?;
+    for i in 0..index.header.length {
+        let loc = index
+            .entry(i)
+            .expect("parse_header checked the table length");
+        validate_entry(i, &loc, &index.header, chunk_lens)?;
+    }
+    Ok(index)
+}
+
+/// Checks one entry against the rules of the format, the header and the chunk
+/// files' real lengths. This is what a gather runs on every entry it touches.
+#[inline]
+pub fn validate_entry(
+    entry: u32,
+    loc: &RecordLoc,
+    header: &Header,
+    chunk_lens: &[u64],
+) -> Result<(), FormatError> {
+    entry_fault(loc, header, chunk_lens).map_or(Ok(()), |reason| {
+        Err(FormatError::BadEntry { entry, reason })
+    })
+}
+
+fn entry_fault(loc: &RecordLoc, header: &Header, chunk_lens: &[u64]) -> Option<EntryFault> {
+    if !loc.codec.is_known() {
+        return Some(EntryFault::UnknownCodec(loc.codec));
+    }
+    if loc.logic_length == 0 || loc.logic_length > MAX_RECORD_LEN {
+        return Some(EntryFault::LogicLength(loc.logic_length));
+    }
+    if loc.phys_length > MAX_RECORD_LEN {
+        return Some(EntryFault::PhysLength(loc.phys_length));
+    }
+    if loc.codec == CodecTag::RAW && loc.phys_length != loc.logic_length {
+        return Some(EntryFault::RawSizeMismatch {
+            phys: loc.phys_length,
+            logic: loc.logic_length,
+        });
+    }
+    if loc.chunk_id > header.tail_chunk {
+        return Some(EntryFault::ChunkPastTail {
+            chunk: loc.chunk_id,
+            tail_chunk: header.tail_chunk,
+        });
+    }
+    let end = loc.end();
+    if end > CHUNK_CAPACITY {
+        return Some(EntryFault::PastCapacity { end });
+    }
+    if loc.chunk_id == header.tail_chunk && end > u64::from(header.tail_offset) {
+        return Some(EntryFault::PastFrontier {
+            end,
+            tail_offset: header.tail_offset,
+        });
+    }
+    let file_len = chunk_lens
+        .get(usize::from(loc.chunk_id))
+        .copied()
+        .unwrap_or(0);
+    if end > file_len {
+        return Some(EntryFault::PastFileEnd { end, file_len });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(header: Header, entries: &[RecordLoc]) -> Vec<u8> {
+        let mut out = header.encode().to_vec();
+        for e in entries {
+            out.extend_from_slice(&e.encode());
+        }
+        out
+    }
+
+    fn raw(offset: u32, len: u32, chunk: u16) -> RecordLoc {
+        RecordLoc {
+            offset,
+            phys_length: len,
+            logic_length: len,
+            chunk_id: chunk,
+            codec: CodecTag::RAW,
+        }
+    }
+
+    fn header(length: u32, tail_chunk: u16, tail_offset: u32) -> Header {
+        Header {
+            tail_chunk,
+            tail_offset,
+            length,
+        }
+    }
+
+    fn fault(img: &[u8], lens: &[u64]) -> EntryFault {
+        match parse_index(img, lens) {
+            Err(FormatError::BadEntry { reason, .. }) => reason,
+            other => panic!("expected an entry fault, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_a_valid_two_chunk_store() {
+        let img = image(header(2, 1, 5), &[raw(0, 10, 0), raw(0, 5, 1)]);
+        let index = parse_index(&img, &[10, 5]).unwrap();
+        assert_eq!(index.entry(1), Some(raw(0, 5, 1)));
+        assert_eq!(index.entry(2), None);
+    }
+
+    #[test]
+    fn ignores_entries_past_length() {
+        let img = image(header(1, 0, 10), &[raw(0, 10, 0), raw(99, 0, 7)]);
+        assert!(parse_index(&img, &[10]).is_ok());
+    }
+
+    #[test]
+    fn refuses_header_problems() {
+        assert!(matches!(
+            parse_index(&[], &[]),
+            Err(FormatError::Truncated { need: 16, have: 0 })
+        ));
+        let img = image(header(MAX_RECORDS + 1, 0, 0), &[]);
+        assert!(matches!(
+            parse_index(&img, &[0]),
+            Err(FormatError::TooManyRecords { .. })
+        ));
+        let img = image(header(0, 4096, 0), &[]);
+        assert!(matches!(
+            parse_index(&img, &[0]),
+            Err(FormatError::TooManyChunks { .. })
+        ));
+        let img = image(header(3, 0, 30), &[raw(0, 10, 0)]);
+        assert!(matches!(
+            parse_index(&img, &[30]),
+            Err(FormatError::Truncated { need: 64, have: 32 })
+        ));
+        let img = image(header(0, 2, 0), &[]);
+        assert_eq!(
+            parse_index(&img, &[1, 1]).unwrap_err(),
+            FormatError::MissingChunk { chunk: 2 }
+        );
+    }
+
+    #[test]
+    fn refuses_each_entry_fault() {
+        let h = header(1, 0, 100);
+        let mut bad = raw(0, 10, 0);
+        bad.codec = CodecTag(7);
+        assert_eq!(
+            fault(&image(h, &[bad]), &[100]),
+            EntryFault::UnknownCodec(CodecTag(7))
+        );
+        assert_eq!(
+            fault(&image(h, &[raw(0, 0, 0)]), &[100]),
+            EntryFault::LogicLength(0)
+        );
+        let mut big = raw(0, 10, 0);
+        big.codec = CodecTag::FLATE;
+        big.logic_length = MAX_RECORD_LEN + 1;
+        assert_eq!(
+            fault(&image(h, &[big]), &[100]),
+            EntryFault::LogicLength(MAX_RECORD_LEN + 1)
+        );
+        big.logic_length = 10;
+        big.phys_length = MAX_RECORD_LEN + 1;
+        assert_eq!(
+            fault(&image(h, &[big]), &[100]),
+            EntryFault::PhysLength(MAX_RECORD_LEN + 1)
+        );
+        let mut mismatch = raw(0, 10, 0);
+        mismatch.logic_length = 11;
+        assert!(matches!(
+            fault(&image(h, &[mismatch]), &[100]),
+            EntryFault::RawSizeMismatch { .. }
+        ));
+        assert!(matches!(
+            fault(&image(h, &[raw(0, 10, 1)]), &[100]),
+            EntryFault::ChunkPastTail { .. }
+        ));
+        assert!(matches!(
+            fault(&image(h, &[raw(95, 10, 0)]), &[200]),
+            EntryFault::PastFrontier { end: 105, .. }
+        ));
+        assert!(matches!(
+            fault(&image(h, &[raw(50, 10, 0)]), &[55]),
+            EntryFault::PastFileEnd {
+                end: 60,
+                file_len: 55
+            }
+        ));
+        let h2 = header(1, 1, 0);
+        assert!(matches!(
+            fault(&image(h2, &[raw(u32::MAX, 10, 0)]), &[u64::MAX, 0]),
+            EntryFault::PastCapacity { .. }
+        ));
+    }
+
+    #[test]
+    fn names_the_first_bad_entry() {
+        let img = image(
+            header(3, 0, 30),
+            &[raw(0, 10, 0), raw(10, 0, 0), raw(0, 0, 0)],
+        );
+        match parse_index(&img, &[30]) {
+            Err(FormatError::BadEntry { entry, .. }) => assert_eq!(entry, 1),
+            other => panic!("{other:?}"),
+        }
+    }
+}
