@@ -35,4 +35,4 @@ pub use error::{EntryFault, FormatError};
 pub use header::Header;
 pub use limits::*;
 pub use loc::{CodecTag, RecordLoc};
-pub use validate::{Index, parse_index, validate_entry};
+pub use validate::{Index, entry_fault, parse_index, validate_entry};

@@ -67,26 +67,34 @@ pub fn parse_index<'a>(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>,
         let loc = index
             .entry(i)
             .expect("parse_header checked the table length");
-        validate_entry(i, &loc, &index.header, chunk_lens)?;
+        let file_len = chunk_lens
+            .get(usize::from(loc.chunk_id))
+            .copied()
+            .unwrap_or(0);
+        validate_entry(i, &loc, &index.header, file_len)?;
     }
     Ok(index)
 }
 
-/// Checks one entry against the rules of the format, the header and the chunk
-/// files' real lengths. This is what a gather runs on every entry it touches.
+/// Checks one entry against the rules of the format, the header, and the real
+/// length of the chunk file it points into (`file_len`). This is what a gather
+/// runs on every entry it touches.
 #[inline]
 pub fn validate_entry(
     entry: u32,
     loc: &RecordLoc,
     header: &Header,
-    chunk_lens: &[u64],
+    file_len: u64,
 ) -> Result<(), FormatError> {
-    entry_fault(loc, header, chunk_lens).map_or(Ok(()), |reason| {
-        Err(FormatError::BadEntry { entry, reason })
-    })
+    match entry_fault(loc, header, file_len) {
+        None => Ok(()),
+        Some(reason) => Err(FormatError::BadEntry { entry, reason }),
+    }
 }
 
-fn entry_fault(loc: &RecordLoc, header: &Header, chunk_lens: &[u64]) -> Option<EntryFault> {
+/// The first rule `loc` breaks, if any.
+#[inline]
+pub fn entry_fault(loc: &RecordLoc, header: &Header, file_len: u64) -> Option<EntryFault> {
     if !loc.codec.is_known() {
         return Some(EntryFault::UnknownCodec(loc.codec));
     }
@@ -118,10 +126,6 @@ fn entry_fault(loc: &RecordLoc, header: &Header, chunk_lens: &[u64]) -> Option<E
             tail_offset: header.tail_offset,
         });
     }
-    let file_len = chunk_lens
-        .get(usize::from(loc.chunk_id))
-        .copied()
-        .unwrap_or(0);
     if end > file_len {
         return Some(EntryFault::PastFileEnd { end, file_len });
     }

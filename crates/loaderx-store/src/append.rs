@@ -1,0 +1,351 @@
+//! Appending records: validate, encode in parallel, place serially, write in
+//! parallel, then commit (table entries, then the header) as `docs/FORMAT.md`
+//! describes.
+
+use std::sync::atomic::Ordering;
+
+use loaderx_format::{
+    CodecTag, ENTRY_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc, entry_offset,
+};
+
+use crate::{
+    Codec, CodecId, Error, Result, Store, parallel,
+    storage::{FileId, Storage},
+    store::pack_tail,
+};
+
+/// Bytes assembled into one positioned write.
+const WRITE_PIECE: usize = 8 << 20;
+
+/// Where the records of one append come from.
+#[derive(Debug, Clone, Copy)]
+enum Layout<'a> {
+    /// `n` records of `item_len` bytes, record `i` at `i · item_len`.
+    Fixed { n: usize, item_len: usize },
+    /// Record `i` is `src[offsets[i]..][..lens[i]]`.
+    Ragged { offsets: &'a [u64], lens: &'a [u32] },
+}
+
+impl Layout<'_> {
+    fn count(&self) -> usize {
+        match self {
+            Layout::Fixed { n, .. } => *n,
+            Layout::Ragged { lens, .. } => lens.len(),
+        }
+    }
+
+    /// Start and length of record `i` in the source (unchecked arithmetic is
+    /// fine after `validate`).
+    fn range(&self, i: usize) -> (u64, u64) {
+        match self {
+            Layout::Fixed { item_len, .. } => ((i * item_len) as u64, *item_len as u64),
+            Layout::Ragged { offsets, lens } => (offsets[i], u64::from(lens[i])),
+        }
+    }
+
+    fn source<'s>(&self, src: &'s [u8], i: usize) -> &'s [u8] {
+        let (at, len) = self.range(i);
+        &src[at as usize..(at + len) as usize]
+    }
+
+    /// Checks every record's size and source range; returns the total bytes.
+    fn validate(&self, src: &[u8]) -> Result<u64> {
+        if let Layout::Ragged { offsets, lens } = self
+            && offsets.len() != lens.len()
+        {
+            return Err(Error::LengthMismatch {
+                what: "offsets",
+                expected: lens.len(),
+                found: offsets.len(),
+            });
+        }
+        let mut total = 0u64;
+        for i in 0..self.count() {
+            let (at, len) = match self {
+                Layout::Fixed { item_len, .. } => {
+                    let at = (i as u64).checked_mul(*item_len as u64);
+                    (at, *item_len as u64)
+                }
+                Layout::Ragged { offsets, lens } => (Some(offsets[i]), u64::from(lens[i])),
+            };
+            if len == 0 || len > u64::from(MAX_RECORD_LEN) {
+                return Err(Error::RecordSize {
+                    position: i,
+                    len,
+                    limit: MAX_RECORD_LEN,
+                });
+            }
+            let end = at.and_then(|a| a.checked_add(len));
+            if end.is_none_or(|end| end > src.len() as u64) {
+                return Err(Error::BufferTooSmall {
+                    what: "source",
+                    position: i,
+                    need: end.unwrap_or(u64::MAX),
+                    have: src.len() as u64,
+                });
+            }
+            total += len;
+        }
+        Ok(total)
+    }
+}
+
+/// One record's encoded form: where its payload lives and how it is tagged.
+#[derive(Debug, Clone, Copy)]
+struct Encoded {
+    phys: u32,
+    codec: CodecTag,
+}
+
+impl<C: Codec, S: Storage> Store<C, S> {
+    /// Appends `n` records of `item_len` bytes each, packed back to back in
+    /// `src`, with the store's default codec. Returns the index of the first.
+    pub fn append_fixed(&self, src: &[u8], n: usize, item_len: usize) -> Result<u64> {
+        self.append_fixed_with(C::ID, src, n, item_len)
+    }
+
+    /// [`append_fixed`](Self::append_fixed) with an explicit codec.
+    pub fn append_fixed_with(
+        &self,
+        codec: CodecId,
+        src: &[u8],
+        n: usize,
+        item_len: usize,
+    ) -> Result<u64> {
+        self.append_layout(codec, src, Layout::Fixed { n, item_len })
+    }
+
+    /// Appends ragged records, record `i` being `src[offsets[i]..][..lens[i]]`,
+    /// with the store's default codec. Returns the index of the first.
+    pub fn append_ragged(&self, src: &[u8], offsets: &[u64], lens: &[u32]) -> Result<u64> {
+        self.append_ragged_with(C::ID, src, offsets, lens)
+    }
+
+    /// [`append_ragged`](Self::append_ragged) with an explicit codec.
+    pub fn append_ragged_with(
+        &self,
+        codec: CodecId,
+        src: &[u8],
+        offsets: &[u64],
+        lens: &[u32],
+    ) -> Result<u64> {
+        self.append_layout(codec, src, Layout::Ragged { offsets, lens })
+    }
+
+    fn append_layout(&self, codec: CodecId, src: &[u8], layout: Layout<'_>) -> Result<u64> {
+        if self.is_read_only() {
+            return Err(Error::ReadOnly {
+                path: self.path.clone(),
+                op: "append",
+            });
+        }
+        let n = layout.count();
+        let total = layout.validate(src)?;
+        if n == 0 {
+            return Ok(self.len());
+        }
+        if self.len() + n as u64 > u64::from(MAX_RECORDS) {
+            return Err(self.full(n, "record", u64::from(MAX_RECORDS)));
+        }
+
+        // Encode outside the writer lock: it is the expensive part.
+        let (arena, slots, encoded) = encode_all(codec, src, &layout, total)?;
+        let payload = |i: usize| -> &[u8] {
+            let e = encoded[i];
+            if e.codec == CodecTag::RAW {
+                layout.source(src, i)
+            } else {
+                &arena[slots[i]..slots[i] + e.phys as usize]
+            }
+        };
+
+        let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let before = self.header();
+        let first = before.length;
+        if u64::from(first) + n as u64 > u64::from(MAX_RECORDS) {
+            return Err(self.full(n, "record", u64::from(MAX_RECORDS)));
+        }
+
+        // Place serially: a record never straddles chunks, and `>=` keeps the
+        // frontier strictly below the capacity (FORMAT.md, "Limits").
+        let mut locs = Vec::new();
+        locs.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            bytes: (n * std::mem::size_of::<RecordLoc>()) as u64,
+        })?;
+        let (mut chunk, mut offset) = (u32::from(before.tail_chunk), u64::from(before.tail_offset));
+        for e in &encoded {
+            if offset + u64::from(e.phys) >= self.capacity {
+                chunk += 1;
+                offset = 0;
+                if chunk >= MAX_CHUNKS {
+                    return Err(self.full(n, "chunk", u64::from(MAX_CHUNKS)));
+                }
+            }
+            locs.push(RecordLoc {
+                offset: offset as u32,
+                phys_length: e.phys,
+                logic_length: layout.range(locs.len()).1 as u32,
+                chunk_id: chunk as u16,
+                codec: e.codec,
+            });
+            offset += u64::from(e.phys);
+        }
+        let after = Header {
+            tail_chunk: chunk as u16,
+            tail_offset: offset as u32,
+            length: first + n as u32,
+        };
+
+        // New chunk files, then the bytes.
+        for id in u32::from(before.tail_chunk) + 1..=chunk {
+            let file = FileId::Chunk(id);
+            let len = self
+                .storage
+                .open_file(file, true, 0)
+                .map_err(|e| Error::io(self.file_path(file), "create", e))?
+                .unwrap_or(0);
+            self.chunk_lens[id as usize].store(len, Ordering::Release);
+        }
+        self.write_payloads(&locs, &payload)?;
+
+        // Commit: entries, then the header (one positioned write of 16 bytes,
+        // so a killed process leaves either the old header or the new one).
+        let mut table = Vec::new();
+        table
+            .try_reserve_exact(n * ENTRY_LEN)
+            .map_err(|_| Error::OutOfMemory {
+                bytes: (n * ENTRY_LEN) as u64,
+            })?;
+        for loc in &locs {
+            table.extend_from_slice(&loc.encode());
+        }
+        self.write_meta(entry_offset(first), &table, "write table")?;
+        self.write_meta(0, &after.encode(), "write header")?;
+        self.tail.store(
+            pack_tail(after.tail_chunk, after.tail_offset),
+            Ordering::Release,
+        );
+        self.len.store(after.length, Ordering::Release);
+        Ok(u64::from(first))
+    }
+
+    /// Writes every record's payload at its placed location, in pieces of up
+    /// to [`WRITE_PIECE`] contiguous bytes, in parallel.
+    fn write_payloads<'p>(
+        &self,
+        locs: &[RecordLoc],
+        payload: &(dyn Fn(usize) -> &'p [u8] + Sync),
+    ) -> Result<()> {
+        // Pieces: maximal runs of consecutive records in one chunk, capped in size.
+        let mut pieces: Vec<(usize, usize)> = Vec::new();
+        let mut start = 0;
+        let mut bytes = 0usize;
+        for (i, loc) in locs.iter().enumerate() {
+            let new_chunk = i > start && loc.chunk_id != locs[start].chunk_id;
+            if new_chunk || (i > start && bytes + loc.phys_length as usize > WRITE_PIECE) {
+                pieces.push((start, i));
+                start = i;
+                bytes = 0;
+            }
+            bytes += loc.phys_length as usize;
+        }
+        pieces.push((start, locs.len()));
+        let total: u64 = locs.iter().map(|l| u64::from(l.phys_length)).sum();
+        parallel::for_ranges(pieces.len(), total, |range| {
+            let mut buf = Vec::new();
+            for &(a, b) in &pieces[range] {
+                buf.clear();
+                for i in a..b {
+                    buf.extend_from_slice(payload(i));
+                }
+                let loc = &locs[a];
+                let file = FileId::Chunk(u32::from(loc.chunk_id));
+                self.storage
+                    .write_at(file, u64::from(loc.offset), &buf)
+                    .map_err(|e| Error::io(self.file_path(file), "write", e))?;
+                self.chunk_lens[usize::from(loc.chunk_id)]
+                    .fetch_max(u64::from(loc.offset) + buf.len() as u64, Ordering::AcqRel);
+            }
+            Ok(())
+        })
+    }
+
+    pub(crate) fn write_meta(&self, offset: u64, bytes: &[u8], op: &'static str) -> Result<()> {
+        self.storage
+            .write_at(FileId::Meta, offset, bytes)
+            .map_err(|e| Error::io(self.meta_path(), op, e))
+    }
+
+    fn full(&self, extra: usize, what: &'static str, limit: u64) -> Error {
+        Error::Full {
+            len: self.len(),
+            extra: extra as u64,
+            limit,
+            what,
+        }
+    }
+}
+
+/// Encodes every record in parallel into one arena laid out like the source
+/// (record `i` gets `len_i - 1` bytes, so only a shrinking encoding fits).
+/// Returns the arena, each record's slot in it, and what was stored.
+fn encode_all(
+    codec: CodecId,
+    src: &[u8],
+    layout: &Layout<'_>,
+    total: u64,
+) -> Result<(Vec<u8>, Vec<usize>, Vec<Encoded>)> {
+    let n = layout.count();
+    let mut encoded: Vec<Encoded> = (0..n)
+        .map(|i| Encoded {
+            phys: layout.range(i).1 as u32,
+            codec: CodecTag::RAW,
+        })
+        .collect();
+    if codec == CodecId::Raw {
+        return Ok((Vec::new(), Vec::new(), encoded));
+    }
+    let mut arena = Vec::new();
+    arena
+        .try_reserve_exact(total as usize)
+        .map_err(|_| Error::OutOfMemory { bytes: total })?;
+    arena.resize(total as usize, 0);
+    let mut slots = Vec::with_capacity(n);
+    let mut at = 0usize;
+    for i in 0..n {
+        slots.push(at);
+        at += layout.range(i).1 as usize;
+    }
+    // Each worker gets a disjoint run of records, hence a disjoint part of the
+    // arena and of `encoded`: split both up front, safely.
+    let parts = (parallel::threads() * 4).clamp(1, n);
+    let mut arena_parts = Vec::with_capacity(parts);
+    let mut enc_parts = Vec::with_capacity(parts);
+    let (mut arena_rest, mut enc_rest) = (arena.as_mut_slice(), encoded.as_mut_slice());
+    let mut prev = 0;
+    for p in 1..=parts {
+        let end = p * n / parts;
+        let arena_end = if end == n { at } else { slots[end] } - slots[prev];
+        let (a, ar) = arena_rest.split_at_mut(arena_end);
+        let (e, er) = enc_rest.split_at_mut(end - prev);
+        arena_parts.push((prev, a));
+        enc_parts.push(e);
+        arena_rest = ar;
+        enc_rest = er;
+        prev = end;
+    }
+    let work: Vec<_> = arena_parts.into_iter().zip(enc_parts).collect();
+    parallel::for_each_part(work, total, |((first, arena_part), enc_part)| {
+        let mut at = 0usize;
+        for (k, e) in enc_part.iter_mut().enumerate() {
+            let data = layout.source(src, first + k);
+            let slot = &mut arena_part[at..at + data.len() - 1];
+            if let Some(len) = codec.encode(data, slot) {
+                e.phys = len as u32;
+                e.codec = codec.tag();
+            }
+            at += data.len();
+        }
+    });
+    Ok((arena, slots, encoded))
+}

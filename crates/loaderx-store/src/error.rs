@@ -1,0 +1,197 @@
+use std::{fmt, io, path::PathBuf};
+
+use loaderx_format::FormatError;
+
+/// Everything that can go wrong in the store, with what and where.
+///
+/// Each variant maps to one of the stable codes of the Python `ZrecordError`
+/// through [`Error::code`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An allocation the operation needed could not be made. Code -1.
+    OutOfMemory { bytes: u64 },
+    /// A file operation failed. Code -2.
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: io::Error,
+    },
+    /// The store was opened read-only and the operation writes. Code -2.
+    ReadOnly { path: PathBuf, op: &'static str },
+    /// Another process holds the store's lock. Code -2.
+    Locked { path: PathBuf, holder: &'static str },
+    /// An index is not below the store's length. Code -3.
+    IndexOutOfRange { index: u64, len: u64 },
+    /// A record to append is empty or over 1 MiB (`position` is its place in the batch). Code -4.
+    RecordSize {
+        position: usize,
+        len: u64,
+        limit: u32,
+    },
+    /// The store cannot take `extra` more records, or ran out of chunk files. Code -5.
+    Full {
+        len: u64,
+        extra: u64,
+        limit: u64,
+        what: &'static str,
+    },
+    /// A destination or source does not fit the requested geometry. Code -6.
+    BufferTooSmall {
+        what: &'static str,
+        position: usize,
+        need: u64,
+        have: u64,
+    },
+    /// Two ragged destination ranges overlap. Code -6.
+    OverlappingDestinations { first: usize, second: usize },
+    /// Argument lists disagree in length (e.g. `offsets` and `idxs`). Code -6.
+    LengthMismatch {
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    /// A stored record or table entry is damaged. Code -7.
+    Corrupt {
+        path: PathBuf,
+        entry: u64,
+        reason: String,
+    },
+    /// The directory is not a store, or is one of an unsupported version. Code -8.
+    NotAStore { path: PathBuf, reason: String },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The stable code of the Python `ZrecordError` (see `PYTHON_API.md`).
+    pub fn code(&self) -> i32 {
+        match self {
+            Error::OutOfMemory { .. } => -1,
+            Error::Io { .. } | Error::ReadOnly { .. } | Error::Locked { .. } => -2,
+            Error::IndexOutOfRange { .. } => -3,
+            Error::RecordSize { .. } => -4,
+            Error::Full { .. } => -5,
+            Error::BufferTooSmall { .. }
+            | Error::OverlappingDestinations { .. }
+            | Error::LengthMismatch { .. } => -6,
+            Error::Corrupt { .. } => -7,
+            Error::NotAStore { .. } => -8,
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+
+    pub(crate) fn format(path: impl Into<PathBuf>, err: FormatError) -> Error {
+        match err {
+            FormatError::BadEntry { entry, reason } => Error::Corrupt {
+                path: path.into(),
+                entry: u64::from(entry),
+                reason: reason.to_string(),
+            },
+            other => Error::NotAStore {
+                path: path.into(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::OutOfMemory { bytes } => write!(f, "out of memory allocating {bytes} bytes"),
+            Error::Io { path, op, source } => {
+                write!(f, "file I/O failed: {op} {}: {source}", path.display())
+            }
+            Error::ReadOnly { path, op } => write!(
+                f,
+                "cannot {op}: the store at {} is open read-only",
+                path.display()
+            ),
+            Error::Locked { path, holder } => write!(
+                f,
+                "the store at {} is locked by another process ({holder})",
+                path.display()
+            ),
+            Error::IndexOutOfRange { index, len } => {
+                write!(f, "index {index} out of range for a store of {len} records")
+            }
+            Error::RecordSize {
+                position,
+                len,
+                limit,
+            } => {
+                if *len == 0 {
+                    write!(
+                        f,
+                        "record {position} of the batch is empty (records must be 1..={limit} bytes)"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "record {position} of the batch is {len} bytes, over the {limit} byte limit"
+                    )
+                }
+            }
+            Error::Full {
+                len,
+                extra,
+                limit,
+                what,
+            } => write!(
+                f,
+                "store is full: it holds {len} records and cannot take {extra} more ({what} limit {limit})"
+            ),
+            Error::BufferTooSmall {
+                what,
+                position,
+                need,
+                have,
+            } => write!(
+                f,
+                "buffer too small: {what} for item {position} needs {need} bytes, has {have}"
+            ),
+            Error::OverlappingDestinations { first, second } => write!(
+                f,
+                "buffer too small: destination ranges of items {first} and {second} overlap"
+            ),
+            Error::LengthMismatch {
+                what,
+                expected,
+                found,
+            } => write!(
+                f,
+                "buffer too small: {what} has {found} items, expected {expected}"
+            ),
+            Error::Corrupt {
+                path,
+                entry,
+                reason,
+            } => write!(
+                f,
+                "stored record failed to decode: {} entry {entry}: {reason}",
+                path.display()
+            ),
+            Error::NotAStore { path, reason } => {
+                write!(f, "not a loaderx store: {}: {reason}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

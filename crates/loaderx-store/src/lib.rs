@@ -1,0 +1,52 @@
+//! The loaderx record store: a directory of byte records (format v1, the
+//! layout of loaderx 0.5.x) that a training loop gathers from in parallel,
+//! straight into memory it owns.
+//!
+//! * [`Store`] is the engine: `open`, `append_fixed`/`append_ragged`,
+//!   `gather`/`gather_ragged`, `lengths`, `delete`, `compact`, `stats`,
+//!   `sync`, `verify`.
+//! * [`Codec`] is a per-record compression scheme ([`Raw`], [`Deflate`] — the
+//!   default —, [`Zstd`], [`Lz4`]); [`CodecId`] picks one at run time. Reads
+//!   dispatch on each record's own tag.
+//! * [`Storage`](storage::Storage) is where the bytes live: memory-mapped
+//!   files ([`FileStorage`](storage::FileStorage)) or memory
+//!   ([`MemStorage`](storage::MemStorage), for crash and fault tests).
+//!
+//! An append encodes records in parallel, places them serially, writes them
+//! in parallel, then commits (table entries, then the header), so a killed
+//! process leaves a store holding a prefix of what was appended. A gather
+//! validates every index and destination range, then decodes in parallel
+//! into the caller's buffer with no intermediate copy. The crate never
+//! interprets record bytes and knows nothing of Python.
+//!
+//! ```
+//! use loaderx_store::{Store, Deflate};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store: Store<Deflate> = Store::open(dir.path().join("images")).unwrap();
+//! let records = vec![7u8; 4 * 1024]; // four records of 1 KiB
+//! let first = store.append_fixed(&records, 4, 1024).unwrap();
+//! assert_eq!(first, 0);
+//!
+//! let mut batch = vec![0u8; 2 * 1024];
+//! store.gather(&[3, 1], &mut batch, 1024).unwrap();
+//! assert!(batch.iter().all(|&b| b == 7));
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod append;
+mod codec;
+mod compact;
+mod delete;
+mod error;
+mod gather;
+mod lock;
+mod parallel;
+pub mod storage;
+mod store;
+
+pub use codec::{Codec, CodecId, DecodeError, Deflate, Lz4, Raw, Zstd};
+pub use error::{Error, Result};
+pub use loaderx_format as format;
+pub use loaderx_format::{MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS};
+pub use store::{OpenOptions, Stats, Store};

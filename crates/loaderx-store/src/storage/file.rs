@@ -1,0 +1,198 @@
+//! Files in a directory: reads through shared read-only memory maps, writes
+//! with positioned writes (`pwrite`).
+//!
+//! # The mmap contract
+//! A file changed underneath a mapping by someone else (truncated, rewritten)
+//! is undefined behaviour for any reader of that mapping; a read past the end
+//! of the file raises SIGBUS. The engine upholds its side: it reads only
+//! ranges it has validated against the file lengths it knows (measured at open,
+//! grown by its own writes), and its own writes touch only bytes no reader can
+//! reach (past the committed frontier) until they are committed. Other
+//! processes must not write to a store that is open; `docs/ARCHITECTURE.md`
+//! states this for users.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io,
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    sync::OnceLock,
+};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use super::{FileId, Storage, read_only_error};
+use loaderx_format::{CHUNK_CAPACITY, MAX_CHUNKS, META_LEN};
+
+/// An open file and a read-only shared map of its whole possible extent.
+#[derive(Debug)]
+struct Mapped {
+    file: File,
+    map: MmapRaw,
+}
+
+/// A store's files in a directory on the local file system.
+#[derive(Debug)]
+pub struct FileStorage {
+    dir: PathBuf,
+    read_only: bool,
+    meta: OnceLock<Mapped>,
+    chunks: Box<[OnceLock<Mapped>]>,
+}
+
+impl FileStorage {
+    /// Storage for the store in `dir`. Opens nothing yet.
+    pub fn new(dir: impl Into<PathBuf>, read_only: bool) -> FileStorage {
+        FileStorage {
+            dir: dir.into(),
+            read_only,
+            meta: OnceLock::new(),
+            chunks: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn slot(&self, file: FileId) -> io::Result<&OnceLock<Mapped>> {
+        match file {
+            FileId::Meta => Ok(&self.meta),
+            FileId::Chunk(id) => self.chunks.get(id as usize).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("chunk id {id} out of range"),
+                )
+            }),
+        }
+    }
+
+    fn mapped(&self, file: FileId) -> io::Result<&Mapped> {
+        self.slot(file)?.get().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is not open", file.file_name()),
+            )
+        })
+    }
+
+    fn extent(file: FileId) -> u64 {
+        match file {
+            FileId::Meta => META_LEN,
+            FileId::Chunk(_) => CHUNK_CAPACITY,
+        }
+    }
+}
+
+impl Storage for FileStorage {
+    fn location(&self) -> &Path {
+        &self.dir
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>> {
+        let slot = self.slot(file)?;
+        if let Some(m) = slot.get() {
+            return m.file.metadata().map(|md| Some(md.len()));
+        }
+        let path = self.dir.join(file.file_name());
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(!self.read_only)
+            .open(&path);
+        let f = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create && !self.read_only => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)?;
+                if create_len > 0 {
+                    f.set_len(create_len)?;
+                }
+                f
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let md = f.metadata()?;
+        if !md.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.display()),
+            ));
+        }
+        // The map covers the file's whole possible extent, so it never has to
+        // be redone as the file grows; only validated ranges are ever read.
+        let map = MmapOptions::new()
+            .len(Self::extent(file) as usize)
+            .map_raw_read_only(&f)?;
+        let len = md.len();
+        let _ = slot.set(Mapped { file: f, map });
+        Ok(Some(len))
+    }
+
+    fn with_bytes<R>(
+        &self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        let m = self.mapped(file)?;
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > m.map.len() as u64) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("range {offset}+{len} outside {}", file.file_name()),
+            ));
+        }
+        // SAFETY: the range lies inside the mapping (checked above). The caller
+        // guarantees it lies inside the file's real length, so no page of it is
+        // past EOF, and the engine never writes bytes that a reader can reach
+        // (see the module docs), so they do not change while borrowed.
+        let bytes = unsafe { std::slice::from_raw_parts(m.map.as_ptr().add(offset as usize), len) };
+        Ok(f(bytes))
+    }
+
+    fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        self.mapped(file)?.file.write_all_at(bytes, offset)
+    }
+
+    fn sync(&self, file: FileId) -> io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        match self.slot(file)?.get() {
+            Some(m) => m.file.sync_data(),
+            None => Ok(()),
+        }
+    }
+
+    fn truncate(&mut self, file: FileId, len: u64) -> io::Result<()> {
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        self.mapped(file)?.file.set_len(len)
+    }
+
+    fn remove(&mut self, file: FileId) -> io::Result<()> {
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        self.slot(file)?;
+        let slot = match file {
+            FileId::Meta => &mut self.meta,
+            FileId::Chunk(id) => &mut self.chunks[id as usize],
+        };
+        drop(slot.take());
+        match fs::remove_file(self.dir.join(file.file_name())) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The storage seam: where `meta.zr` and the chunk files live.
+//!
+//! The engine talks to its files only through [`Storage`]. [`FileStorage`]
+//! is the real thing (files in a directory, read through memory maps, written
+//! with positioned writes); [`MemStorage`] keeps the bytes in memory and can
+//! simulate a crash (keep only what `sync` made durable) or fail an I/O
+//! operation on purpose, which is what the crash and fault tests need.
+
+mod file;
+mod memory;
+
+use std::{fmt, io, path::Path};
+
+pub use self::{file::FileStorage, memory::MemStorage};
+
+/// One file of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileId {
+    /// `meta.zr`: header and record table.
+    Meta,
+    /// `<id>.zr`: record bytes.
+    Chunk(u32),
+}
+
+impl FileId {
+    /// The file's name inside the store directory.
+    pub fn file_name(self) -> String {
+        match self {
+            FileId::Meta => loaderx_format::META_FILE.to_owned(),
+            FileId::Chunk(id) => loaderx_format::chunk_file_name(id),
+        }
+    }
+}
+
+/// Byte storage for one store's files.
+///
+/// Contract the engine relies on: bytes written with [`write_at`](Storage::write_at)
+/// are visible to later reads from any thread once the writer has published
+/// them (the engine publishes with release/acquire atomics); a write is atomic
+/// with respect to a process crash (it happens entirely or not at all when the
+/// process dies), and [`sync`](Storage::sync) makes a file's bytes durable
+/// across power loss.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Where the store lives, for error messages.
+    fn location(&self) -> &Path;
+
+    /// Whether writes are refused.
+    fn is_read_only(&self) -> bool;
+
+    /// Opens `file` for reading and writing (or reading only), creating it
+    /// with length `create_len` when it is absent and `create` is set.
+    /// Returns its length, or `None` when it is absent and not created.
+    fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>>;
+
+    /// Calls `f` with `len` bytes of an open `file` starting at `offset`.
+    /// The caller guarantees the range lies inside the file's real length.
+    fn with_bytes<R>(
+        &self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R>;
+
+    /// Copies bytes of an open `file` into `buf` (same contract as `with_bytes`).
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.with_bytes(file, offset, buf.len(), |b| buf.copy_from_slice(b))
+    }
+
+    /// Writes `bytes` at `offset` of an open `file`, growing it as needed.
+    fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()>;
+
+    /// Makes everything written to `file` durable.
+    fn sync(&self, file: FileId) -> io::Result<()>;
+
+    /// Cuts an open `file` down to `len` bytes.
+    fn truncate(&mut self, file: FileId, len: u64) -> io::Result<()>;
+
+    /// Closes and deletes `file`; absent files are not an error.
+    fn remove(&mut self, file: FileId) -> io::Result<()>;
+}
+
+pub(crate) fn read_only_error() -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, "store is open read-only")
+}
