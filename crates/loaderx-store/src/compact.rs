@@ -1,16 +1,20 @@
-//! Compaction: slide every live record down to the next free position, in
-//! physical order, so the space left by deletes is reclaimed in place.
+//! Compaction: pack the live records densely from the start of chunk 0, in
+//! physical order, so the space left by deletes is reclaimed.
 //!
-//! Each move commits on its own (bytes land, then the entry is rewritten), so
-//! an interrupted compaction leaves a valid store holding the same records and
-//! re-running it finishes the job. A record whose new place overlaps its old
-//! one is first copied past the frontier ("bounced") and its entry pointed
-//! there, so that at no instant does an entry point at half-overwritten bytes.
-//! `docs/FORMAT.md` walks through what a crash at each step leaves.
+//! Records are never written over bytes that a table entry — in memory or
+//! durable on disk — still points at. The records that must move (those after
+//! the first gap) are first copied past the frontier into fresh chunks
+//! ("staging"), made durable, and their entries pointed there; only then are
+//! they copied down to their final places, made durable, and their entries
+//! pointed there; the frontier moves down last and the staging chunks are
+//! deleted. So a process killed, or a machine losing power, at any instant
+//! leaves a store holding exactly the same records, and re-running finishes
+//! the job. The price is copying the moved records twice. `docs/FORMAT.md`
+//! walks through what a crash at each step leaves.
 
 use std::sync::atomic::Ordering;
 
-use loaderx_format::{Header, RecordLoc, entry_offset};
+use loaderx_format::{Header, MAX_CHUNKS, RecordLoc, entry_offset};
 
 use crate::{
     Codec, Error, Result, Store,
@@ -40,108 +44,181 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     fn compact_locked(&mut self) -> Result<()> {
-        let mut header = self.header();
+        let header = self.header();
         let mut order: Vec<(u32, RecordLoc)> = Vec::with_capacity(header.length as usize);
         for i in 0..header.length {
             order.push((i, self.entry(u64::from(i), &header)?));
         }
         order.sort_unstable_by_key(|(_, loc)| loc.position());
 
-        let position = |chunk: u32, offset: u64| u64::from(chunk) * self.capacity + offset;
-        let mut staging = Vec::new();
-        let (mut chunk, mut offset) = (0u32, 0u64);
-        for (index, loc) in order {
-            let phys = u64::from(loc.phys_length);
-            if offset + phys >= self.capacity {
-                chunk += 1;
-                offset = 0;
+        // Final places: packed from (0, 0) in physical order.
+        let mut cursor = Cursor::new(0, self.capacity);
+        let finals: Vec<RecordLoc> = order.iter().map(|(_, loc)| cursor.place(loc)).collect();
+        let (final_chunk, final_offset) = cursor.frontier();
+        let first_move = order
+            .iter()
+            .zip(&finals)
+            .position(|((_, loc), fin)| loc.position() != fin.position());
+
+        if let Some(k) = first_move {
+            let moving = &order[k..];
+            // Stage the moving records past the frontier, in fresh chunks.
+            let mut stage_cursor = Cursor::new(u32::from(header.tail_chunk) + 1, self.capacity);
+            let staged: Vec<RecordLoc> = moving
+                .iter()
+                .map(|(_, loc)| stage_cursor.place(loc))
+                .collect();
+            let (stage_chunk, stage_offset) = stage_cursor.frontier();
+            if stage_chunk >= MAX_CHUNKS {
+                return Err(Error::Full {
+                    len: u64::from(header.length),
+                    extra: 0,
+                    limit: u64::from(MAX_CHUNKS),
+                    what: "chunk (compaction needs room to stage the records it moves)",
+                });
             }
-            let (src_chunk, src_offset) = (u32::from(loc.chunk_id), u64::from(loc.offset));
-            if position(chunk, offset) >= position(src_chunk, src_offset) {
-                // Already in place, or (for a record laid out against the
-                // rules of our writer) moving would not go down: keep it.
-                chunk = src_chunk;
-                offset = src_offset + phys;
-                continue;
+            for id in u32::from(header.tail_chunk) + 1..=stage_chunk {
+                let file = FileId::Chunk(id);
+                let len = self
+                    .storage
+                    .open_file(file, true, 0)
+                    .map_err(|e| Error::io(self.file_path(file), "create", e))?
+                    .unwrap_or(0);
+                self.chunk_lens[id as usize].store(len, Ordering::Release);
             }
-            staging.resize(phys as usize, 0);
-            self.storage
-                .read_at(FileId::Chunk(src_chunk), src_offset, &mut staging)
-                .map_err(|e| Error::io(self.file_path(FileId::Chunk(src_chunk)), "read", e))?;
-            let overlaps = chunk == src_chunk && offset + phys > src_offset;
-            if overlaps {
-                let tail_end = u64::from(header.tail_offset) + phys;
-                if tail_end >= self.capacity {
-                    // No room to bounce through: leave this record where it is.
-                    chunk = src_chunk;
-                    offset = src_offset + phys;
-                    continue;
-                }
-                let bounce = RecordLoc {
-                    chunk_id: header.tail_chunk,
-                    offset: header.tail_offset,
-                    ..loc
-                };
-                self.put_record(&bounce, &staging)?;
-                header.tail_offset = tail_end as u32;
-                self.write_meta(0, &header.encode(), "write header")?;
-                self.tail.store(
-                    pack_tail(header.tail_chunk, header.tail_offset),
-                    Ordering::Release,
-                );
-                self.write_meta(entry_offset(index), &bounce.encode(), "write table")?;
-            }
-            let moved = RecordLoc {
-                chunk_id: chunk as u16,
-                offset: offset as u32,
-                ..loc
+            self.copy_records(moving.iter().map(|(_, l)| l).zip(&staged))?;
+            self.sync_chunks(u32::from(header.tail_chunk) + 1..=stage_chunk)?;
+            let staging_header = Header {
+                tail_chunk: stage_chunk as u16,
+                tail_offset: stage_offset as u32,
+                ..header
             };
-            self.put_record(&moved, &staging)?;
-            self.write_meta(entry_offset(index), &moved.encode(), "write table")?;
-            offset += phys;
+            self.publish_tail(&staging_header)?;
+            self.point_entries(moving.iter().map(|(i, _)| *i).zip(&staged))?;
+            self.sync_meta()?;
+
+            // Copy them down to their final places.
+            self.copy_records(staged.iter().zip(&finals[k..]))?;
+            self.sync_chunks(0..=final_chunk)?;
+            self.point_entries(moving.iter().map(|(i, _)| *i).zip(&finals[k..]))?;
+            self.sync_meta()?;
         }
 
-        // Everything is in place: make it durable, then move the frontier
-        // down, then drop the chunk files past it.
-        self.sync_all()?;
-        let old_tail = header.tail_chunk;
+        // Move the frontier down, then drop what lies past it.
+        let old_tail = u32::from(self.header().tail_chunk);
         let new = Header {
-            tail_chunk: chunk as u16,
-            tail_offset: offset as u32,
+            tail_chunk: final_chunk as u16,
+            tail_offset: final_offset as u32,
             length: header.length,
         };
-        self.write_meta(0, &new.encode(), "write header")?;
-        self.storage
-            .sync(FileId::Meta)
-            .map_err(|e| Error::io(self.meta_path(), "sync", e))?;
-        self.tail.store(
-            pack_tail(new.tail_chunk, new.tail_offset),
-            Ordering::Release,
-        );
-        for id in chunk + 1..=u32::from(old_tail) {
+        self.publish_tail(&new)?;
+        self.sync_meta()?;
+        for id in final_chunk + 1..=old_tail {
             let file = FileId::Chunk(id);
             self.storage
                 .remove(file)
                 .map_err(|e| Error::io(self.file_path(file), "remove", e))?;
             self.chunk_lens[id as usize].store(0, Ordering::Release);
         }
-        let tail_file = FileId::Chunk(chunk);
-        if self.chunk_lens[chunk as usize].load(Ordering::Acquire) > offset {
+        let tail_file = FileId::Chunk(final_chunk);
+        if self.chunk_lens[final_chunk as usize].load(Ordering::Acquire) > final_offset {
             self.storage
-                .truncate(tail_file, offset)
+                .truncate(tail_file, final_offset)
                 .map_err(|e| Error::io(self.file_path(tail_file), "truncate", e))?;
-            self.chunk_lens[chunk as usize].store(offset, Ordering::Release);
+            self.chunk_lens[final_chunk as usize].store(final_offset, Ordering::Release);
         }
         Ok(())
     }
 
-    /// Writes a record's stored bytes at `loc` and records the chunk's growth.
-    fn put_record(&self, loc: &RecordLoc, bytes: &[u8]) -> Result<()> {
-        let file = FileId::Chunk(u32::from(loc.chunk_id));
-        self.storage
-            .write_at(file, u64::from(loc.offset), bytes)
-            .map_err(|e| Error::io(self.file_path(file), "write", e))?;
-        self.chunk_lens[usize::from(loc.chunk_id)].fetch_max(loc.end(), Ordering::AcqRel);
+    /// Copies each record's stored bytes from `from` to `to`.
+    fn copy_records<'a>(
+        &self,
+        moves: impl Iterator<Item = (&'a RecordLoc, &'a RecordLoc)>,
+    ) -> Result<()> {
+        let mut staging = Vec::new();
+        for (from, to) in moves {
+            let src = FileId::Chunk(u32::from(from.chunk_id));
+            staging.resize(from.phys_length as usize, 0);
+            self.storage
+                .read_at(src, u64::from(from.offset), &mut staging)
+                .map_err(|e| Error::io(self.file_path(src), "read", e))?;
+            let dst = FileId::Chunk(u32::from(to.chunk_id));
+            self.storage
+                .write_at(dst, u64::from(to.offset), &staging)
+                .map_err(|e| Error::io(self.file_path(dst), "write", e))?;
+            self.chunk_lens[usize::from(to.chunk_id)].fetch_max(to.end(), Ordering::AcqRel);
+        }
         Ok(())
+    }
+
+    /// Rewrites the table entries of the given records.
+    fn point_entries<'a>(&self, entries: impl Iterator<Item = (u32, &'a RecordLoc)>) -> Result<()> {
+        for (index, loc) in entries {
+            self.write_meta(entry_offset(index), &loc.encode(), "write table")?;
+        }
+        Ok(())
+    }
+
+    /// Writes `header` and publishes its frontier to readers.
+    fn publish_tail(&self, header: &Header) -> Result<()> {
+        self.write_meta(0, &header.encode(), "write header")?;
+        self.tail.store(
+            pack_tail(header.tail_chunk, header.tail_offset),
+            Ordering::Release,
+        );
+        Ok(())
+    }
+
+    fn sync_chunks(&self, ids: std::ops::RangeInclusive<u32>) -> Result<()> {
+        for id in ids {
+            let file = FileId::Chunk(id);
+            self.storage
+                .sync(file)
+                .map_err(|e| Error::io(self.file_path(file), "sync", e))?;
+        }
+        Ok(())
+    }
+
+    fn sync_meta(&self) -> Result<()> {
+        self.storage
+            .sync(FileId::Meta)
+            .map_err(|e| Error::io(self.meta_path(), "sync", e))
+    }
+}
+
+/// Packs records one after another from a starting chunk, never letting one
+/// straddle chunks (the writer's rollover rule, FORMAT.md "Limits").
+struct Cursor {
+    chunk: u32,
+    offset: u64,
+    capacity: u64,
+}
+
+impl Cursor {
+    fn new(chunk: u32, capacity: u64) -> Cursor {
+        Cursor {
+            chunk,
+            offset: 0,
+            capacity,
+        }
+    }
+
+    fn place(&mut self, loc: &RecordLoc) -> RecordLoc {
+        let phys = u64::from(loc.phys_length);
+        if self.offset + phys >= self.capacity {
+            self.chunk += 1;
+            self.offset = 0;
+        }
+        let placed = RecordLoc {
+            chunk_id: self.chunk as u16,
+            offset: self.offset as u32,
+            ..*loc
+        };
+        self.offset += phys;
+        placed
+    }
+
+    fn frontier(&self) -> (u32, u64) {
+        (self.chunk, self.offset)
     }
 }

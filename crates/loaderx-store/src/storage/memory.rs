@@ -23,6 +23,8 @@ struct State {
     files: BTreeMap<FileId, MemFile>,
     /// Mutating operations left before every further one fails.
     fail_after: Option<u64>,
+    /// Whether only that one operation fails (a transient error).
+    fail_once: bool,
     /// Mutating operations performed so far.
     ops: u64,
 }
@@ -70,9 +72,19 @@ impl MemStorage {
         self.lock().fail_after = Some(ops);
     }
 
+    /// Makes the one mutating operation after the next `ops` fail, and only it
+    /// (a transient error: later operations succeed again).
+    pub fn fail_once_after(&self, ops: u64) {
+        let mut st = self.lock();
+        st.fail_after = Some(ops);
+        st.fail_once = true;
+    }
+
     /// Stops injecting failures.
     pub fn clear_faults(&self) {
-        self.lock().fail_after = None;
+        let mut st = self.lock();
+        st.fail_after = None;
+        st.fail_once = false;
     }
 
     /// Mutating operations performed so far (to aim `fail_after`).
@@ -151,6 +163,10 @@ impl MemStorage {
         }
         if let Some(left) = st.fail_after {
             if left == 0 {
+                if st.fail_once {
+                    st.fail_after = None;
+                    st.fail_once = false;
+                }
                 return Err(io::Error::other(format!("injected failure on {what}")));
             }
             st.fail_after = Some(left - 1);

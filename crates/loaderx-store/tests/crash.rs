@@ -1,0 +1,181 @@
+//! Interrupted operations through the storage seam: a compaction stopped
+//! after k writes, I/O failures injected into appends and deletes, and power
+//! loss (only what `sync` made durable survives).
+
+mod common;
+
+use common::{contents, mem_store};
+use loaderx_store::Stats;
+use loaderx_store::{Raw, Store, storage::MemStorage};
+
+const CAPACITY: u64 = 5000;
+
+fn filled(storage: &MemStorage) -> (Store<Raw, MemStorage>, Vec<Vec<u8>>) {
+    let mut store: Store<Raw, MemStorage> = mem_store(storage, CAPACITY);
+    // Records of varied sizes, so compaction has both overlapping and
+    // non-overlapping moves.
+    let lens: Vec<u32> = (0..60).map(|i| 100 + (i * 37 % 400)).collect();
+    let recs: Vec<Vec<u8>> = lens
+        .iter()
+        .enumerate()
+        .map(|(k, &l)| vec![k as u8; l as usize])
+        .collect();
+    let mut offsets = Vec::new();
+    let mut at = 0;
+    for &l in &lens {
+        offsets.push(at);
+        at += u64::from(l);
+    }
+    store
+        .append_ragged(&recs.concat(), &offsets, &lens)
+        .unwrap();
+    store
+        .delete(&[0, 3, 4, 10, 11, 12, 30, 31, 45, 59, 58])
+        .unwrap();
+    store.sync().unwrap();
+    let live = contents(&store);
+    (store, live)
+}
+
+#[test]
+fn compaction_is_interruptible_at_every_step() {
+    // How many mutating operations a full compaction takes.
+    let probe = MemStorage::new();
+    let (mut store, expect) = filled(&probe);
+    let start = probe.ops();
+    store.compact().unwrap();
+    let steps = probe.ops() - start;
+    assert!(steps > 10, "compaction took only {steps} steps");
+    let clean = store.stats().unwrap();
+
+    for k in 0..steps {
+        let storage = MemStorage::new();
+        let (mut store, live) = filled(&storage);
+        assert!(live == expect);
+        storage.fail_after(k);
+        assert!(store.compact().is_err(), "step {k} did not fail");
+        drop(store);
+        // What a killed process leaves: everything written before the failure.
+        let after = storage.after_process_crash();
+        let mut store: Store<Raw, MemStorage> = mem_store(&after, CAPACITY);
+        store.verify().unwrap();
+        assert!(
+            contents(&store) == expect,
+            "contents changed after step {k}"
+        );
+        // Running compaction again finishes the job.
+        store.compact().unwrap();
+        assert!(
+            contents(&store) == expect,
+            "contents changed after rerun {k}"
+        );
+        assert_finished(&mut store, &clean, k);
+    }
+}
+
+/// A finished compaction: nothing left to reclaim but rollover slack, and
+/// compacting again changes nothing.
+fn assert_finished(store: &mut Store<Raw, MemStorage>, clean: &Stats, step: u64) {
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.records, clean.records, "step {step}");
+    assert_eq!(stats.live_bytes, clean.live_bytes, "step {step}");
+    let chunks = stats.chunk_bytes / CAPACITY + 1;
+    assert!(stats.reclaimable < chunks * 500, "step {step}: {stats:?}");
+    store.compact().unwrap();
+    assert_eq!(
+        store.stats().unwrap(),
+        stats,
+        "step {step}: second compaction moved data"
+    );
+}
+
+#[test]
+fn a_failed_append_changes_nothing() {
+    for k in 0..8 {
+        let storage = MemStorage::new();
+        let (store, expect) = filled(&storage);
+        let stats = store.stats().unwrap();
+        storage.fail_after(k);
+        let result = store.append_fixed(&vec![7u8; 6000], 20, 300);
+        storage.clear_faults();
+        if result.is_ok() {
+            continue;
+        }
+        assert!(contents(&store) == expect, "k={k}");
+        assert_eq!(store.stats().unwrap(), stats);
+        drop(store);
+        let store: Store<Raw, MemStorage> = mem_store(&storage.after_process_crash(), CAPACITY);
+        assert!(contents(&store) == expect, "k={k} after reopen");
+        // And the store still takes appends.
+        store.append_fixed(&[1u8; 10], 1, 10).unwrap();
+    }
+}
+
+#[test]
+fn a_failed_delete_changes_nothing() {
+    for k in 0..6 {
+        let storage = MemStorage::new();
+        let (mut store, expect) = filled(&storage);
+        // A transient failure: the rollback's writes succeed.
+        storage.fail_once_after(k);
+        let result = store.delete(&[1, 2, 40]);
+        storage.clear_faults();
+        if result.is_ok() {
+            continue;
+        }
+        assert!(contents(&store) == expect, "k={k}");
+        drop(store);
+        let store: Store<Raw, MemStorage> = mem_store(&storage, CAPACITY);
+        assert!(contents(&store) == expect, "k={k} after reopen");
+    }
+}
+
+#[test]
+fn power_loss_keeps_exactly_what_was_synced() {
+    let storage = MemStorage::new();
+    let store: Store<Raw, MemStorage> = mem_store(&storage, CAPACITY);
+    let mut synced: Vec<Vec<u8>> = Vec::new();
+    let mut appended: Vec<Vec<u8>> = Vec::new();
+    for round in 0..12u8 {
+        let recs: Vec<Vec<u8>> = (0..5).map(|k| vec![round * 10 + k; 700]).collect();
+        store.append_fixed(&recs.concat(), 5, 700).unwrap();
+        appended.extend(recs);
+        if round % 3 == 2 {
+            store.sync().unwrap();
+            synced = appended.clone();
+        }
+        let survivor = storage.after_power_loss();
+        let reopened: Store<Raw, MemStorage> = mem_store(&survivor, CAPACITY);
+        reopened.verify().unwrap();
+        assert!(contents(&reopened) == synced, "round {round}");
+        // A process crash, by contrast, keeps everything appended.
+        let crashed: Store<Raw, MemStorage> = mem_store(&storage.after_process_crash(), CAPACITY);
+        assert!(contents(&crashed) == appended, "round {round}");
+    }
+}
+
+#[test]
+fn power_loss_during_compaction_keeps_the_records() {
+    let probe = MemStorage::new();
+    let (mut store, expect) = filled(&probe);
+    let start = probe.ops();
+    store.compact().unwrap();
+    let clean = store.stats().unwrap();
+    let steps = probe.ops() - start;
+    for k in 0..steps {
+        let storage = MemStorage::new();
+        let (mut store, _) = filled(&storage);
+        storage.fail_after(k);
+        let _ = store.compact();
+        drop(store);
+        let mut store: Store<Raw, MemStorage> = mem_store(&storage.after_power_loss(), CAPACITY);
+        store.verify().unwrap();
+        assert!(contents(&store) == expect, "power loss after step {k}");
+        store.compact().unwrap();
+        assert!(
+            contents(&store) == expect,
+            "rerun after power loss at step {k}"
+        );
+        assert_finished(&mut store, &clean, k);
+    }
+}
