@@ -52,7 +52,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn record(seed: u8, k: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| {
-            if seed % 3 == 0 {
+            if seed.is_multiple_of(3) {
                 (i.wrapping_mul(2_654_435_761) >> 7) as u8 ^ seed
             } else {
                 ((i / 16) as u8).wrapping_add(seed).wrapping_add(k as u8)
