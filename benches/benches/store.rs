@@ -1,0 +1,180 @@
+//! Store throughput: append and gather for every codec, per-core decode
+//! speed, and opening a store of a million records, next to a plain memcpy
+//! of the same bytes. Figures and the machine go in docs/BENCHMARKS.md.
+
+use std::{hint::black_box, time::Instant};
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use loaderx_benches::{BATCH, RECORD, image_records, random_batches, token_record};
+use loaderx_store::{CodecId, Deflate, Store};
+
+const RECORDS: usize = 4096;
+
+fn gather(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = image_records(RECORDS, 1);
+    let batches = random_batches(RECORDS as u64, 64, 7);
+    let mut group = c.benchmark_group("gather");
+    group.throughput(Throughput::Bytes((BATCH * RECORD) as u64));
+
+    // Baselines: copying the same scattered records out of memory.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let mut dst = vec![0u8; BATCH * RECORD];
+    let mut k = 0;
+    group.bench_function("memcpy-1-thread", |b| {
+        b.iter(|| {
+            let idxs = &batches[k % batches.len()];
+            k += 1;
+            for (slot, &i) in dst.chunks_exact_mut(RECORD).zip(idxs) {
+                let i = i as usize;
+                slot.copy_from_slice(&data[i * RECORD..][..RECORD]);
+            }
+            black_box(&dst);
+        })
+    });
+    group.bench_function("memcpy-2-threads", |b| {
+        b.iter(|| {
+            let idxs = &batches[k % batches.len()];
+            k += 1;
+            let (lo, hi) = dst.split_at_mut(BATCH / 2 * RECORD);
+            let copy = |part: &mut [u8], ids: &[u64]| {
+                for (slot, &i) in part.chunks_exact_mut(RECORD).zip(ids) {
+                    let i = i as usize;
+                    slot.copy_from_slice(&data[i * RECORD..][..RECORD]);
+                }
+            };
+            // A persistent two-thread pool, as the store uses.
+            pool.install(|| {
+                rayon::join(|| copy(lo, &idxs[..BATCH / 2]), || copy(hi, &idxs[BATCH / 2..]))
+            });
+            black_box(&dst);
+        })
+    });
+
+    for codec in CodecId::ALL {
+        let store: Store<Deflate> = Store::open(dir.path().join(codec.name())).unwrap();
+        store.append_fixed_with(codec, &data, RECORDS, RECORD).unwrap();
+        // Warm: every page mapped and cached.
+        for idxs in &batches {
+            store.gather(idxs, &mut dst, RECORD).unwrap();
+        }
+        let stats = store.stats().unwrap();
+        eprintln!(
+            "{codec}: {} records, ratio {:.3}",
+            stats.records,
+            (RECORDS * RECORD) as f64 / stats.live_bytes as f64
+        );
+        group.bench_function(codec.name(), |b| {
+            b.iter(|| {
+                let idxs = &batches[k % batches.len()];
+                k += 1;
+                store.gather(idxs, &mut dst, RECORD).unwrap();
+                black_box(&dst);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn decode_per_core(c: &mut Criterion) {
+    let images = image_records(BATCH, 3);
+    let tokens: Vec<u8> = (0..BATCH as u64).flat_map(token_record).collect();
+    let mut group = c.benchmark_group("decode-1-core");
+    group.throughput(Throughput::Bytes((BATCH * RECORD) as u64));
+    for (kind, data, codec) in [CodecId::Deflate, CodecId::Zstd, CodecId::Lz4]
+        .into_iter()
+        .flat_map(|c| [("image", &images, c), ("tokens", &tokens, c)])
+    {
+        let encoded: Vec<Vec<u8>> = data
+            .chunks_exact(RECORD)
+            .map(|r| {
+                let mut out = vec![0u8; RECORD - 1];
+                let n = codec.encode(r, &mut out).unwrap_or_else(|| {
+                    out.copy_from_slice(&r[..RECORD - 1]);
+                    usize::MAX
+                });
+                if n == usize::MAX {
+                    // Did not shrink: the store would keep it raw.
+                    return r.to_vec();
+                }
+                out.truncate(n);
+                out
+            })
+            .collect();
+        let stored: usize = encoded.iter().map(Vec::len).sum();
+        eprintln!("{codec}/{kind}: ratio {:.3}", data.len() as f64 / stored as f64);
+        let mut dst = vec![0u8; RECORD];
+        group.bench_function(format!("{codec}/{kind}"), |b| {
+            b.iter(|| {
+                for e in &encoded {
+                    if e.len() == RECORD {
+                        dst.copy_from_slice(e);
+                    } else {
+                        codec.decode(e, &mut dst).unwrap();
+                    }
+                }
+                black_box(&dst);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn append(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = image_records(1024, 5);
+    let mut group = c.benchmark_group("append");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(data.len() as u64));
+    let mut n = 0;
+    for codec in CodecId::ALL {
+        group.bench_function(codec.name(), |b| {
+            b.iter_batched(
+                || {
+                    n += 1;
+                    Store::<Deflate>::open(dir.path().join(format!("a{n}"))).unwrap()
+                },
+                |store| {
+                    store.append_fixed_with(codec, &data, 1024, RECORD).unwrap();
+                    store
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+fn open_million(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("million");
+    {
+        let store: Store<Deflate> = Store::open(&path).unwrap();
+        let bytes = vec![1u8; 1 << 20];
+        for _ in 0..4 {
+            store.append_fixed_with(CodecId::Raw, &bytes, 250_000, 4).unwrap();
+        }
+        assert_eq!(store.len(), 1_000_000);
+    }
+    // Resident memory added by one open, read from /proc.
+    let rss = || -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0) * 4096
+    };
+    let before = rss();
+    let t = Instant::now();
+    let store: Store<Deflate> = Store::open_read_only(&path).unwrap();
+    let took = t.elapsed();
+    eprintln!(
+        "open 1M records: {:?}, resident +{} KiB",
+        took,
+        rss().saturating_sub(before) / 1024
+    );
+    drop(store);
+    c.bench_function("open-1M-records", |b| {
+        b.iter(|| black_box(Store::<Deflate>::open_read_only(&path).unwrap()))
+    });
+}
+
+criterion_group!(benches, gather, decode_per_core, append, open_million);
+criterion_main!(benches);

@@ -1,0 +1,67 @@
+//! Shared fixtures for the loaderx criterion benchmarks (`benches/benches/`).
+//!
+//! The workload everywhere is the one of the original's published figures:
+//! 12 KiB records of smooth, image-like `uint8(3, 64, 64)` content, gathered
+//! in batches of 256 random indices.
+
+/// Bytes of one record: a `uint8(3, 64, 64)` image.
+pub const RECORD: usize = 3 * 64 * 64;
+/// Records per gather.
+pub const BATCH: usize = 256;
+
+/// One smooth image-like record: per-channel gradients plus a little noise,
+/// so general-purpose codecs shrink it modestly (as real photos do).
+pub fn image_record(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(RECORD);
+    for c in 0..3u64 {
+        for y in 0..64u64 {
+            for col in 0..64u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let base = (y * 2 + col + c * 40 + seed * 13) % 200;
+                out.push((base + (x % 10)) as u8);
+            }
+        }
+    }
+    out
+}
+
+/// One record of token-like data: little-endian `u16` token ids drawn from a
+/// skewed vocabulary (what a tokenised text corpus looks like on disk).
+pub fn token_record(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+    let mut out = Vec::with_capacity(RECORD);
+    while out.len() < RECORD {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Skewed: most tokens come from a small set of frequent ids.
+        let id = if x % 4 == 0 { x >> 20 & 0x7fff } else { (x >> 40) % 300 };
+        out.extend_from_slice(&(id as u16).to_le_bytes());
+    }
+    out
+}
+
+/// `n` image records back to back.
+pub fn image_records(n: usize, seed: u64) -> Vec<u8> {
+    (0..n as u64).flat_map(|i| image_record(seed + i)).collect()
+}
+
+/// Deterministic batches of random indices below `len`.
+pub fn random_batches(len: u64, batches: usize, seed: u64) -> Vec<Vec<u64>> {
+    let mut x = seed | 1;
+    (0..batches)
+        .map(|_| {
+            (0..BATCH)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % len
+                })
+                .collect()
+        })
+        .collect()
+}
