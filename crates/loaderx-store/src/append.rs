@@ -133,6 +133,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     fn append_layout(&self, codec: CodecId, src: &[u8], layout: Layout<'_>) -> Result<u64> {
+        self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
                 path: self.path.clone(),

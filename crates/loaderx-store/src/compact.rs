@@ -27,6 +27,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// this process `&mut self`, across processes an exclusive advisory lock
     /// (fails with [`Error::Locked`] while another handle has the store open).
     pub fn compact(&mut self) -> Result<()> {
+        self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
                 path: self.path.clone(),

@@ -1,11 +1,16 @@
 //! Deleting records: the tail of the table is swapped into each hole, so the
 //! index space stays dense. Only the table changes; bytes stay until `compact`.
+//! All-or-nothing through the undo log (`undo.rs`).
 
 use std::{collections::BTreeMap, sync::atomic::Ordering};
 
-use loaderx_format::{RecordLoc, entry_offset};
+use loaderx_format::{Header, RecordLoc, entry_offset};
 
-use crate::{Codec, Error, Result, Store, storage::Storage};
+use crate::{
+    Codec, Error, Result, Store,
+    storage::{FileId, Storage},
+    undo::UndoLog,
+};
 
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Removes the records at `idxs` (any order, duplicates allowed).
@@ -13,8 +18,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Indices are processed in descending order and each hole is filled with
     /// the current last record, so afterwards the live records are exactly
     /// `0..len()` and surviving records may have new indices. Every index is
-    /// checked before anything changes.
+    /// checked before anything changes, and a delete interrupted by an I/O
+    /// error or a crash is rolled back (now, or when the store is next opened
+    /// for writing).
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
+        self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
                 path: self.path.clone(),
@@ -48,28 +56,69 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
         }
         filled.retain(|&slot, _| slot < length);
-
         let mut originals = Vec::with_capacity(filled.len());
         for &slot in filled.keys() {
             originals.push((slot, self.raw_entry(slot)?));
         }
-        let result = filled
+        let log = UndoLog {
+            header,
+            entries: originals,
+        };
+        self.write_undo(&log)?;
+
+        let new = Header { length, ..header };
+        let applied = filled
             .iter()
             .try_for_each(|(&slot, loc)| {
                 self.write_meta(entry_offset(slot), &loc.encode(), "write table")
             })
-            .and_then(|()| {
-                let new = loaderx_format::Header { length, ..header };
-                self.write_meta(0, &new.encode(), "write header")
-            });
-        if let Err(e) = result {
-            // Put back what was overwritten; the header still has the old length.
-            for (slot, loc) in originals {
-                let _ = self.write_meta(entry_offset(slot), &loc.encode(), "restore table");
+            .and_then(|()| self.write_meta(0, &new.encode(), "write header"));
+        if let Err(e) = applied {
+            // Put back what was overwritten; if even that fails, the undo log
+            // on disk will do it at the next writable open.
+            if self.roll_back(&log).is_ok() && self.remove_undo().is_ok() {
+                return Err(e);
             }
+            self.poison();
+            return Err(e);
+        }
+        if let Err(e) = self.remove_undo() {
+            // The log would undo this delete at the next open: say it failed.
+            self.poison();
             return Err(e);
         }
         self.len.store(length, Ordering::Release);
         Ok(())
+    }
+
+    fn write_undo(&mut self, log: &UndoLog) -> Result<()> {
+        let path = self.file_path(FileId::Undo);
+        let written = self
+            .storage
+            .open_file(FileId::Undo, true, 0)
+            .and_then(|_| self.storage.truncate(FileId::Undo, 0))
+            .and_then(|()| self.storage.write_at(FileId::Undo, 0, &log.encode()))
+            .and_then(|()| self.storage.sync(FileId::Undo));
+        if let Err(e) = written {
+            // Nothing in the table changed; a torn log is ignored on open.
+            let _ = self.storage.remove(FileId::Undo);
+            return Err(Error::io(path, "write undo log", e));
+        }
+        Ok(())
+    }
+
+    fn remove_undo(&mut self) -> Result<()> {
+        let path = self.file_path(FileId::Undo);
+        self.storage
+            .remove(FileId::Undo)
+            .map_err(|e| Error::io(path, "remove undo log", e))
+    }
+
+    /// Writes back the entries and header an undo log recorded.
+    pub(crate) fn roll_back(&self, log: &UndoLog) -> Result<()> {
+        for (slot, loc) in &log.entries {
+            self.write_meta(entry_offset(*slot), &loc.encode(), "roll back table")?;
+        }
+        self.write_meta(0, &log.header.encode(), "roll back header")
     }
 }

@@ -19,6 +19,9 @@ pub enum Error {
     },
     /// The store was opened read-only and the operation writes. Code -2.
     ReadOnly { path: PathBuf, op: &'static str },
+    /// An earlier write on this handle failed halfway and could not be
+    /// undone in place; reopening the store recovers it. Code -2.
+    Poisoned { path: PathBuf },
     /// Another process holds the store's lock. Code -2.
     Locked { path: PathBuf, holder: &'static str },
     /// An index is not below the store's length. Code -3.
@@ -69,7 +72,10 @@ impl Error {
     pub fn code(&self) -> i32 {
         match self {
             Error::OutOfMemory { .. } => -1,
-            Error::Io { .. } | Error::ReadOnly { .. } | Error::Locked { .. } => -2,
+            Error::Io { .. }
+            | Error::ReadOnly { .. }
+            | Error::Locked { .. }
+            | Error::Poisoned { .. } => -2,
             Error::IndexOutOfRange { .. } => -3,
             Error::RecordSize { .. } => -4,
             Error::Full { .. } => -5,
@@ -114,6 +120,11 @@ impl fmt::Display for Error {
             Error::ReadOnly { path, op } => write!(
                 f,
                 "cannot {op}: the store at {} is open read-only",
+                path.display()
+            ),
+            Error::Poisoned { path } => write!(
+                f,
+                "file I/O failed earlier and left {} needing recovery: reopen the store",
                 path.display()
             ),
             Error::Locked { path, holder } => write!(

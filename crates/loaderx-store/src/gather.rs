@@ -46,6 +46,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     fn gather_placed(&self, idxs: &[u64], dst: &mut [u8], place: Placement<'_>) -> Result<()> {
+        self.check_usable()?;
         if idxs.is_empty() {
             return Ok(());
         }

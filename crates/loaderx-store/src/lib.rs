@@ -44,6 +44,7 @@ mod lock;
 mod parallel;
 pub mod storage;
 mod store;
+mod undo;
 
 pub use codec::{Codec, CodecId, DecodeError, Deflate, Lz4, Raw, Zstd};
 pub use error::{Error, Result};

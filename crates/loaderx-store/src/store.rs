@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Mutex,
-        atomic::{AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
     },
 };
 
@@ -21,6 +21,7 @@ use crate::{
     lock::StoreLock,
     parallel,
     storage::{FileId, FileStorage, Storage},
+    undo::UndoLog,
 };
 
 /// How to open a store.
@@ -92,6 +93,9 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// our writes); reads never go past them, so a short file cannot SIGBUS.
     pub(crate) chunk_lens: Box<[AtomicU64]>,
     pub(crate) append_lock: Mutex<()>,
+    /// Set when a write failed halfway and could not be undone in place: the
+    /// bytes on disk are recovered by the next open, not by this handle.
+    pub(crate) poisoned: AtomicBool,
     pub(crate) _lock: Option<StoreLock>,
     _codec: PhantomData<C>,
 }
@@ -140,7 +144,7 @@ impl<C: Codec> Store<C, FileStorage> {
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Opens the store held by `storage`. O(1) in the number of records:
     /// only the header is read; table entries are checked when touched.
-    pub fn open_in(storage: S, options: OpenOptions) -> Result<Self> {
+    pub fn open_in(mut storage: S, options: OpenOptions) -> Result<Self> {
         let path = storage.location().to_owned();
         let meta_path = path.join(loaderx_format::META_FILE);
         let read_only = options.read_only || storage.is_read_only();
@@ -157,6 +161,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let existing = storage
             .open_file(FileId::Meta, false, 0)
             .map_err(|e| Error::io(&meta_path, "open", e))?;
+        if existing.is_some() {
+            recover_undo(&mut storage, &path, read_only)?;
+        }
         let (header, meta_len) = match existing {
             Some(meta_len) => (read_header(&storage, &meta_path, meta_len)?, meta_len),
             None if create => {
@@ -215,9 +222,24 @@ impl<C: Codec, S: Storage> Store<C, S> {
             tail: AtomicU64::new(pack_tail(header.tail_chunk, header.tail_offset)),
             chunk_lens,
             append_lock: Mutex::new(()),
+            poisoned: AtomicBool::new(false),
             _lock: None,
             _codec: PhantomData,
         })
+    }
+
+    /// Refuses to work on a handle whose last write failed halfway.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
     }
 
     /// The store's directory.
@@ -303,6 +325,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 found: out.len(),
             });
         }
+        self.check_usable()?;
         let header = self.header();
         for (&idx, slot) in idxs.iter().zip(out.iter_mut()) {
             *slot = self.entry(idx, &header)?.logic_length;
@@ -413,6 +436,48 @@ pub(crate) fn pack_tail(chunk: u16, offset: u32) -> u64 {
 
 pub(crate) fn unpack_tail(packed: u64) -> (u16, u32) {
     ((packed >> 32) as u16, packed as u32)
+}
+
+/// Rolls back a delete that an undo log says did not finish (see `undo.rs`).
+fn recover_undo<S: Storage>(storage: &mut S, path: &Path, read_only: bool) -> Result<()> {
+    let undo_path = path.join(FileId::Undo.file_name());
+    let Some(len) = storage
+        .open_file(FileId::Undo, false, 0)
+        .map_err(|e| Error::io(&undo_path, "open", e))?
+    else {
+        return Ok(());
+    };
+    let log = storage
+        .with_bytes(FileId::Undo, 0, len as usize, UndoLog::decode)
+        .map_err(|e| Error::io(&undo_path, "read", e))?;
+    let meta_path = path.join(loaderx_format::META_FILE);
+    match (log, read_only) {
+        (None, true) => Ok(()),
+        (Some(_), true) => Err(Error::NotAStore {
+            path: path.to_owned(),
+            reason:
+                "an interrupted delete must be rolled back first: open the store for writing once"
+                    .into(),
+        }),
+        (log, false) => {
+            if let Some(log) = log {
+                for (slot, loc) in &log.entries {
+                    storage
+                        .write_at(FileId::Meta, entry_offset(*slot), &loc.encode())
+                        .map_err(|e| Error::io(&meta_path, "roll back table", e))?;
+                }
+                storage
+                    .write_at(FileId::Meta, 0, &log.header.encode())
+                    .map_err(|e| Error::io(&meta_path, "roll back header", e))?;
+                storage
+                    .sync(FileId::Meta)
+                    .map_err(|e| Error::io(&meta_path, "sync", e))?;
+            }
+            storage
+                .remove(FileId::Undo)
+                .map_err(|e| Error::io(&undo_path, "remove", e))
+        }
+    }
 }
 
 fn read_header<S: Storage>(storage: &S, meta_path: &Path, meta_len: u64) -> Result<Header> {

@@ -113,21 +113,50 @@ fn a_failed_append_changes_nothing() {
 
 #[test]
 fn a_failed_delete_changes_nothing() {
-    for k in 0..6 {
-        let storage = MemStorage::new();
-        let (mut store, expect) = filled(&storage);
-        // A transient failure: the rollback's writes succeed.
-        storage.fail_once_after(k);
-        let result = store.delete(&[1, 2, 40]);
-        storage.clear_faults();
-        if result.is_ok() {
-            continue;
+    let probe = MemStorage::new();
+    let (mut store, _) = filled(&probe);
+    let start = probe.ops();
+    store.delete(&[1, 2, 40]).unwrap();
+    let after_delete = contents(&store);
+    let steps = probe.ops() - start;
+    assert!(steps >= 4, "a delete takes {steps} steps");
+    for transient in [true, false] {
+        for k in 0..steps {
+            let storage = MemStorage::new();
+            let (mut store, expect) = filled(&storage);
+            if transient {
+                storage.fail_once_after(k);
+            } else {
+                storage.fail_after(k);
+            }
+            assert!(store.delete(&[1, 2, 40]).is_err(), "step {k} did not fail");
+            // Undone in place, this handle still reads the old records; if
+            // the undo could not be finished in place, it refuses to read.
+            match store.lengths(&[0], &mut [0u32]) {
+                Ok(()) => assert!(contents(&store) == expect, "k={k}"),
+                Err(e) => assert!(matches!(e, loaderx_store::Error::Poisoned { .. }), "{e}"),
+            }
+            drop(store);
+            // A read-only open refuses a store with a pending undo log
+            // rather than show a half-done delete.
+            let crashed = storage.after_process_crash();
+            if let Ok(ro) = Store::<Raw, MemStorage>::open_in(
+                crashed.read_only(),
+                loaderx_store::OpenOptions::read_only(),
+            ) {
+                assert!(contents(&ro) == expect, "k={k} read-only");
+            }
+            let store: Store<Raw, MemStorage> = mem_store(&crashed, CAPACITY);
+            assert!(
+                contents(&store) == expect,
+                "k={k} transient={transient} after reopen"
+            );
+            store.verify().unwrap();
         }
-        assert!(contents(&store) == expect, "k={k}");
-        drop(store);
-        let store: Store<Raw, MemStorage> = mem_store(&storage, CAPACITY);
-        assert!(contents(&store) == expect, "k={k} after reopen");
     }
+    // A process killed after the delete completed keeps it.
+    let done: Store<Raw, MemStorage> = mem_store(&probe.after_process_crash(), CAPACITY);
+    assert!(contents(&done) == after_delete);
 }
 
 #[test]

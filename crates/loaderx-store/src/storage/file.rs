@@ -37,6 +37,7 @@ pub struct FileStorage {
     dir: PathBuf,
     read_only: bool,
     meta: OnceLock<Mapped>,
+    undo: OnceLock<Mapped>,
     chunks: Box<[OnceLock<Mapped>]>,
 }
 
@@ -47,6 +48,7 @@ impl FileStorage {
             dir: dir.into(),
             read_only,
             meta: OnceLock::new(),
+            undo: OnceLock::new(),
             chunks: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
         }
     }
@@ -54,6 +56,7 @@ impl FileStorage {
     fn slot(&self, file: FileId) -> io::Result<&OnceLock<Mapped>> {
         match file {
             FileId::Meta => Ok(&self.meta),
+            FileId::Undo => Ok(&self.undo),
             FileId::Chunk(id) => self.chunks.get(id as usize).ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -75,6 +78,8 @@ impl FileStorage {
     fn extent(file: FileId) -> u64 {
         match file {
             FileId::Meta => META_LEN,
+            // 2^24 entries of 20 bytes, with room to spare.
+            FileId::Undo => 1 << 29,
             FileId::Chunk(_) => CHUNK_CAPACITY,
         }
     }
@@ -187,6 +192,7 @@ impl Storage for FileStorage {
         self.slot(file)?;
         let slot = match file {
             FileId::Meta => &mut self.meta,
+            FileId::Undo => &mut self.undo,
             FileId::Chunk(id) => &mut self.chunks[id as usize],
         };
         drop(slot.take());

@@ -13,6 +13,9 @@ use std::{fmt, io, path::Path};
 
 pub use self::{file::FileStorage, memory::MemStorage};
 
+/// Name of the undo log an unfinished delete leaves behind.
+pub const UNDO_FILE: &str = "meta.zr.undo";
+
 /// One file of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FileId {
@@ -20,6 +23,8 @@ pub enum FileId {
     Meta,
     /// `<id>.zr`: record bytes.
     Chunk(u32),
+    /// `meta.zr.undo`: what an unfinished delete overwrote (see `undo.rs`).
+    Undo,
 }
 
 impl FileId {
@@ -28,6 +33,7 @@ impl FileId {
         match self {
             FileId::Meta => loaderx_format::META_FILE.to_owned(),
             FileId::Chunk(id) => loaderx_format::chunk_file_name(id),
+            FileId::Undo => UNDO_FILE.to_owned(),
         }
     }
 }
