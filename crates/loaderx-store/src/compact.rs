@@ -114,7 +114,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
         };
         self.publish_tail(&new)?;
         self.sync_meta()?;
-        for id in final_chunk + 1..=old_tail {
+        // Past the old frontier there may also be staging chunks that an
+        // interrupted compaction left behind.
+        let mut past: Vec<u32> = (final_chunk + 1..=old_tail).collect();
+        let listed = self
+            .storage
+            .chunk_ids()
+            .map_err(|e| Error::io(&self.path, "list chunk files", e))?;
+        past.extend(listed.into_iter().filter(|&id| id > old_tail));
+        for id in past {
             let file = FileId::Chunk(id);
             self.storage
                 .remove(file)

@@ -185,6 +185,25 @@ impl Storage for FileStorage {
         self.mapped(file)?.file.set_len(len)
     }
 
+    fn chunk_ids(&self) -> io::Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".zr")) else {
+                continue;
+            };
+            // Only canonical decimal names: "007.zr" is not chunk 7.
+            if let Ok(id) = stem.parse::<u32>()
+                && id.to_string() == stem
+                && id < MAX_CHUNKS
+            {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
     fn remove(&mut self, file: FileId) -> io::Result<()> {
         if self.read_only {
             return Err(read_only_error());

@@ -272,6 +272,18 @@ impl Storage for MemStorage {
         Ok(())
     }
 
+    fn chunk_ids(&self) -> io::Result<Vec<u32>> {
+        Ok(self
+            .lock()
+            .files
+            .keys()
+            .filter_map(|f| match f {
+                FileId::Chunk(id) => Some(*id),
+                _ => None,
+            })
+            .collect())
+    }
+
     fn remove(&mut self, file: FileId) -> io::Result<()> {
         let mut st = self.lock();
         self.mutate(&mut st, "remove")?;

@@ -84,6 +84,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// Closes and deletes `file`; absent files are not an error.
     fn remove(&mut self, file: FileId) -> io::Result<()>;
+
+    /// Ids of every chunk file present, open or not (to find files an
+    /// interrupted compaction left past the frontier).
+    fn chunk_ids(&self) -> io::Result<Vec<u32>>;
 }
 
 pub(crate) fn read_only_error() -> io::Error {
