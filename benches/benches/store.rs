@@ -18,7 +18,10 @@ fn gather(c: &mut Criterion) {
     group.throughput(Throughput::Bytes((BATCH * RECORD) as u64));
 
     // Baselines: copying the same scattered records out of memory.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
     let mut dst = vec![0u8; BATCH * RECORD];
     let mut k = 0;
     group.bench_function("memcpy-1-thread", |b| {
@@ -45,7 +48,10 @@ fn gather(c: &mut Criterion) {
             };
             // A persistent two-thread pool, as the store uses.
             pool.install(|| {
-                rayon::join(|| copy(lo, &idxs[..BATCH / 2]), || copy(hi, &idxs[BATCH / 2..]))
+                rayon::join(
+                    || copy(lo, &idxs[..BATCH / 2]),
+                    || copy(hi, &idxs[BATCH / 2..]),
+                )
             });
             black_box(&dst);
         })
@@ -53,7 +59,9 @@ fn gather(c: &mut Criterion) {
 
     for codec in CodecId::ALL {
         let store: Store<Deflate> = Store::open(dir.path().join(codec.name())).unwrap();
-        store.append_fixed_with(codec, &data, RECORDS, RECORD).unwrap();
+        store
+            .append_fixed_with(codec, &data, RECORDS, RECORD)
+            .unwrap();
         // Warm: every page mapped and cached.
         for idxs in &batches {
             store.gather(idxs, &mut dst, RECORD).unwrap();
@@ -102,7 +110,10 @@ fn decode_per_core(c: &mut Criterion) {
             })
             .collect();
         let stored: usize = encoded.iter().map(Vec::len).sum();
-        eprintln!("{codec}/{kind}: ratio {:.3}", data.len() as f64 / stored as f64);
+        eprintln!(
+            "{codec}/{kind}: ratio {:.3}",
+            data.len() as f64 / stored as f64
+        );
         let mut dst = vec![0u8; RECORD];
         group.bench_function(format!("{codec}/{kind}"), |b| {
             b.iter(|| {
@@ -152,14 +163,21 @@ fn open_million(c: &mut Criterion) {
         let store: Store<Deflate> = Store::open(&path).unwrap();
         let bytes = vec![1u8; 1 << 20];
         for _ in 0..4 {
-            store.append_fixed_with(CodecId::Raw, &bytes, 250_000, 4).unwrap();
+            store
+                .append_fixed_with(CodecId::Raw, &bytes, 250_000, 4)
+                .unwrap();
         }
         assert_eq!(store.len(), 1_000_000);
     }
     // Resident memory added by one open, read from /proc.
     let rss = || -> u64 {
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-        statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0) * 4096
+        statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
+            * 4096
     };
     let before = rss();
     let t = Instant::now();

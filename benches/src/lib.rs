@@ -38,7 +38,11 @@ pub fn token_record(seed: u64) -> Vec<u8> {
         x ^= x >> 7;
         x ^= x << 17;
         // Skewed: most tokens come from a small set of frequent ids.
-        let id = if x % 4 == 0 { x >> 20 & 0x7fff } else { (x >> 40) % 300 };
+        let id = if x.is_multiple_of(4) {
+            x >> 20 & 0x7fff
+        } else {
+            (x >> 40) % 300
+        };
         out.extend_from_slice(&(id as u16).to_le_bytes());
     }
     out

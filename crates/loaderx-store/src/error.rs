@@ -127,11 +127,9 @@ impl fmt::Display for Error {
                 "file I/O failed earlier and left {} needing recovery: reopen the store",
                 path.display()
             ),
-            Error::Locked { path, holder } => write!(
-                f,
-                "the store at {} is locked by another process ({holder})",
-                path.display()
-            ),
+            Error::Locked { path, holder } => {
+                write!(f, "the store at {} is locked: {holder}", path.display())
+            }
             Error::IndexOutOfRange { index, len } => {
                 write!(f, "index {index} out of range for a store of {len} records")
             }

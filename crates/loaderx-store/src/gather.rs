@@ -51,6 +51,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Ok(());
         }
         let header = self.header();
+        self.check_meta_len(&header)?;
         let mut locs: Vec<(usize, RecordLoc)> = Vec::new();
         locs.try_reserve_exact(idxs.len())
             .map_err(|_| Error::OutOfMemory {
@@ -95,6 +96,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if let Placement::Offsets(_) = place {
             check_disjoint(&locs)?;
         }
+        self.check_chunks_still_hold(idxs, &locs)?;
 
         let shared = SharedDst::new(dst);
         parallel::for_ranges(idxs.len(), work, |range| {
@@ -111,6 +113,36 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             Ok(())
         })
+    }
+}
+
+impl<C: Codec, S: Storage> Store<C, S> {
+    /// Re-checks, against the chunk files' lengths as they are now, that every
+    /// record's bytes are still there: a chunk file truncated behind our back
+    /// must give an error, not a SIGBUS. One `fstat` per distinct chunk.
+    fn check_chunks_still_hold(&self, idxs: &[u64], locs: &[(usize, RecordLoc)]) -> Result<()> {
+        let mut seen: Vec<(u16, u64)> = Vec::new();
+        for (i, (_, loc)) in locs.iter().enumerate() {
+            let len = match seen.iter().find(|(c, _)| *c == loc.chunk_id) {
+                Some(&(_, len)) => len,
+                None => {
+                    let len = self.refresh_chunk_len(loc.chunk_id)?;
+                    seen.push((loc.chunk_id, len));
+                    len
+                }
+            };
+            if loc.end() > len {
+                return Err(Error::Corrupt {
+                    path: self.file_path(crate::storage::FileId::Chunk(u32::from(loc.chunk_id))),
+                    entry: idxs[i],
+                    reason: format!(
+                        "bytes end at {}, past the chunk file's end {len}",
+                        loc.end()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 }
 

@@ -33,7 +33,7 @@ impl StoreLock {
             Ok(()) => Ok(Some(lock)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(Error::Locked {
                 path: dir.to_owned(),
-                holder: "a compaction is running",
+                holder: "another handle is compacting it",
             }),
             Err(_) => Ok(None),
         }
@@ -45,7 +45,7 @@ impl StoreLock {
             .map_err(|e| match e.kind() {
                 io::ErrorKind::WouldBlock => Error::Locked {
                     path: dir.to_owned(),
-                    holder: "another handle has the store open",
+                    holder: "another handle (in this or another process) has it open; close that first",
                 },
                 _ => Error::io(dir.join(loaderx_format::META_FILE), "lock", e),
             })

@@ -291,6 +291,36 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.path.join(file.file_name())
     }
 
+    /// Checks that `meta.zr` still holds the table `header` describes: a file
+    /// truncated behind our back must give an error, not a SIGBUS.
+    pub(crate) fn check_meta_len(&self, header: &Header) -> Result<()> {
+        let need = HEADER_LEN as u64 + u64::from(header.length) * ENTRY_LEN as u64;
+        let have = self
+            .storage
+            .current_len(FileId::Meta)
+            .map_err(|e| Error::io(self.meta_path(), "stat", e))?;
+        if have < need {
+            return Err(Error::format(
+                self.meta_path(),
+                FormatError::Truncated { need, have },
+            ));
+        }
+        Ok(())
+    }
+
+    /// Re-reads the length of chunk `id` from the file system and lowers the
+    /// known length if the file shrank; returns the length to trust.
+    pub(crate) fn refresh_chunk_len(&self, id: u16) -> Result<u64> {
+        let file = FileId::Chunk(u32::from(id));
+        let now = self
+            .storage
+            .current_len(file)
+            .map_err(|e| Error::io(self.file_path(file), "stat", e))?;
+        Ok(self.chunk_lens[usize::from(id)]
+            .fetch_min(now, Ordering::AcqRel)
+            .min(now))
+    }
+
     /// Reads table entry `index` without judging it.
     pub(crate) fn raw_entry(&self, index: u32) -> Result<RecordLoc> {
         let mut buf = [0u8; ENTRY_LEN];
@@ -327,6 +357,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.check_usable()?;
         let header = self.header();
+        self.check_meta_len(&header)?;
         for (&idx, slot) in idxs.iter().zip(out.iter_mut()) {
             *slot = self.entry(idx, &header)?.logic_length;
         }

@@ -468,3 +468,94 @@ fn concurrent_compaction_by_another_handle_is_refused() {
     a.compact().unwrap();
     let _ = OpenOptions::default();
 }
+
+#[test]
+fn files_truncated_after_open_give_errors_not_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store: Store<Raw> = Store::open(&path).unwrap();
+    store
+        .append_fixed(&fixed_batch(8, 4096, 1), 8, 4096)
+        .unwrap();
+    let mut out = vec![0u8; 4096];
+    store.gather(&[7], &mut out, 4096).unwrap();
+    // Another program cuts the chunk file short while we have it mapped.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("0.zr"))
+        .unwrap()
+        .set_len(4096 * 3)
+        .unwrap();
+    let err = store.gather(&[7], &mut out, 4096).unwrap_err();
+    assert_eq!(err.code(), -7, "{err}");
+    assert!(err.to_string().contains("entry 7"), "{err}");
+    store.gather(&[0, 2], &mut vec![0u8; 8192], 4096).unwrap();
+    // And meta.zr cut below the table.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("meta.zr"))
+        .unwrap()
+        .set_len(40)
+        .unwrap();
+    assert_eq!(store.gather(&[0], &mut out, 4096).unwrap_err().code(), -8);
+    assert_eq!(store.lengths(&[0], &mut [0]).unwrap_err().code(), -8);
+}
+
+#[test]
+fn every_kind_of_bad_entry_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    {
+        let store: Store = Store::open(&path).unwrap();
+        store
+            .append_fixed_with(CodecId::Raw, &fixed_batch(2, 1000, 1), 2, 1000)
+            .unwrap();
+        store
+            .append_fixed_with(CodecId::Deflate, &fixed_batch(1, 1000, 9), 1, 1000)
+            .unwrap();
+    }
+    let meta = fs::read(path.join("meta.zr")).unwrap();
+    let entry = |i: usize| 16 + 16 * i;
+    let put = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut m = meta.clone();
+        f(&mut m);
+        fs::write(path.join("meta.zr"), &m).unwrap();
+    };
+    let gather_err = |idx: u64| {
+        let store = Store::<Deflate>::open_read_only(&path).unwrap();
+        let err = store.gather(&[idx], &mut [0u8; 4096], 4096).unwrap_err();
+        (err.code(), err.to_string())
+    };
+    // Header length over 2^24: refused at open.
+    put(&|m| m[12..16].copy_from_slice(&((1u32 << 24) + 1).to_le_bytes()));
+    assert_eq!(
+        Store::<Deflate>::open_read_only(&path).unwrap_err().code(),
+        -8
+    );
+    // A chunk id past the tail.
+    put(&|m| m[entry(1) + 12] = 3);
+    let (code, msg) = gather_err(1);
+    assert_eq!(code, -7);
+    assert!(msg.contains("entry 1") && msg.contains("tail"), "{msg}");
+    // A zero logical length.
+    put(&|m| m[entry(0) + 8..entry(0) + 12].copy_from_slice(&0u32.to_le_bytes()));
+    assert_eq!(gather_err(0).0, -7);
+    // An oversized logical length.
+    put(&|m| m[entry(2) + 8..entry(2) + 12].copy_from_slice(&(2u32 << 20).to_le_bytes()));
+    assert_eq!(gather_err(2).0, -7);
+    // Raw entry whose sizes disagree.
+    put(&|m| m[entry(0) + 4..entry(0) + 8].copy_from_slice(&999u32.to_le_bytes()));
+    assert!(gather_err(0).1.contains("raw"));
+    // Compressed bytes that decode to a different size than the entry claims.
+    put(&|m| m[entry(2) + 8..entry(2) + 12].copy_from_slice(&1200u32.to_le_bytes()));
+    let (code, msg) = gather_err(2);
+    assert_eq!(code, -7);
+    assert!(msg.contains("entry 2"), "{msg}");
+    // Outside the tail chunk's frontier.
+    put(&|m| m[entry(1)..entry(1) + 4].copy_from_slice(&5000u32.to_le_bytes()));
+    assert!(gather_err(1).1.contains("frontier"));
+    // Restored, everything reads again.
+    put(&|_| {});
+    let store = Store::<Deflate>::open_read_only(&path).unwrap();
+    store.verify().unwrap();
+}

@@ -138,6 +138,10 @@ impl Storage for FileStorage {
         Ok(Some(len))
     }
 
+    fn current_len(&self, file: FileId) -> io::Result<u64> {
+        Ok(self.mapped(file)?.file.metadata()?.len())
+    }
+
     fn with_bytes<R>(
         &self,
         file: FileId,

@@ -211,6 +211,14 @@ impl Storage for MemStorage {
         Ok(Some(create_len))
     }
 
+    fn current_len(&self, file: FileId) -> io::Result<u64> {
+        let st = self.lock();
+        st.files
+            .get(&file)
+            .map(|f| f.len)
+            .ok_or_else(|| missing(file))
+    }
+
     fn with_bytes<R>(
         &self,
         file: FileId,

@@ -58,6 +58,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Returns its length, or `None` when it is absent and not created.
     fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>>;
 
+    /// The current length of an open `file`, as the file system reports it
+    /// now (someone else may have truncated it since it was opened).
+    fn current_len(&self, file: FileId) -> io::Result<u64>;
+
     /// Calls `f` with `len` bytes of an open `file` starting at `offset`.
     /// The caller guarantees the range lies inside the file's real length.
     fn with_bytes<R>(
