@@ -1,0 +1,152 @@
+//! [`LoaderBuilder`]: the streams, sampler and settings of a loader, checked
+//! before any thread starts.
+
+use std::{collections::HashSet, sync::Arc, thread};
+
+use loaderx_sampler::Sampler;
+
+use crate::{
+    BufferAllocator, Error, Loader, Result, Stream, StreamKind, VecPool,
+    window::Window,
+    worker::{self, Shared},
+};
+
+/// Configures a [`Loader`]; made by [`Loader::builder`].
+///
+/// Defaults: 4 workers, 4 batches of prefetch, a [`VecPool`] allocator (the
+/// defaults of the Python `DataLoader`).
+#[derive(Debug)]
+pub struct LoaderBuilder<A: BufferAllocator = VecPool> {
+    sampler: Sampler,
+    streams: Vec<Stream>,
+    num_workers: usize,
+    prefetch: usize,
+    allocator: A,
+}
+
+impl LoaderBuilder<VecPool> {
+    /// A loader drawing batch indices from `sampler`, starting at its
+    /// current step (so a sampler made with `Sampler::from_state` resumes a
+    /// checkpoint).
+    pub fn new(sampler: Sampler) -> LoaderBuilder<VecPool> {
+        LoaderBuilder {
+            sampler,
+            streams: Vec::new(),
+            num_workers: 4,
+            prefetch: 4,
+            allocator: VecPool::new(),
+        }
+    }
+}
+
+impl<A: BufferAllocator> LoaderBuilder<A> {
+    /// Adds a stream; batches hold its column at this position.
+    pub fn stream(mut self, stream: Stream) -> Self {
+        self.streams.push(stream);
+        self
+    }
+
+    /// Adds several streams, in order.
+    pub fn streams(mut self, streams: impl IntoIterator<Item = Stream>) -> Self {
+        self.streams.extend(streams);
+        self
+    }
+
+    /// Number of worker threads (at least 1). Workers beyond `prefetch`
+    /// have nothing to do: at most `prefetch` batches are in the making at once.
+    pub fn num_workers(mut self, num_workers: usize) -> Self {
+        self.num_workers = num_workers;
+        self
+    }
+
+    /// How many batches may be claimed or finished ahead of the consumer (at
+    /// least 1). Memory is about `prefetch` batches, plus what the consumer holds.
+    pub fn prefetch(mut self, prefetch: usize) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Uses `allocator` for batch buffers.
+    pub fn allocator<B: BufferAllocator>(self, allocator: B) -> LoaderBuilder<B> {
+        LoaderBuilder {
+            sampler: self.sampler,
+            streams: self.streams,
+            num_workers: self.num_workers,
+            prefetch: self.prefetch,
+            allocator,
+        }
+    }
+
+    /// Checks the configuration and starts the workers.
+    ///
+    /// Errors: no streams, duplicate names, a fixed `item_len` of 0, streams
+    /// of different lengths, a sampler drawing past the streams' length, zero
+    /// workers or prefetch, or a thread that would not start.
+    pub fn build(self) -> Result<Loader<A>> {
+        self.check()?;
+        let shared = Arc::new(Shared {
+            local_batch: self.sampler.local_batch_size(),
+            window: Window::new(self.sampler, self.prefetch),
+            streams: self.streams.into_boxed_slice(),
+            allocator: self.allocator,
+        });
+        let mut workers = Vec::with_capacity(self.num_workers);
+        for i in 0..self.num_workers {
+            let for_worker = Arc::clone(&shared);
+            let spawned = thread::Builder::new()
+                .name(format!("loaderx-loader-{i}"))
+                .spawn(move || worker::run(for_worker));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    // Dropping the partial loader closes it and joins the
+                    // workers already started.
+                    drop(Loader::from_parts(shared, workers, self.num_workers));
+                    return Err(Error::Spawn(e));
+                }
+            }
+        }
+        Ok(Loader::from_parts(shared, workers, self.num_workers))
+    }
+
+    fn check(&self) -> Result<()> {
+        for (setting, value) in [
+            ("num_workers", self.num_workers),
+            ("prefetch", self.prefetch),
+        ] {
+            if value == 0 {
+                return Err(Error::ZeroSetting { setting });
+            }
+        }
+        let first = self.streams.first().ok_or(Error::NoStreams)?;
+        let expected = first.source.len();
+        let mut names = HashSet::new();
+        for stream in &self.streams {
+            if !names.insert(&*stream.name) {
+                return Err(Error::DuplicateStream {
+                    name: Arc::clone(&stream.name),
+                });
+            }
+            if stream.kind == (StreamKind::Fixed { item_len: 0 }) {
+                return Err(Error::ZeroItemLen {
+                    stream: Arc::clone(&stream.name),
+                });
+            }
+            let len = stream.source.len();
+            if len != expected {
+                return Err(Error::StreamLength {
+                    stream: Arc::clone(&stream.name),
+                    len,
+                    expected,
+                });
+            }
+        }
+        if self.sampler.len() > expected {
+            return Err(Error::SamplerLength {
+                sampler_len: self.sampler.len(),
+                stream_len: expected,
+            });
+        }
+        Ok(())
+    }
+}

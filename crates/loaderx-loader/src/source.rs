@@ -1,0 +1,122 @@
+//! [`Source`]: what a stream gathers from.
+//!
+//! The loader never names a concrete store type: it sees a stream's records
+//! through this trait, so a binding can put its own handle in front of a
+//! [`Store`] (for instance one behind an `RwLock`, so that `delete` and
+//! `compact` get exclusive access) by forwarding four methods.
+
+use std::{fmt, sync::Arc};
+
+use loaderx_store::{Codec, Store, storage::Storage};
+
+/// Records `0..len()` that can be gathered by index, from many threads at once.
+///
+/// The contract is [`Store`]'s: every method validates all indices and
+/// destination ranges before writing anything, and errors are store errors
+/// (the loader reports them with the stream and step they belong to).
+/// Implementations must not call back into the loader that reads them.
+///
+/// A wrapper forwards to the store it guards; here one that a `delete` can
+/// lock out for the time it runs:
+///
+/// ```
+/// use std::sync::RwLock;
+///
+/// use loaderx_loader::Source;
+/// use loaderx_store::{Result, Store};
+///
+/// #[derive(Debug)]
+/// struct Guarded(RwLock<Store>);
+///
+/// impl Guarded {
+///     fn read(&self) -> std::sync::RwLockReadGuard<'_, Store> {
+///         self.0.read().unwrap_or_else(|p| p.into_inner())
+///     }
+/// }
+///
+/// impl Source for Guarded {
+///     fn len(&self) -> u64 {
+///         self.read().len()
+///     }
+///     fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+///         self.read().gather(idxs, dst, stride)
+///     }
+///     fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+///         self.read().gather_ragged(idxs, dst, offsets)
+///     }
+///     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
+///         self.read().lengths(idxs, out)
+///     }
+/// }
+/// ```
+pub trait Source: Send + Sync + fmt::Debug {
+    /// Number of records; valid indices are `0..len()`.
+    fn len(&self) -> u64;
+
+    /// Whether the source holds no records.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes record `idxs[i]` to `dst[i · stride ..]` for every `i`.
+    fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()>;
+
+    /// Writes record `idxs[i]` to `dst[offsets[i] ..]` for every `i`.
+    fn gather_ragged(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> loaderx_store::Result<()>;
+
+    /// Writes the size in bytes of record `idxs[i]` to `out[i]` for every `i`.
+    fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()>;
+}
+
+impl<C: Codec, S: Storage> Source for Store<C, S> {
+    fn len(&self) -> u64 {
+        Store::len(self)
+    }
+
+    fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
+        Store::gather(self, idxs, dst, stride)
+    }
+
+    fn gather_ragged(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> loaderx_store::Result<()> {
+        Store::gather_ragged(self, idxs, dst, offsets)
+    }
+
+    fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
+        Store::lengths(self, idxs, out)
+    }
+}
+
+/// A shared handle reads what it points at, so `Arc<Store>` and
+/// `Arc<Wrapper>` are sources too.
+impl<T: Source + ?Sized> Source for Arc<T> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+
+    fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
+        (**self).gather(idxs, dst, stride)
+    }
+
+    fn gather_ragged(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> loaderx_store::Result<()> {
+        (**self).gather_ragged(idxs, dst, offsets)
+    }
+
+    fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
+        (**self).lengths(idxs, out)
+    }
+}

@@ -1,0 +1,187 @@
+//! What a worker thread does: claim a step, compute its indices, gather every
+//! stream into fresh buffers, and drop the batch into the reorder window.
+
+use std::{
+    panic::{self, AssertUnwindSafe},
+    sync::Arc,
+};
+
+use crate::{
+    Batch, BufferAllocator, Column, Error, Layout, Result, Stream, StreamKind,
+    window::{Claim, Outcome, Window},
+};
+
+/// Everything the loader and its workers share.
+pub(crate) struct Shared<A: BufferAllocator> {
+    pub(crate) streams: Box<[Stream]>,
+    pub(crate) allocator: A,
+    pub(crate) window: Window<A::Buffer>,
+    pub(crate) local_batch: usize,
+}
+
+impl<A: BufferAllocator> Shared<A> {
+    /// Gives every buffer of `batch` back to the allocator.
+    pub(crate) fn release(&self, batch: Batch<A::Buffer>) {
+        self.release_columns(batch.columns);
+    }
+
+    fn release_columns(&self, columns: Vec<Column<A::Buffer>>) {
+        for column in columns {
+            self.allocator.recycle(column.stream, column.data);
+        }
+    }
+
+    /// Releases the buffers of outcomes nobody will take.
+    pub(crate) fn discard(&self, outcomes: impl IntoIterator<Item = Outcome<A::Buffer>>) {
+        for batch in outcomes.into_iter().flatten() {
+            self.release(batch);
+        }
+    }
+}
+
+/// Per-worker memory reused across batches.
+#[derive(Debug, Default)]
+struct Scratch {
+    lengths: Vec<u32>,
+}
+
+/// A worker's life: produce claimed steps until the window closes.
+pub(crate) fn run<A: BufferAllocator>(shared: Arc<Shared<A>>) {
+    let mut scratch = Scratch::default();
+    while let Some(claim) = shared.window.claim() {
+        // A panicking source or allocator must not leave its step unfilled:
+        // the consumer would wait for it forever.
+        let outcome =
+            panic::catch_unwind(AssertUnwindSafe(|| produce(&shared, &claim, &mut scratch)))
+                .unwrap_or_else(|payload| {
+                    scratch = Scratch::default();
+                    Err(Error::WorkerPanicked {
+                        step: claim.step,
+                        message: panic_message(payload.as_ref()),
+                    })
+                });
+        if let Some(unwanted) = shared.window.complete(&claim, outcome) {
+            shared.discard([unwanted]);
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}
+
+/// The batch of `claim.step`: its indices, then one column per stream.
+fn produce<A: BufferAllocator>(
+    shared: &Shared<A>,
+    claim: &Claim,
+    scratch: &mut Scratch,
+) -> Outcome<A::Buffer> {
+    let mut indices = vec![0u64; shared.local_batch];
+    claim.sampler.indices_at(claim.step, &mut indices)?;
+    let mut columns = Vec::with_capacity(shared.streams.len());
+    for (number, stream) in shared.streams.iter().enumerate() {
+        match gather_column(shared, stream, number, claim.step, &indices, scratch) {
+            Ok(column) => columns.push(column),
+            Err(e) => {
+                shared.release_columns(columns);
+                return Err(e);
+            }
+        }
+    }
+    Ok(Batch {
+        step: claim.step,
+        indices,
+        columns,
+    })
+}
+
+/// Gathers one stream at `indices` into a buffer from the allocator.
+fn gather_column<A: BufferAllocator>(
+    shared: &Shared<A>,
+    stream: &Stream,
+    number: usize,
+    step: u64,
+    indices: &[u64],
+    scratch: &mut Scratch,
+) -> Result<Column<A::Buffer>> {
+    let gather_error = |source| Error::Gather {
+        stream: Arc::clone(&stream.name),
+        step,
+        source,
+    };
+    let lengths = &mut scratch.lengths;
+    lengths.clear();
+    lengths.resize(indices.len(), 0);
+    stream
+        .source
+        .lengths(indices, lengths)
+        .map_err(gather_error)?;
+
+    let (len, layout) = match stream.kind {
+        StreamKind::Fixed { item_len } => {
+            // The store accepts a record shorter than its slot; a reused
+            // buffer would then hand out stale bytes, so refuse it here.
+            if let Some(i) = lengths.iter().position(|&l| l as usize != item_len) {
+                return Err(Error::RecordLength {
+                    stream: Arc::clone(&stream.name),
+                    step,
+                    index: indices[i],
+                    expected: item_len,
+                    found: lengths[i],
+                });
+            }
+            (
+                indices.len().checked_mul(item_len),
+                Layout::Fixed { item_len },
+            )
+        }
+        StreamKind::Ragged => {
+            let mut offsets = Vec::with_capacity(indices.len() + 1);
+            let mut end = 0u64;
+            offsets.push(end);
+            for &l in lengths.iter() {
+                end += u64::from(l);
+                offsets.push(end);
+            }
+            (usize::try_from(end).ok(), Layout::Ragged { offsets })
+        }
+    };
+    let out_of_memory = |bytes| Error::OutOfMemory {
+        stream: Arc::clone(&stream.name),
+        bytes,
+    };
+    let len = len.ok_or_else(|| out_of_memory(u64::MAX))?;
+    let mut data = shared
+        .allocator
+        .allocate(number, len)
+        .ok_or_else(|| out_of_memory(len as u64))?;
+    assert_eq!(
+        data.as_ref().len(),
+        len,
+        "the allocator returned a buffer of the wrong size"
+    );
+    let gathered = match &layout {
+        Layout::Fixed { item_len } => stream.source.gather(indices, data.as_mut(), *item_len),
+        Layout::Ragged { offsets } => {
+            stream
+                .source
+                .gather_ragged(indices, data.as_mut(), &offsets[..indices.len()])
+        }
+    };
+    if let Err(e) = gathered {
+        shared.allocator.recycle(number, data);
+        return Err(gather_error(e));
+    }
+    Ok(Column {
+        name: Arc::clone(&stream.name),
+        stream: number,
+        data,
+        layout,
+    })
+}
