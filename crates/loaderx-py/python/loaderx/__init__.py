@@ -1,0 +1,33 @@
+"""loaderx: a persistent record store and an endless data loader for ML training.
+
+* :class:`Zrecord` stores byte records, each compressed on its own, and
+  gathers any batch of them in parallel straight into a NumPy array.
+* :class:`Dataset` is a typed NumPy view over a store (``Dataset.write``
+  converts an array, ``ds[idxs]`` reads a batch).
+* :class:`DataLoader` draws index batches from a :class:`Sampler` and hands
+  the training loop ready ``{"data", "label"}`` batches, endlessly.
+
+A drop-in replacement for the loaderx 0.5.x Python API; stores are
+compatible both ways for the ``raw`` and ``flate`` codecs.
+"""
+
+from __future__ import annotations
+
+from . import _native
+from ._sampler import Sampler
+from ._zrecord import CODECS, MAX_RECORD_LEN, Zrecord, ZrecordError
+from .dataloader import DataLoader
+from .dataset import Dataset
+
+__version__ = "0.6.0"
+
+__all__ = [
+    "CODECS",
+    "DataLoader",
+    "Dataset",
+    "MAX_RECORD_LEN",
+    "Sampler",
+    "Zrecord",
+    "ZrecordError",
+    "__version__",
+]

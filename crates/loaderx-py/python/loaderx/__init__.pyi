@@ -1,0 +1,21 @@
+from . import _lib as _lib
+from . import _native as _native
+from ._sampler import Sampler as Sampler
+from ._zrecord import CODECS as CODECS
+from ._zrecord import MAX_RECORD_LEN as MAX_RECORD_LEN
+from ._zrecord import Zrecord as Zrecord
+from ._zrecord import ZrecordError as ZrecordError
+from .dataloader import DataLoader as DataLoader
+from .dataset import Dataset as Dataset
+
+__version__: str
+__all__ = [
+    "CODECS",
+    "DataLoader",
+    "Dataset",
+    "MAX_RECORD_LEN",
+    "Sampler",
+    "Zrecord",
+    "ZrecordError",
+    "__version__",
+]

@@ -1,0 +1,5 @@
+from pathlib import Path
+
+LIB_DIR: Path
+
+def path(stem: str) -> str: ...

@@ -1,0 +1,106 @@
+"""The native extension: the store engine and the sampler, GIL released."""
+
+from typing import Final, final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Store", "Sampler", "Loader", "MAX_RECORD_LEN", "CODECS", "__version__"]
+
+__version__: str
+MAX_RECORD_LEN: Final[int]
+CODECS: dict[str, int]
+
+@final
+class Store:
+    def __new__(cls, path: str) -> Store: ...
+    def __len__(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def sync(self) -> None: ...
+    def lengths(self, idxs: npt.NDArray[np.uint64], out: npt.NDArray[np.uint32]) -> None: ...
+    def gather(self, idxs: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], stride: int) -> None: ...
+    def gather_var(
+        self, idxs: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], offsets: npt.NDArray[np.uint64]
+    ) -> None: ...
+    def append(self, src: npt.NDArray[np.uint8], n: int, item_len: int, codec: str) -> int: ...
+    def append_var(
+        self,
+        src: npt.NDArray[np.uint8],
+        offsets: npt.NDArray[np.uint64],
+        lens: npt.NDArray[np.uint32],
+        codec: str,
+    ) -> int: ...
+    def delete(self, idxs: npt.NDArray[np.uint64]) -> None: ...
+    def compact(self) -> None: ...
+    def stats(self) -> tuple[int, int, int, int]: ...
+    def close(self) -> None: ...
+
+@final
+class Sampler:
+    def __new__(
+        cls,
+        length: int,
+        batch_size: int,
+        mode: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> Sampler: ...
+    def fill(self, out: npt.NDArray[np.uint64]) -> None: ...
+    @property
+    def local_batch_size(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+    def state(self) -> tuple[int, int, int, int, int, int, int]: ...
+    def restore(
+        self,
+        seed: int,
+        mode: int,
+        length: int,
+        batch_size: int,
+        step: int,
+        rank: int,
+        world_size: int,
+    ) -> None: ...
+
+@final
+class Loader:
+    def __new__(
+        cls,
+        streams: list[tuple[str, Store, int]],
+        length: int,
+        batch_size: int,
+        mode: int,
+        seed: int,
+        num_workers: int,
+        prefetch: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> Loader: ...
+    def next(
+        self,
+    ) -> (
+        tuple[
+            int,
+            npt.NDArray[np.uint64],
+            list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64] | None]],
+        ]
+        | None
+    ): ...
+    def state(self) -> tuple[int, int, int, int, int, int, int]: ...
+    def restore(
+        self,
+        seed: int,
+        mode: int,
+        length: int,
+        batch_size: int,
+        step: int,
+        rank: int,
+        world_size: int,
+    ) -> None: ...
+    @property
+    def local_batch_size(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...

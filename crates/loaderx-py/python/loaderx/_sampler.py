@@ -1,0 +1,131 @@
+"""Deterministic batches of indices, drawn by the native sampler.
+
+``Sampler(length, batch_size, mode, seed)`` yields uint64 arrays of
+``batch_size`` indices into ``0..length``:
+
+* ``Mode.SEQUENTIAL`` (0): batch ``k`` is ``(k * batch_size + j) % length``, a
+  sliding window over a circular index space, so the tail never truncates.
+* ``Mode.IID`` (1): uniform with replacement, unbiased.
+* ``Mode.SHUFFLE`` (2): without replacement; every ``length`` consecutive
+  draws are a fresh permutation of ``0..length``.
+
+The stream depends only on ``(length, batch_size, mode, seed)``.
+
+Additions over loaderx 0.5.x: sharding for multi-host training (rank ``r``
+of ``world_size`` ranks draws positions ``[r*B/W, (r+1)*B/W)`` of every
+global batch, identical on every host for the same seed) and
+``state_dict()``/``load_state_dict()`` to resume exactly where a checkpoint
+left off.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _native
+
+
+def _integer(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if number < low:
+        raise ValueError(f"{name} must be at least {low}, got {number}")
+    return number
+
+
+class Sampler:
+    """Endless iterator of index batches (see the module docstring)."""
+
+    class Mode(enum.IntEnum):
+        SEQUENTIAL = 0
+        IID = 1
+        SHUFFLE = 2
+
+    def __init__(
+        self,
+        length: int,
+        batch_size: int,
+        mode: int,
+        seed: int = 42,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.length = _integer("length", length, 1)
+        self.batch_size = _integer("batch_size", batch_size, 1)
+        try:
+            self.mode = Sampler.Mode(_integer("mode", mode, 0))
+        except ValueError:
+            raise ValueError(
+                f"mode must be one of {[int(m) for m in Sampler.Mode]} "
+                f"({', '.join(m.name for m in Sampler.Mode)}), got {mode!r}"
+            ) from None
+        self.seed = _integer("seed", seed, 0)
+        if self.seed >= 1 << 64:
+            raise ValueError(f"seed must be below 2**64, got {self.seed}")
+        self.rank = _integer("rank", rank, 0)
+        self.world_size = _integer("world_size", world_size, 1)
+        self._native = _native.Sampler(
+            self.length, self.batch_size, int(self.mode), self.seed, self.rank, self.world_size
+        )
+        #: Indices per ``next()``: ``batch_size // world_size``.
+        self.local_batch_size: int = self._native.local_batch_size
+
+    def next(self) -> np.ndarray:
+        """This rank's share of the next batch: a fresh uint64 array the caller may keep."""
+        out = np.empty(self.local_batch_size, dtype=np.uint64)
+        self._native.fill(out)
+        return out
+
+    @property
+    def step(self) -> int:
+        """Number of batches drawn so far (the next batch's global step)."""
+        return int(self._native.step)
+
+    def state_dict(self) -> dict[str, int]:
+        """A small dict of ints that :meth:`load_state_dict` resumes from."""
+        seed, mode, length, batch_size, step, rank, world_size = self._native.state()
+        return {
+            "seed": seed,
+            "mode": mode,
+            "length": length,
+            "batch_size": batch_size,
+            "step": step,
+            "rank": rank,
+            "world_size": world_size,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume from :meth:`state_dict`: takes its seed and step. Its length,
+        batch size and mode must match this sampler's (``ValueError`` if not);
+        its rank and world size may differ."""
+        try:
+            values = [
+                int(state[k])
+                for k in ("seed", "mode", "length", "batch_size", "step", "rank", "world_size")
+            ]
+        except KeyError as exc:
+            raise ValueError(f"sampler state has no {exc.args[0]!r} entry") from None
+        self._native.restore(*values)
+        self.seed = values[0]
+
+    def __iter__(self) -> Sampler:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        return self.next()
+
+    def __repr__(self) -> str:
+        return (
+            f"Sampler(length={self.length}, batch_size={self.batch_size}, "
+            f"mode=Sampler.Mode.{self.mode.name}, seed={self.seed}, rank={self.rank}, "
+            f"world_size={self.world_size})"
+        )

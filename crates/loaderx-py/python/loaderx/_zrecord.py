@@ -1,0 +1,282 @@
+"""Raw byte records: the Python face of the native store.
+
+`Zrecord` validates its arguments here, where it is cheapest, and hands flat
+byte views to `loaderx._native.Store`, which does the work with the GIL
+released. Failures inside the store arrive as `ZrecordError` with a stable
+negative `.code` (see the table below) and a message saying what and where.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _native
+
+MAX_RECORD_LEN: int = int(_native.MAX_RECORD_LEN)
+
+#: Codec names accepted as ``codec=``, mapped to the tag stored in each record.
+#: ``raw`` and ``flate`` are readable by loaderx 0.5.x; ``zstd`` and ``lz4`` are ours.
+CODECS: dict[str, int] = dict(_native.CODECS)
+
+_MEANINGS = {
+    -1: "out of memory",
+    -2: "file I/O failed",
+    -3: "index out of range",
+    -4: f"record exceeds the {MAX_RECORD_LEN} byte limit",
+    -5: "store is full",
+    -6: "buffer too small",
+    -7: "stored record failed to decode",
+    -8: "not a zrecord store, or written by an unsupported version",
+}
+
+
+class ZrecordError(RuntimeError):
+    """A store operation failed.
+
+    ``code`` is one of the stable negative codes:
+
+    ==== ======================================================
+    -1   out of memory
+    -2   file I/O failed
+    -3   index out of range
+    -4   record exceeds the 1 MiB limit (also: a zero-length record)
+    -5   store is full
+    -6   buffer too small (destination/source does not fit the geometry)
+    -7   stored record failed to decode
+    -8   not a store, or written by an unsupported version
+    ==== ======================================================
+    """
+
+    code: int
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        code = int(code)
+        meaning = _MEANINGS.get(code, f"unknown zrecord error {code}")
+        super().__init__(meaning if message is None else message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, str(self)))
+
+
+def _check_codec(codec: str) -> str:
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}, expected one of {sorted(CODECS)}")
+    return codec
+
+
+def _as_indices(idxs: Any, what: str = "idxs") -> np.ndarray:
+    """Turn any integer array-like into a flat, C-contiguous uint64 array.
+
+    Negative entries raise ``ZrecordError(-3)`` naming the first one; anything
+    that is not integral raises ``TypeError``.
+    """
+    if isinstance(idxs, np.ndarray):
+        arr = idxs
+    elif isinstance(idxs, (int, np.integer)) and not isinstance(idxs, (bool, np.bool_)):
+        arr = np.asarray([idxs])
+    else:
+        try:
+            arr = np.asarray(idxs)
+        except (ValueError, OverflowError) as exc:
+            raise TypeError(f"{what} must be an integer array-like: {exc}") from None
+    arr = arr.reshape(-1)
+    kind = arr.dtype.kind
+    if kind == "u":
+        return np.ascontiguousarray(arr, dtype=np.uint64)
+    if kind == "i":
+        if arr.size and int(arr.min()) < 0:
+            pos = int(np.flatnonzero(arr < 0)[0])
+            raise ZrecordError(-3, f"index {int(arr[pos])} at position {pos} of {what} is negative")
+        return np.ascontiguousarray(arr, dtype=np.uint64)
+    if arr.size == 0 and kind in "fO":
+        # `[]` comes out of NumPy as float64; an empty batch is still valid.
+        return np.empty(0, dtype=np.uint64)
+    if kind == "O":
+        values = []
+        for pos, item in enumerate(arr.tolist()):
+            if isinstance(item, bool):
+                raise TypeError(f"{what} must hold integers, got a bool at position {pos}")
+            try:
+                value = operator.index(item)
+            except TypeError:
+                raise TypeError(
+                    f"{what} must hold integers, got {type(item).__name__} at position {pos}"
+                ) from None
+            if value < 0:
+                raise ZrecordError(-3, f"index {value} at position {pos} of {what} is negative")
+            if value >= 1 << 64:
+                raise ZrecordError(-3, f"index {value} at position {pos} of {what} is out of range")
+            values.append(value)
+        return np.array(values, dtype=np.uint64)
+    raise TypeError(f"{what} must be integers, got an array of dtype {arr.dtype}")
+
+
+def _as_u64(values: Any, what: str) -> np.ndarray:
+    """Byte offsets: non-negative integers as a flat uint64 array."""
+    try:
+        return _as_indices(values, what)
+    except ZrecordError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _as_array(buf: Any, what: str) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        return buf
+    try:
+        return np.asarray(memoryview(buf))
+    except TypeError:
+        raise TypeError(
+            f"{what} must be a NumPy array or a buffer, got {type(buf).__name__}"
+        ) from None
+
+
+def _byte_view(buf: Any, what: str, writable: bool) -> np.ndarray:
+    """A flat uint8 view of `buf`'s memory; never a copy."""
+    arr = _as_array(buf, what)
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous")
+    if writable and not arr.flags.writeable:
+        raise ValueError(f"{what} must be writable")
+    if arr.dtype.hasobject:
+        raise TypeError(f"{what} must hold plain data, not Python objects ({arr.dtype})")
+    flat = arr.reshape(-1)
+    if flat.dtype != np.uint8:
+        flat = flat.view(np.uint8)
+    return flat
+
+
+def _count(value: Any, what: str) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__}") from None
+    if value < 0:
+        raise ValueError(f"{what} must be non-negative, got {value}")
+    return value
+
+
+class Zrecord:
+    """A store of byte records, densely indexed ``0..len(zr)``.
+
+    Appends assign consecutive indices. ``delete`` keeps the index space dense
+    by moving the tail into each hole, so indices are stable only while
+    nothing is deleted.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], codec: str = "flate") -> None:
+        """Open the store at `path`, creating the directory and an empty store
+        when absent. `codec` is the default for appends."""
+        self.codec = _check_codec(codec)
+        self.path = os.fspath(path)
+        self._store: _native.Store | None = _native.Store(self.path)
+
+    def _live(self) -> _native.Store:
+        store = self._store
+        if store is None:
+            raise ValueError(f"operation on a closed Zrecord ({self.path})")
+        return store
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __repr__(self) -> str:
+        state = "closed" if self._store is None else f"{len(self._store)} records"
+        return f"Zrecord({self.path!r}, codec={self.codec!r}) <{state}>"
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        self._live().sync()
+
+    def lengths(self, idxs: Any) -> np.ndarray:
+        """The logical (decoded) size in bytes of each record, as uint32."""
+        idxs = _as_indices(idxs)
+        out = np.empty(idxs.size, dtype=np.uint32)
+        self._live().lengths(idxs, out)
+        return out
+
+    def gather(self, idxs: Any, dst: Any, stride: int) -> None:
+        """Decode record ``idxs[i]`` into `dst` at byte ``i * stride``, in place."""
+        idxs = _as_indices(idxs)
+        view = _byte_view(dst, "dst", writable=True)
+        self._live().gather(idxs, view, _count(stride, "stride"))
+
+    def gather_var(self, idxs: Any, dst: Any, offsets: Any) -> None:
+        """Decode record ``idxs[i]`` into `dst` at byte ``offsets[i]``, in place."""
+        idxs = _as_indices(idxs)
+        offsets = _as_u64(offsets, "offsets")
+        if offsets.size != idxs.size:
+            raise ValueError(
+                f"offsets must have one entry per index, got {offsets.size} for {idxs.size}"
+            )
+        view = _byte_view(dst, "dst", writable=True)
+        self._live().gather_var(idxs, view, offsets)
+
+    def append(self, src: Any, n: int, item_len: int, codec: str | None = None) -> int:
+        """Append `n` records of `item_len` bytes from `src`; returns the first new index."""
+        codec = _check_codec(self.codec if codec is None else codec)
+        view = _byte_view(src, "src", writable=False)
+        return self._live().append(
+            view, _count(n, "n"), _count(item_len, "item_len"), codec
+        )
+
+    def append_var(self, src: Any, offsets: Any, lens: Any, codec: str | None = None) -> int:
+        """Append ragged records ``src[offsets[i]:][:lens[i]]``; returns the first new index."""
+        codec = _check_codec(self.codec if codec is None else codec)
+        view = _byte_view(src, "src", writable=False)
+        offsets = _as_u64(offsets, "offsets")
+        lens64 = _as_u64(lens, "lens")
+        if lens64.size and int(lens64.max()) > 0xFFFFFFFF:
+            pos = int(np.argmax(lens64))
+            raise ZrecordError(
+                -4, f"record {pos} of the batch is {int(lens64[pos])} bytes, over the "
+                f"{MAX_RECORD_LEN} byte limit"
+            )
+        if offsets.size != lens64.size:
+            raise ValueError(
+                f"offsets and lens must have the same length, got {offsets.size} and {lens64.size}"
+            )
+        return self._live().append_var(view, offsets, lens64.astype(np.uint32), codec)
+
+    def delete(self, idxs: Any) -> None:
+        """Remove records; the tail moves into each hole so ``0..len`` stays dense.
+
+        Waits for in-flight gathers on this store to finish first."""
+        self._live().delete(_as_indices(idxs))
+
+    def compact(self) -> None:
+        """Reclaim the space left behind by ``delete``, in place."""
+        self._live().compact()
+
+    def stats(self) -> dict[str, int]:
+        """``records``, ``live_bytes``, ``chunk_bytes`` and ``reclaimable``."""
+        records, live, chunk, reclaimable = self._live().stats()
+        return {
+            "records": records,
+            "live_bytes": live,
+            "chunk_bytes": chunk,
+            "reclaimable": reclaimable,
+        }
+
+    def close(self) -> None:
+        """Release the store. Idempotent; waits for in-flight calls to finish."""
+        store = getattr(self, "_store", None)
+        if store is not None:
+            self._store = None
+            store.close()
+
+    def __enter__(self) -> Zrecord:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
+            pass

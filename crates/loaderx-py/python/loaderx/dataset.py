@@ -1,0 +1,273 @@
+"""NumPy view over a store: one record per sample, typed by ``schema.json``.
+
+The store keeps opaque bytes; ``schema.json`` in the store directory records
+the per-sample dtype and shape::
+
+    {"format": "loaderx-zrecord", "version": 1, "dtype": "<f4", "shape": [3, 8, 8], "codec": "flate"}
+
+Reads allocate the output array once and the store decodes straight into it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._zrecord import CODECS, MAX_RECORD_LEN, Zrecord, ZrecordError, _as_indices, _check_codec
+
+SCHEMA = "schema.json"
+FORMAT = "loaderx-zrecord"
+SCHEMA_VERSION = 1
+
+#: Default bound on the bytes of source data handed to one append call.
+WRITE_CHUNK_BYTES = 64 << 20
+
+
+def _read_schema(path: Path) -> dict[str, Any]:
+    schema_path = path / SCHEMA
+    if not schema_path.is_file():
+        raise FileNotFoundError(f"{schema_path} not found; {path} is not a loaderx dataset")
+    try:
+        schema = json.loads(schema_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{schema_path} is not valid JSON: {exc}") from None
+    if not isinstance(schema, dict) or schema.get("format") != FORMAT:
+        raise ValueError(f"{schema_path} is not a {FORMAT} schema")
+    for key in ("dtype", "shape", "codec"):
+        if key not in schema:
+            raise ValueError(f"{schema_path} has no {key!r} entry")
+    return schema
+
+
+def _sample_dtype(dtype: np.dtype) -> np.dtype:
+    if dtype.hasobject:
+        raise ValueError(f"cannot store Python objects (dtype {dtype})")
+    if dtype.fields is not None:
+        raise ValueError(f"structured dtypes are not supported (dtype {dtype})")
+    return dtype
+
+
+class Dataset:
+    """A typed, indexable view over a store written by :meth:`Dataset.write`."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open the dataset at `path`.
+
+        Raises:
+            FileNotFoundError: `path` holds no ``schema.json``.
+            ValueError: the schema is not a loaderx one.
+        """
+        self.path = Path(path)
+        schema = _read_schema(self.path)
+        self.dtype: np.dtype = np.dtype(schema["dtype"])
+        self.shape: tuple[int, ...] = tuple(int(d) for d in schema["shape"])
+        self.codec: str = schema["codec"]
+        self._itemsize = math.prod(self.shape) * self.dtype.itemsize
+        self._store: Zrecord | None = Zrecord(self.path, codec=self.codec)
+
+    def _live(self) -> Zrecord:
+        store = self._store
+        if store is None:
+            raise ValueError(f"operation on a closed Dataset ({self.path})")
+        return store
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __repr__(self) -> str:
+        size = "closed" if self._store is None else f"{len(self._store)} samples"
+        return (
+            f"Dataset({str(self.path)!r}) <{size} of {self.dtype.str}{list(self.shape)}, "
+            f"codec={self.codec}>"
+        )
+
+    # reading
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        """``ds[i]`` is one sample (negative `i` counts from the end); a slice,
+        an integer list or array, or a boolean mask gives a stacked batch.
+        A tuple indexes the batch further: ``ds[i, 0]`` is ``ds[i][0]``."""
+        if isinstance(idx, tuple):
+            if not idx:
+                return self[np.arange(len(self))]
+            head, rest = idx[0], idx[1:]
+            picked = self[head]
+            if self._is_scalar_index(head):
+                return picked[rest] if rest else picked
+            return picked[(slice(None), *rest)] if rest else picked
+        if self._is_scalar_index(idx):
+            i = operator.index(idx)
+            n = len(self)
+            if i < 0:
+                if i + n < 0:
+                    raise ZrecordError(-3, f"index {i} is out of range for a dataset of {n} samples")
+                i += n
+            return self.__getitems__(np.array([i], dtype=np.uint64))[0]
+        if isinstance(idx, slice):
+            return self.__getitems__(np.arange(*idx.indices(len(self)), dtype=np.int64))
+        if idx is Ellipsis:
+            return self[np.arange(len(self))]
+        if isinstance(idx, np.ndarray) and idx.dtype == np.bool_ and idx.ndim == 1:
+            if idx.shape[0] != len(self):
+                raise IndexError(
+                    f"boolean mask of length {idx.shape[0]} does not match a dataset of "
+                    f"{len(self)} samples"
+                )
+        return self.__getitems__(idx)
+
+    @staticmethod
+    def _is_scalar_index(idx: Any) -> bool:
+        if isinstance(idx, (bool, np.bool_)):
+            return False
+        return isinstance(idx, (int, np.integer)) or (
+            isinstance(idx, np.ndarray) and idx.ndim == 0 and idx.dtype.kind in "iu"
+        )
+
+    def __getitems__(self, idxs: Any) -> np.ndarray:
+        """A batch ``(k, *shape)`` for `k` indices (integers or a boolean mask).
+
+        Negative indices count from the end. This is also the batch hook
+        PyTorch's DataLoader calls."""
+        store = self._live()
+        arr = idxs if isinstance(idxs, np.ndarray) else np.asarray(idxs)
+        if arr.dtype == np.bool_:
+            arr = np.flatnonzero(arr)
+        elif arr.dtype.kind == "i" and arr.size and int(arr.min()) < 0:
+            n = len(store)
+            arr = np.where(arr < 0, arr + n, arr).reshape(-1)
+            if int(arr.min()) < 0:
+                pos = int(np.argmin(arr))
+                raise ZrecordError(
+                    -3,
+                    f"index {int(arr[pos]) - n} at position {pos} is out of range for a "
+                    f"dataset of {n} samples",
+                )
+        idx64 = _as_indices(arr)
+        out = np.empty((idx64.size, *self.shape), dtype=self.dtype)
+        store.gather(idx64, out, self._itemsize)
+        return out
+
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self[i]
+
+    # writing
+
+    @classmethod
+    def write(
+        cls,
+        path: str | os.PathLike[str],
+        array: Any,
+        codec: str = "flate",
+        chunk_bytes: int = WRITE_CHUNK_BYTES,
+    ) -> Dataset:
+        """Store `array` as a dataset, one record per slice along axis 0.
+
+        A 1-D array becomes a dataset of scalars (what a label set usually is).
+        The array is streamed in blocks of at most `chunk_bytes` (at least one
+        sample), so ``np.load(..., mmap_mode="r")`` input is never read whole.
+        When `path` already holds a dataset of the same dtype and shape, the
+        samples are appended and the existing dataset's codec is kept.
+
+        Returns:
+            The dataset at `path`, open for reading.
+
+        Raises:
+            ValueError: unknown codec, a 0-d array, a sample over
+                ``MAX_RECORD_LEN`` bytes or of zero bytes, an unsupported dtype,
+                or `path` holding a dataset of a different dtype or shape.
+        """
+        _check_codec(codec)
+        chunk_bytes = operator.index(chunk_bytes)
+        if chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        array = np.asanyarray(array)
+        if array.ndim < 1:
+            raise ValueError("array must have a sample axis (got a 0-d array)")
+
+        dtype = _sample_dtype(np.dtype(array.dtype))
+        shape = tuple(int(d) for d in array.shape[1:])
+        itemsize = math.prod(shape) * dtype.itemsize
+        if itemsize > MAX_RECORD_LEN:
+            raise ValueError(
+                f"a sample of shape {shape} and dtype {dtype} is {itemsize} bytes, over the "
+                f"{MAX_RECORD_LEN} byte record limit"
+            )
+        if itemsize == 0:
+            raise ValueError(f"a sample of shape {shape} and dtype {dtype} has zero bytes")
+
+        path = Path(path)
+        schema_path = path / SCHEMA
+        if schema_path.is_file():
+            schema = _read_schema(path)
+            found = (str(schema["dtype"]), tuple(schema["shape"]))
+            if found != (dtype.str, shape):
+                raise ValueError(
+                    f"{path} holds {found[0]}{list(found[1])} samples, cannot append "
+                    f"{dtype.str}{list(shape)}"
+                )
+            codec = str(schema["codec"])
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            schema = {
+                "format": FORMAT,
+                "version": SCHEMA_VERSION,
+                "dtype": dtype.str,
+                "shape": list(shape),
+                "codec": codec,
+            }
+            tmp = path / (SCHEMA + ".tmp")
+            tmp.write_text(json.dumps(schema) + "\n")
+            os.replace(tmp, schema_path)
+
+        step = max(1, chunk_bytes // itemsize)
+        with Zrecord(path, codec=codec) as store:
+            for start in range(0, len(array), step):
+                block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
+                store.append(block, len(block), itemsize)
+            store.sync()
+        return cls(path)
+
+    # maintenance
+
+    def delete(self, idxs: Any) -> None:
+        """Remove samples; the tail moves into each hole so ``0..len`` stays dense.
+
+        Surviving samples may change index. Waits for in-flight reads."""
+        self._live().delete(idxs)
+
+    def compact(self) -> None:
+        """Reclaim the space left behind by :meth:`delete`."""
+        self._live().compact()
+
+    def stats(self) -> dict[str, int]:
+        """Storage usage; see :meth:`loaderx.Zrecord.stats`."""
+        return self._live().stats()
+
+    def close(self) -> None:
+        """Release the store. Idempotent."""
+        store = getattr(self, "_store", None)
+        if store is not None:
+            self._store = None
+            store.close()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
+            pass
+
+
+__all__ = ["Dataset", "CODECS", "MAX_RECORD_LEN", "SCHEMA", "FORMAT", "WRITE_CHUNK_BYTES"]

@@ -1,0 +1,49 @@
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ._zrecord import CODECS as CODECS
+from ._zrecord import MAX_RECORD_LEN as MAX_RECORD_LEN
+
+SCHEMA: Final[str]
+FORMAT: Final[str]
+SCHEMA_VERSION: Final[int]
+WRITE_CHUNK_BYTES: Final[int]
+
+class Dataset:
+    path: Path
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    codec: str
+    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, idx: Any) -> Any: ...
+    def __getitems__(self, idxs: npt.ArrayLike) -> npt.NDArray[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    @classmethod
+    def write(
+        cls,
+        path: str | os.PathLike[str],
+        array: npt.ArrayLike,
+        codec: str = "flate",
+        chunk_bytes: int = 67108864,
+    ) -> Dataset: ...
+    def delete(self, idxs: npt.ArrayLike) -> None: ...
+    def compact(self) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Dataset: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None: ...
+    def __del__(self) -> None: ...
+
+__all__ = ["Dataset", "CODECS", "MAX_RECORD_LEN", "SCHEMA", "FORMAT", "WRITE_CHUNK_BYTES"]

@@ -1,0 +1,45 @@
+//! Engine errors as Python exceptions.
+//!
+//! Store errors become `loaderx._zrecord.ZrecordError(code, message)`: the
+//! class lives in Python (so it pickles and documents like any other), and is
+//! looked up once, lazily, the first time an error is raised. Sampler errors
+//! are bad arguments, so they are `ValueError`s.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+static ZRECORD_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// `ZrecordError(code, message)`.
+pub(crate) fn zrecord_error(py: Python<'_>, code: i32, message: String) -> PyErr {
+    let made = ZRECORD_ERROR
+        .import(py, "loaderx._zrecord", "ZrecordError")
+        .and_then(|class| class.call1((code, message)));
+    match made {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(import_failed) => import_failed,
+    }
+}
+
+/// A store error, with its stable code and its what-and-where message.
+pub(crate) fn store_error(py: Python<'_>, err: loaderx_store::Error) -> PyErr {
+    zrecord_error(py, err.code(), err.to_string())
+}
+
+/// A sampler that cannot be built or restored from what it was given.
+pub(crate) fn sampler_error(err: loaderx_sampler::Error) -> PyErr {
+    PyValueError::new_err(err.to_string())
+}
+
+/// An operation on a store that was closed.
+pub(crate) fn closed(path: &str) -> PyErr {
+    PyValueError::new_err(format!("operation on a closed store ({path})"))
+}
+
+/// An array argument that is not contiguous (the Python layer normally
+/// guarantees it; this covers direct callers of `loaderx._native`).
+pub(crate) fn not_contiguous(what: &str) -> PyErr {
+    PyValueError::new_err(format!("{what} must be a C-contiguous 1-D array"))
+}

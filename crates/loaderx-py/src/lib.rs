@@ -1,0 +1,41 @@
+//! `loaderx._native`: the PyO3 extension under the `loaderx` Python package.
+//!
+//! Three thin classes: [`store::Store`] wraps a [`loaderx_store::Store`],
+//! [`sampler::Sampler`] a [`loaderx_sampler::Sampler`], and
+//! [`loader::Loader`] a [`loaderx_loader::Loader`] whose streams are such
+//! stores (its workers gather through the same lock as Python callers, with
+//! no GIL). Argument checking that is cheap in Python
+//! (codec names, contiguity, writability, index dtypes) happens in the
+//! pure-Python layer (`python/loaderx/`); this module takes flat, typed NumPy
+//! arrays, releases the GIL for every call that does real work, and turns
+//! engine errors into `loaderx.ZrecordError` with their stable code
+//! ([`errors`]).
+//!
+//! It never interprets record bytes, never allocates output arrays (the
+//! caller passes them in), and never holds the GIL while it waits for a lock.
+
+#![forbid(unsafe_code)]
+
+mod errors;
+mod loader;
+mod sampler;
+mod store;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<store::Store>()?;
+    m.add_class::<sampler::Sampler>()?;
+    m.add_class::<loader::Loader>()?;
+    m.add("MAX_RECORD_LEN", loaderx_store::MAX_RECORD_LEN)?;
+    let codecs = PyDict::new(py);
+    for codec in loaderx_store::CodecId::ALL {
+        codecs.set_item(codec.name(), codec.tag().0)?;
+    }
+    m.add("CODECS", codecs)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! `loaderx._native.Loader`: a [`loaderx_loader::Loader`] over stores opened
+//! from Python, handing each batch to NumPy without a copy.
+//!
+//! Workers gather with no Python involvement (no GIL) into `Vec<u8>`
+//! buffers; `next()` moves each buffer into a NumPy array
+//! (`PyArray1::from_vec` adopts the allocation) and the Python layer views
+//! it with the dataset's dtype and shape. `next()` waits with the GIL
+//! released, waking every 100 ms to let Ctrl-C through.
+
+use std::time::Duration;
+
+use loaderx_loader::{Error, Layout, Stream, VecPool};
+use loaderx_sampler::{Mode, SamplerState};
+use numpy::PyArray1;
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::errors::{sampler_error, zrecord_error};
+use crate::sampler::StateTuple;
+use crate::store::Store;
+
+/// How long `next()` waits with the GIL released before checking for signals.
+const WAKE: Duration = Duration::from_millis(100);
+
+/// One column of a batch: the bytes, and the `n + 1` offsets of a ragged
+/// stream (`None` for fixed-size records).
+type PyColumn<'py> = (Bound<'py, PyArray1<u8>>, Option<Bound<'py, PyArray1<u64>>>);
+
+/// `(step, indices, columns in stream order)`.
+type PyBatch<'py> = (u64, Bound<'py, PyArray1<u64>>, Vec<PyColumn<'py>>);
+
+#[pyclass(module = "loaderx._native", name = "Loader", frozen)]
+pub(crate) struct Loader {
+    /// `None` only while being dropped.
+    inner: Option<loaderx_loader::Loader<VecPool>>,
+    /// A child created by `fork()` inherits this object but not the worker
+    /// threads: there it must neither wait for batches nor join workers.
+    created_by: u32,
+}
+
+impl Loader {
+    fn live(&self) -> PyResult<&loaderx_loader::Loader<VecPool>> {
+        if std::process::id() != self.created_by {
+            return Err(PyRuntimeError::new_err(
+                "this DataLoader was created in the parent of this forked process and its \
+                 worker threads do not exist here; create a new DataLoader in this process",
+            ));
+        }
+        self.inner
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the loader is being dropped"))
+    }
+}
+
+fn loader_error(py: Python<'_>, err: Error) -> PyErr {
+    if let Some(store) = err.store_error() {
+        return zrecord_error(py, store.code(), err.to_string());
+    }
+    match err {
+        Error::Sampler(e) => sampler_error(e),
+        Error::RecordLength { .. } => zrecord_error(py, -6, err.to_string()),
+        Error::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
+        Error::NoStreams
+        | Error::DuplicateStream { .. }
+        | Error::ZeroItemLen { .. }
+        | Error::StreamLength { .. }
+        | Error::SamplerLength { .. }
+        | Error::ZeroSetting { .. } => PyValueError::new_err(err.to_string()),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+#[pymethods]
+impl Loader {
+    /// `streams` is a list of `(name, store, item_len)`; `item_len` 0 means
+    /// ragged records.
+    #[new]
+    #[pyo3(signature = (streams, length, batch_size, mode, seed, num_workers, prefetch, rank = 0, world_size = 1))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        streams: Vec<(String, Bound<'_, Store>, usize)>,
+        length: u64,
+        batch_size: usize,
+        mode: u8,
+        seed: u64,
+        num_workers: usize,
+        prefetch: usize,
+        rank: usize,
+        world_size: usize,
+    ) -> PyResult<Self> {
+        let mode = Mode::from_u8(mode).map_err(sampler_error)?;
+        let sampler = loaderx_sampler::Sampler::new(length, batch_size, mode, seed)
+            .and_then(|s| s.sharded(rank, world_size))
+            .map_err(sampler_error)?;
+        let streams: Vec<Stream> = streams
+            .iter()
+            .map(|(name, store, item_len)| {
+                let source = store.get().handle();
+                match item_len {
+                    0 => Stream::ragged(name.as_str(), source),
+                    &n => Stream::fixed(name.as_str(), source, n),
+                }
+            })
+            .collect();
+        let built = py.detach(move || {
+            loaderx_loader::Loader::builder(sampler)
+                .streams(streams)
+                .num_workers(num_workers)
+                .prefetch(prefetch)
+                .build()
+        });
+        let inner = built.map_err(|err| loader_error(py, err))?;
+        Ok(Loader {
+            inner: Some(inner),
+            created_by: std::process::id(),
+        })
+    }
+
+    /// The next batch in sampler order, or `None` once the loader is closed.
+    /// A batch that failed raises its error; the loader goes on with the next.
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Option<PyBatch<'py>>> {
+        let inner = self.live()?;
+        loop {
+            match py.detach(|| inner.next_timeout(WAKE)) {
+                Ok(Some(batch)) => {
+                    let step = batch.step();
+                    let indices = PyArray1::from_slice(py, batch.indices());
+                    let columns = batch
+                        .into_columns()
+                        .into_iter()
+                        .map(|column| {
+                            let (data, layout) = column.into_parts();
+                            let offsets = match layout {
+                                Layout::Fixed { .. } => None,
+                                Layout::Ragged { offsets } => Some(PyArray1::from_vec(py, offsets)),
+                            };
+                            (PyArray1::from_vec(py, data), offsets)
+                        })
+                        .collect();
+                    return Ok(Some((step, indices, columns)));
+                }
+                Ok(None) => py.check_signals()?,
+                Err(Error::Closed) => return Ok(None),
+                Err(err) => return Err(loader_error(py, err)),
+            }
+        }
+    }
+
+    /// The sampler state of the batch `next()` returns next.
+    fn state(&self) -> PyResult<StateTuple> {
+        Ok(crate::sampler::state_tuple(&self.live()?.state()))
+    }
+
+    /// Continues from a `state()`: drops what was prefetched; the next batch
+    /// is the state's step.
+    #[allow(clippy::too_many_arguments)]
+    fn restore(
+        &self,
+        py: Python<'_>,
+        seed: u64,
+        mode: u8,
+        length: u64,
+        batch_size: usize,
+        step: u64,
+        rank: usize,
+        world_size: usize,
+    ) -> PyResult<()> {
+        let state = SamplerState {
+            seed,
+            mode: Mode::from_u8(mode).map_err(sampler_error)?,
+            len: length,
+            batch_size,
+            step,
+            rank,
+            world_size,
+        };
+        let inner = self.live()?;
+        py.detach(|| inner.restore(&state))
+            .map_err(|err| loader_error(py, err))
+    }
+
+    /// Records per batch per stream.
+    #[getter]
+    fn local_batch_size(&self) -> PyResult<usize> {
+        Ok(self.live()?.local_batch_size())
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.as_ref().is_none_or(|inner| inner.is_closed())
+    }
+
+    /// Stops the workers (each finishes at most the gather it is in) and
+    /// drops prefetched batches; wakes a consumer blocked in `next()`.
+    /// Idempotent; never waits for a consumer. In a forked child it does
+    /// nothing (there are no workers to stop).
+    fn close(&self, py: Python<'_>) {
+        if let Ok(inner) = self.live() {
+            py.detach(|| inner.close());
+        }
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            if std::process::id() == self.created_by {
+                // Joining workers needs no GIL: they never touch Python.
+                drop(inner);
+            } else {
+                // Forked child: the workers' handles name threads of the
+                // parent; joining them would hang. Leave it to process exit.
+                std::mem::forget(inner);
+            }
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! `loaderx._native.Store`: one open store, shared by any number of Python
+//! threads.
+//!
+//! The engine sits in an `RwLock`: gathers, appends, lengths, stats and sync
+//! take it shared (the engine itself lets them run concurrently), while
+//! `delete`, `compact` and `close` take it exclusively, so they wait for the
+//! gathers in flight instead of moving records under them. Every lock is
+//! taken with the GIL released, and every call that touches the store runs
+//! entirely with the GIL released. The engine and its lock live in a
+//! [`Handle`] that native loaders share, so their workers gather through the
+//! same lock (and see a closed store as an I/O error).
+//!
+//! After `fork()` the child inherits the lock word but not the threads that
+//! held it: a gather in flight in the parent at that moment would look like a
+//! reader that never leaves. So in a forked child the exclusive operations
+//! only try the lock: `close` then just stops using the store (the process
+//! keeps the mapping until it exits), and `delete`/`compact` fail with
+//! code -2 instead of hanging.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, TryLockError};
+
+use loaderx_loader::Source;
+use loaderx_store::{CodecId, Deflate};
+use numpy::{PyReadonlyArray1, PyReadwriteArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
+
+type Engine = loaderx_store::Store<Deflate>;
+
+#[pyclass(module = "loaderx._native", name = "Store", frozen)]
+pub(crate) struct Store {
+    handle: Arc<Handle>,
+}
+
+/// The open engine and its lock; shared with the loaders reading it.
+pub(crate) struct Handle {
+    path: String,
+    opened_by: u32,
+    closed: AtomicBool,
+    engine: RwLock<Option<Engine>>,
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("path", &self.path)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Handle {
+    /// Runs `f` under the shared lock (the caller has released the GIL), or
+    /// reports a closed store as an I/O error: loader workers see that.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Engine) -> loaderx_store::Result<T>,
+    ) -> loaderx_store::Result<T> {
+        let guard = self.engine.read().unwrap_or_else(PoisonError::into_inner);
+        match guard.as_ref() {
+            Some(engine) => f(engine),
+            None => Err(loaderx_store::Error::Io {
+                path: PathBuf::from(&self.path),
+                op: "read from",
+                source: io::Error::other("the store was closed"),
+            }),
+        }
+    }
+}
+
+/// Loader workers gather through the same lock as Python callers, so a
+/// `delete` or `close` waits for their gathers too.
+impl Source for Handle {
+    fn len(&self) -> u64 {
+        self.read(|engine| Ok(engine.len())).unwrap_or(0)
+    }
+
+    fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
+        self.read(|engine| engine.gather(idxs, dst, stride))
+    }
+
+    fn gather_ragged(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> loaderx_store::Result<()> {
+        self.read(|engine| engine.gather_ragged(idxs, dst, offsets))
+    }
+
+    fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
+        self.read(|engine| engine.lengths(idxs, out))
+    }
+}
+
+fn codec_id(name: &str) -> PyResult<CodecId> {
+    CodecId::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = CodecId::ALL.iter().map(|c| c.name()).collect();
+        PyValueError::new_err(format!("unknown codec {name:?}, expected one of {known:?}"))
+    })
+}
+
+impl Store {
+    /// The shared handle, for building loaders over this store.
+    pub(crate) fn handle(&self) -> Arc<Handle> {
+        Arc::clone(&self.handle)
+    }
+}
+
+impl Handle {
+    fn forked(&self) -> bool {
+        std::process::id() != self.opened_by
+    }
+
+    /// Runs `f` on the engine under the shared lock, with the GIL released.
+    fn shared<T, F>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(&Engine) -> loaderx_store::Result<T> + Send,
+    {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed(&self.path));
+        }
+        let outcome = py.detach(|| {
+            let guard = self.engine.read().unwrap_or_else(PoisonError::into_inner);
+            guard.as_ref().map(f)
+        });
+        match outcome {
+            None => Err(closed(&self.path)),
+            Some(result) => result.map_err(|err| store_error(py, err)),
+        }
+    }
+
+    /// Runs `f` on the engine under the exclusive lock, with the GIL released.
+    fn exclusive<T, F>(&self, py: Python<'_>, op: &str, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(&mut Engine) -> loaderx_store::Result<T> + Send,
+    {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed(&self.path));
+        }
+        let forked = self.forked();
+        let outcome = py.detach(|| {
+            let mut guard = if forked {
+                match self.engine.try_write() {
+                    Ok(guard) => guard,
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) => return Err(()),
+                }
+            } else {
+                self.engine.write().unwrap_or_else(PoisonError::into_inner)
+            };
+            Ok(guard.as_mut().map(f))
+        });
+        match outcome {
+            Err(()) => Err(zrecord_error(
+                py,
+                -2,
+                format!(
+                    "cannot {op} {}: the store is in use by another thread of this forked \
+                     process, or was in use in the parent when it forked",
+                    self.path
+                ),
+            )),
+            Ok(None) => Err(closed(&self.path)),
+            Ok(Some(result)) => result.map_err(|err| store_error(py, err)),
+        }
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// Opens the store at `path`, creating the directory and an empty store
+    /// when absent.
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let shown = path.display().to_string();
+        let engine = py
+            .detach(|| Engine::open(&path))
+            .map_err(|err| store_error(py, err))?;
+        Ok(Store {
+            handle: Arc::new(Handle {
+                path: shown,
+                opened_by: std::process::id(),
+                closed: AtomicBool::new(false),
+                engine: RwLock::new(Some(engine)),
+            }),
+        })
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.handle.shared(py, |engine| Ok(engine.len() as usize))
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.handle.closed.load(Ordering::Acquire) {
+            "closed"
+        } else {
+            "open"
+        };
+        format!("<loaderx._native.Store {:?} ({state})>", self.handle.path)
+    }
+
+    /// Whether `close` has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.handle.closed.load(Ordering::Acquire)
+    }
+
+    /// Makes everything appended so far durable.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        self.handle.shared(py, |engine| engine.sync())
+    }
+
+    /// Writes the logical size of record `idxs[i]` to `out[i]`.
+    fn lengths(
+        &self,
+        py: Python<'_>,
+        idxs: PyReadonlyArray1<'_, u64>,
+        mut out: PyReadwriteArray1<'_, u32>,
+    ) -> PyResult<()> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let out = out.as_slice_mut().map_err(|_| not_contiguous("out"))?;
+        self.handle.shared(py, |engine| engine.lengths(idxs, out))
+    }
+
+    /// Decodes record `idxs[i]` into `dst[i * stride ..]`.
+    fn gather(
+        &self,
+        py: Python<'_>,
+        idxs: PyReadonlyArray1<'_, u64>,
+        mut dst: PyReadwriteArray1<'_, u8>,
+        stride: usize,
+    ) -> PyResult<()> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
+        self.handle
+            .shared(py, |engine| engine.gather(idxs, dst, stride))
+    }
+
+    /// Decodes record `idxs[i]` into `dst[offsets[i] ..]`.
+    fn gather_var(
+        &self,
+        py: Python<'_>,
+        idxs: PyReadonlyArray1<'_, u64>,
+        mut dst: PyReadwriteArray1<'_, u8>,
+        offsets: PyReadonlyArray1<'_, u64>,
+    ) -> PyResult<()> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
+        let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
+        self.handle
+            .shared(py, |engine| engine.gather_ragged(idxs, dst, offsets))
+    }
+
+    /// Appends `n` records of `item_len` bytes from `src`, encoded with
+    /// `codec`; returns the index of the first.
+    fn append(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        n: usize,
+        item_len: usize,
+        codec: &str,
+    ) -> PyResult<u64> {
+        let codec = codec_id(codec)?;
+        let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
+        self.handle.shared(py, |engine| {
+            engine.append_fixed_with(codec, src, n, item_len)
+        })
+    }
+
+    /// Appends ragged records `src[offsets[i] ..][.. lens[i]]`; returns the
+    /// index of the first.
+    fn append_var(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        offsets: PyReadonlyArray1<'_, u64>,
+        lens: PyReadonlyArray1<'_, u32>,
+        codec: &str,
+    ) -> PyResult<u64> {
+        let codec = codec_id(codec)?;
+        let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
+        let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
+        let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
+        self.handle.shared(py, |engine| {
+            engine.append_ragged_with(codec, src, offsets, lens)
+        })
+    }
+
+    /// Deletes records (tail swapped into each hole); waits for gathers in
+    /// flight.
+    fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        self.handle
+            .exclusive(py, "delete from", |engine| engine.delete(idxs))
+    }
+
+    /// Reclaims the space deleted records left behind; waits for gathers in
+    /// flight.
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        self.handle
+            .exclusive(py, "compact", |engine| engine.compact())
+    }
+
+    /// `(records, live_bytes, chunk_bytes, reclaimable)`.
+    fn stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64)> {
+        self.handle.shared(py, |engine| {
+            let s = engine.stats()?;
+            Ok((s.records, s.live_bytes, s.chunk_bytes, s.reclaimable))
+        })
+    }
+
+    /// Releases the store once the calls in flight have finished.
+    /// Idempotent.
+    fn close(&self, py: Python<'_>) {
+        self.handle.close(py);
+    }
+}
+
+impl Handle {
+    fn close(&self, py: Python<'_>) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let forked = self.forked();
+        py.detach(|| {
+            let taken = if forked {
+                match self.engine.try_write() {
+                    Ok(mut guard) => guard.take(),
+                    Err(TryLockError::Poisoned(p)) => p.into_inner().take(),
+                    // Held by a thread that did not survive the fork: leave
+                    // the engine to the process exit.
+                    Err(TryLockError::WouldBlock) => None,
+                }
+            } else {
+                self.engine
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+            };
+            drop(taken);
+        });
+    }
+}

@@ -1,0 +1,203 @@
+//! The project virtualenv (`<repo>/.venv`) and the Python-side steps.
+//!
+//! The venv is created on first use and its tools installed only when missing
+//! or too old, so a rerun costs one probe instead of a round of pip installs.
+
+use std::env;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::steps::{self, Failure, Workspace};
+
+/// What the venv must hold, as pip requirement specifiers, with the probe
+/// that decides whether each is already satisfied.
+const TOOLS: &[(&str, &str)] = &[
+    ("maturin", "maturin>=1.16,<2"),
+    ("numpy", "numpy"),
+    ("pytest", "pytest"),
+    ("mypy", "mypy"),
+];
+
+/// Prints the requirement specifiers of `TOOLS` that are missing or outside
+/// their version range, one per line. Runs inside the venv.
+const PROBE: &str = r#"
+import sys
+from importlib import metadata
+
+def version(name):
+    try:
+        return tuple(int(p) for p in metadata.version(name).split(".")[:2] if p.isdigit())
+    except metadata.PackageNotFoundError:
+        return None
+
+for name, spec in (a.split("=", 1) for a in sys.argv[1:]):
+    found = version(name)
+    if found is None or (name == "maturin" and not ((1, 16) <= found < (2, 0))):
+        print(spec)
+"#;
+
+#[derive(Debug)]
+pub struct Venv {
+    pub dir: PathBuf,
+    pub python: PathBuf,
+}
+
+impl Venv {
+    fn at(dir: PathBuf) -> Self {
+        let python = if cfg!(windows) {
+            dir.join("Scripts").join("python.exe")
+        } else {
+            dir.join("bin").join("python")
+        };
+        Self { dir, python }
+    }
+
+    /// A command running the venv's interpreter with the venv activated.
+    pub fn python(&self) -> Command {
+        let mut cmd = Command::new(&self.python);
+        let bin = self.python.parent().unwrap_or(&self.dir).to_path_buf();
+        let mut path: Vec<PathBuf> = vec![bin];
+        if let Some(old) = env::var_os("PATH") {
+            path.extend(env::split_paths(&old));
+        }
+        let joined = env::join_paths(path).unwrap_or_else(|_| OsString::from(""));
+        cmd.env("VIRTUAL_ENV", &self.dir)
+            .env("PATH", joined)
+            .env_remove("PYTHONHOME")
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+        cmd
+    }
+
+    fn works(&self) -> bool {
+        steps::capture(Command::new(&self.python).args(["-c", "import sys, venv"])).is_some()
+    }
+}
+
+/// Create `<repo>/.venv` if needed and install whatever tools it lacks.
+pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
+    const STEP: &str = "python venv";
+    let venv = Venv::at(ws.root.join(".venv"));
+    if !venv.works() {
+        let base = base_python()?;
+        let mut cmd = Command::new(&base);
+        cmd.args(["-m", "venv", "--clear"]).arg(&venv.dir);
+        steps::run(STEP, &mut cmd)?;
+        if !venv.works() {
+            return Err(Failure::new(
+                STEP,
+                format!("{} was created but does not run", venv.python.display()),
+            ));
+        }
+    }
+
+    let mut probe = venv.python();
+    probe.args(["-c", PROBE]);
+    probe.args(TOOLS.iter().map(|(name, spec)| format!("{name}={spec}")));
+    let missing = steps::capture(&mut probe).ok_or_else(|| {
+        Failure::new(
+            STEP,
+            format!(
+                "could not probe {} for installed tools",
+                venv.python.display()
+            ),
+        )
+    })?;
+    let missing: Vec<&str> = missing.split_whitespace().collect();
+    if missing.is_empty() {
+        println!(
+            "--- {STEP}: {} has maturin, numpy, pytest, mypy",
+            venv.dir.display()
+        );
+    } else {
+        let mut cmd = venv.python();
+        cmd.args(["-m", "pip", "install", "--quiet"]).args(&missing);
+        steps::run("pip install tools into .venv", &mut cmd)?;
+    }
+    Ok(venv)
+}
+
+/// The interpreter that seeds the venv: `$PYTHON`, else `python3`, which must
+/// be Python 3.9 or newer.
+fn base_python() -> Result<OsString, Failure> {
+    const STEP: &str = "python venv";
+    let candidates: Vec<OsString> = match env::var_os("PYTHON") {
+        Some(p) => vec![p],
+        None if cfg!(windows) => vec!["python".into(), "py".into()],
+        None => vec!["python3".into(), "python".into()],
+    };
+    for candidate in &candidates {
+        let probe = steps::capture(Command::new(candidate).args([
+            "-c",
+            "import sys; print(int(sys.version_info >= (3, 9)), sys.version.split()[0])",
+        ]));
+        match probe
+            .as_deref()
+            .map(str::split_whitespace)
+            .map(|mut w| (w.next(), w.next()))
+        {
+            Some((Some("1"), _)) => return Ok(candidate.clone()),
+            Some((Some(_), version)) => {
+                return Err(Failure::new(
+                    STEP,
+                    format!(
+                        "{} is Python {}; loaderx needs Python 3.9 or newer (set PYTHON=...)",
+                        candidate.to_string_lossy(),
+                        version.unwrap_or("?")
+                    ),
+                ));
+            }
+            _ => continue,
+        }
+    }
+    Err(Failure::new(
+        STEP,
+        format!(
+            "no Python interpreter found (tried {candidates:?}); install Python 3.9+ or set PYTHON=..."
+        ),
+    ))
+}
+
+fn py_crate(ws: &Workspace) -> PathBuf {
+    ws.root.join("crates").join("loaderx-py")
+}
+
+/// Build the extension in release mode and install the package (editable)
+/// into the venv.
+pub fn develop(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
+    let mut cmd = venv.python();
+    cmd.args(["-m", "maturin", "develop", "--release"])
+        .current_dir(py_crate(ws));
+    steps::run(
+        "maturin develop --release (build + install loaderx into .venv)",
+        &mut cmd,
+    )
+}
+
+pub fn pytest(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
+    let mut cmd = venv.python();
+    cmd.args(["-m", "pytest", "-ra"])
+        .arg(py_crate(ws).join("tests"))
+        .current_dir(&ws.root);
+    steps::run("pytest crates/loaderx-py/tests", &mut cmd)
+}
+
+pub fn stubtest(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
+    let allowlist = py_crate(ws).join("stubtest-allowlist.txt");
+    let mut cmd = venv.python();
+    cmd.args(["-m", "mypy.stubtest", "loaderx"]);
+    if allowlist.is_file() {
+        cmd.arg("--allowlist").arg(&allowlist);
+    }
+    cmd.env("MYPY_CACHE_DIR", ws.target_dir().join("mypy-cache"))
+        .current_dir(&ws.root);
+    steps::run("python -m mypy.stubtest loaderx", &mut cmd)
+}
+
+pub fn demo(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
+    let out: PathBuf = ws.target_dir().join("demo");
+    let script: &Path = &py_crate(ws).join("examples").join("demo.py");
+    let mut cmd = venv.python();
+    cmd.arg(script).arg("--out").arg(&out).current_dir(&ws.root);
+    steps::run("demo: convert + load with every codec", &mut cmd)
+}
