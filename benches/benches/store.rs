@@ -84,6 +84,39 @@ fn gather(c: &mut Criterion) {
     group.finish();
 }
 
+/// Small batches around the serial/parallel threshold: per-batch time should
+/// grow smoothly with the batch; a step up where the pool kicks in means the
+/// threshold is too low, a flat stretch above it that it is too high.
+fn gather_small(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = image_records(512, 11);
+    let batches = random_batches(512, 64, 3);
+    let mut group = c.benchmark_group("gather-small");
+    let mut dst = vec![0u8; BATCH * RECORD];
+    for codec in [CodecId::Raw, CodecId::Deflate] {
+        let store: Store<Deflate> = Store::open(dir.path().join(codec.name())).unwrap();
+        store.append_fixed_with(codec, &data, 512, RECORD).unwrap();
+        let sizes: &[usize] = if codec == CodecId::Raw {
+            &[1, 4, 7, 8, 16, 32, 64]
+        } else {
+            &[1, 2, 4, 8]
+        };
+        for &k in sizes {
+            group.throughput(Throughput::Bytes((k * RECORD) as u64));
+            let mut n = 0;
+            group.bench_function(format!("{codec}/{k}"), |b| {
+                b.iter(|| {
+                    let idxs = &batches[n % batches.len()][..k];
+                    n += 1;
+                    store.gather(idxs, &mut dst[..k * RECORD], RECORD).unwrap();
+                    black_box(&dst);
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn decode_per_core(c: &mut Criterion) {
     let images = image_records(BATCH, 3);
     let tokens: Vec<u8> = (0..BATCH as u64).flat_map(token_record).collect();
@@ -194,5 +227,12 @@ fn open_million(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, gather, decode_per_core, append, open_million);
+criterion_group!(
+    benches,
+    gather,
+    gather_small,
+    decode_per_core,
+    append,
+    open_million
+);
 criterion_main!(benches);

@@ -22,6 +22,19 @@ use crate::Result;
 /// Measured in `benches/benches/store.rs` (see `docs/BENCHMARKS.md`).
 pub(crate) const SERIAL_BYTES: u64 = 96 << 10;
 
+/// The threshold in force: [`SERIAL_BYTES`], unless the environment variable
+/// `LOADERX_SERIAL_BYTES` (read once) says otherwise — for measuring it on a
+/// given machine (`0` = always parallel).
+pub(crate) fn serial_bytes() -> u64 {
+    static VALUE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *VALUE.get_or_init(|| {
+        std::env::var("LOADERX_SERIAL_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(SERIAL_BYTES)
+    })
+}
+
 struct Pool {
     pid: u32,
     pool: Arc<ThreadPool>,
@@ -73,7 +86,7 @@ where
     if n == 0 {
         return Ok(());
     }
-    if n == 1 || bytes < SERIAL_BYTES {
+    if n == 1 || bytes < serial_bytes() {
         return work(0..n);
     }
     let pool = pool();
@@ -111,7 +124,7 @@ where
     F: Fn(T) + Sync + Send,
 {
     use rayon::iter::{IntoParallelIterator, ParallelIterator};
-    if parts.len() <= 1 || bytes < SERIAL_BYTES {
+    if parts.len() <= 1 || bytes < serial_bytes() {
         parts.into_iter().for_each(work);
     } else {
         pool().install(|| parts.into_par_iter().for_each(work));
