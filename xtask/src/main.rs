@@ -14,10 +14,13 @@
 //!   original loaderx 0.5.4, run the criterion benches (`loaderx-benches`),
 //!   then `benches/compare.py all`: the Python-side comparison against NumPy
 //!   and loaderx 0.5.4, as markdown tables (JSON under `target/bench-data`).
-//! * `fuzz`, `dist` — not yet available (exit 2).
+//! * `fuzz [SECONDS]` — every fuzz target for SECONDS each (default 120)
+//!   through `fuzz/run.sh`; `test` runs them for a few seconds each too.
+//! * `dist` — not yet available (exit 2).
 
 #![forbid(unsafe_code)]
 
+mod fuzz;
 mod python;
 mod steps;
 
@@ -37,7 +40,8 @@ commands:
                   and time the DataLoader over each
   bench           criterion benches, then benches/compare.py: the Python binding
                   side by side with NumPy and loaderx 0.5.4 (target/compat-venv)
-  fuzz [SECONDS]  (not yet available)
+  fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);
+                  installs cargo-fuzz if missing
   dist            (not yet available)
 
 environment:
@@ -56,7 +60,9 @@ fn main() -> ExitCode {
         "test" => no_args(command, rest).and_then(|()| run_test()),
         "demo" => no_args(command, rest).and_then(|()| run_demo()),
         "bench" => no_args(command, rest).and_then(|()| run_bench()),
-        "fuzz" | "dist" => return not_yet(command),
+        "fuzz" => fuzz::seconds(rest)
+            .and_then(|s| Workspace::locate().and_then(|ws| fuzz::run_all(&ws, s))),
+        "dist" => return not_yet(command),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -89,7 +95,7 @@ fn no_args(command: &str, rest: &[String]) -> Result<(), Failure> {
     }
 }
 
-/// `fuzz` and `dist` are placeholders until their owners land them.
+/// `dist` is a placeholder until its owner lands it.
 fn not_yet(command: &str) -> ExitCode {
     eprintln!("xtask {command}: not yet available (placeholder; nothing was run)");
     ExitCode::from(2)
@@ -114,6 +120,7 @@ fn run_test() -> Result<(), Failure> {
     python::develop(&ws, &venv)?;
     python::pytest(&ws, &venv)?;
     python::stubtest(&ws, &venv)?;
+    fuzz::run_all(&ws, fuzz::SMOKE_SECONDS)?;
     steps::banner("xtask test: all steps passed");
     Ok(())
 }
