@@ -10,7 +10,11 @@
 
 use std::{
     ops::Range,
-    sync::{Arc, Mutex},
+    panic::{self, AssertUnwindSafe},
+    sync::{
+        Arc, Condvar, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -76,9 +80,16 @@ pub(crate) fn threads() -> usize {
     pool().current_num_threads()
 }
 
-/// Runs `work` over `0..n`, split into contiguous ranges across the pool, or
-/// on the calling thread when `bytes` of work is too little to be worth it.
+/// Runs `work` over `0..n`, split into contiguous ranges, or on the calling
+/// thread alone when `bytes` of work is too little to be worth sharing.
 /// Returns the first error in index order.
+///
+/// The calling thread works too: it and up to `threads − 1` pool helpers
+/// claim parts from a shared counter until none are left, then the caller
+/// waits only for parts already claimed. A helper that the scheduler starts
+/// late (the other core is busy) finds nothing left and never delays the
+/// batch, and a small batch never pays for a thread hand-off in each
+/// direction.
 pub(crate) fn for_ranges<F>(n: usize, bytes: u64, work: F) -> Result<()>
 where
     F: Fn(Range<usize>) -> Result<()> + Sync,
@@ -86,34 +97,110 @@ where
     if n == 0 {
         return Ok(());
     }
-    if n == 1 || bytes < serial_bytes() {
+    let pool = pool();
+    let threads = pool.current_num_threads();
+    if n == 1 || threads == 1 || bytes < serial_bytes() {
         return work(0..n);
     }
-    let pool = pool();
-    let parts = (pool.current_num_threads() * 2).clamp(1, n);
+    let parts = (threads * 4).min(n);
     let errors: Mutex<Vec<(usize, crate::Error)>> = Mutex::new(Vec::new());
-    pool.scope(|s| {
-        for p in 0..parts {
-            let range = (p * n / parts)..((p + 1) * n / parts);
-            let work = &work;
-            let errors = &errors;
-            s.spawn(move |_| {
-                let start = range.start;
-                if let Err(e) = work(range) {
-                    errors
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((start, e));
-                }
-            });
+    let panicked: Mutex<Option<Box<dyn std::any::Any + Send>>> = Mutex::new(None);
+    // Never unwinds: errors and panics are parked for the caller.
+    let body = |part: usize| {
+        let range = (part * n / parts)..((part + 1) * n / parts);
+        match panic::catch_unwind(AssertUnwindSafe(|| work(range))) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => lock(&errors).push((part, e)),
+            Err(payload) => {
+                lock(&panicked).get_or_insert(payload);
+            }
         }
+    };
+    let body: &(dyn Fn(usize) + Sync) = &body;
+    // SAFETY: only the lifetime is erased (same fat-pointer layout). The
+    // pointer is dereferenced only by whoever claims a part below `parts`
+    // (`Shared::run`), and this function returns only once every claimed part
+    // has finished (`done == parts`), so no dereference outlives `body`.
+    let body: *const (dyn Fn(usize) + Sync + 'static) = unsafe {
+        std::mem::transmute::<
+            *const (dyn Fn(usize) + Sync + '_),
+            *const (dyn Fn(usize) + Sync + 'static),
+        >(body)
+    };
+    let shared = Arc::new(Shared {
+        next: AtomicUsize::new(0),
+        done: AtomicUsize::new(0),
+        parts,
+        body,
+        finished: Mutex::new(false),
+        wake: Condvar::new(),
     });
+    for _ in 1..threads {
+        let helper = Arc::clone(&shared);
+        pool.spawn(move || helper.run());
+    }
+    shared.run();
+    let mut finished = lock(&shared.finished);
+    while !*finished {
+        finished = shared
+            .wake
+            .wait(finished)
+            .unwrap_or_else(|p| p.into_inner());
+    }
+    drop(finished);
+    if let Some(payload) = lock(&panicked).take() {
+        panic::resume_unwind(payload);
+    }
     let mut errors = errors.into_inner().unwrap_or_else(|p| p.into_inner());
-    errors.sort_by_key(|(start, _)| *start);
+    errors.sort_by_key(|(part, _)| *part);
     match errors.into_iter().next() {
         Some((_, e)) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The parts of one [`for_ranges`] call, shared with the pool helpers.
+struct Shared {
+    /// Next part to claim.
+    next: AtomicUsize,
+    /// Parts finished.
+    done: AtomicUsize,
+    parts: usize,
+    /// The caller's per-part work, lifetime erased (see `for_ranges`).
+    body: *const (dyn Fn(usize) + Sync + 'static),
+    finished: Mutex<bool>,
+    wake: Condvar,
+}
+
+// SAFETY: `body` points at a `Sync` closure, so calling it from any thread is
+// sound; the other fields are thread-safe. When it may be dereferenced is
+// argued in `for_ranges`.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Claims and runs parts until none are left.
+    fn run(&self) {
+        loop {
+            let part = self.next.fetch_add(1, Ordering::AcqRel);
+            if part >= self.parts {
+                return;
+            }
+            // SAFETY: `part < parts` was claimed by this thread, so the caller
+            // of `for_ranges` is still waiting for it and `body` is alive.
+            let body = unsafe { &*self.body };
+            body(part);
+            if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.parts {
+                *lock(&self.finished) = true;
+                self.wake.notify_all();
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs `work` on every part, in parallel unless `bytes` of work is too
@@ -166,5 +253,58 @@ impl SharedDst {
         debug_assert!(start.checked_add(len).is_some_and(|end| end <= self.len));
         // SAFETY: in bounds and exclusive per the function's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn every_index_runs_exactly_once() {
+        for n in [1usize, 2, 3, 7, 64, 1000] {
+            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+            for_ranges(n, u64::MAX, |range| {
+                for i in range {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n={n}");
+        }
+    }
+
+    #[test]
+    fn the_first_error_in_index_order_wins() {
+        let err = for_ranges(100, u64::MAX, |range| {
+            match range.clone().find(|&i| i == 30 || i == 80) {
+                Some(i) => Err(crate::Error::IndexOutOfRange {
+                    index: i as u64,
+                    len: 0,
+                }),
+                None => Ok(()),
+            }
+        })
+        .unwrap_err();
+        assert!(matches!(err, crate::Error::IndexOutOfRange { index: 30, .. }));
+    }
+
+    #[test]
+    fn a_panic_reaches_the_caller_after_the_others_finish() {
+        let finished = AtomicU64::new(0);
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            for_ranges(64, u64::MAX, |range| {
+                if range.contains(&10) {
+                    panic!("boom");
+                }
+                finished.fetch_add(range.len() as u64, Ordering::Relaxed);
+                Ok(())
+            })
+        }));
+        assert!(caught.is_err());
+        // Every part that did not panic ran to completion before the unwind.
+        assert!(finished.load(Ordering::Relaxed) >= 64 - 64 / 8);
     }
 }
