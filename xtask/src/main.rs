@@ -149,6 +149,11 @@ fn run_bench() -> Result<(), Failure> {
 const ORIGINAL: &str = "loaderx==0.5.4";
 const ORIGINAL_VERSION: &str = "0.5.4";
 
+/// The criterion bench targets of `loaderx-benches`. Named one by one: a bare
+/// `cargo bench -p loaderx-benches` (or `--benches`) also runs the library's
+/// libtest harness, which rejects criterion's options.
+const CRITERION_BENCHES: &[&str] = &["store", "sampler", "loader"];
+
 /// Criterion options for `cargo xtask bench`: short runs, the whole suite in
 /// a few minutes on two cores.
 const CRITERION_ARGS: &[&str] = &["--warm-up-time", "1", "--measurement-time", "3"];
@@ -205,7 +210,11 @@ fn original_version(venv: &Venv) -> Option<String> {
 
 /// The Rust-layer benches: store, sampler and loader (criterion).
 fn criterion(ws: &Workspace) -> Result<(), Failure> {
-    let mut args = vec!["bench", "-p", "loaderx-benches", "--"];
+    let mut args = vec!["bench", "-p", "loaderx-benches"];
+    for bench in CRITERION_BENCHES {
+        args.extend_from_slice(&["--bench", bench]);
+    }
+    args.push("--");
     args.extend_from_slice(CRITERION_ARGS);
     ws.cargo("cargo bench -p loaderx-benches (criterion)", &args)
 }
