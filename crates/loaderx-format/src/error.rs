@@ -43,7 +43,7 @@ pub enum EntryFault {
     /// The bytes end past the write frontier of the tail chunk.
     PastFrontier { end: u64, tail_offset: u32 },
     /// The bytes end past the chunk file's real end.
-    PastFileEnd { end: u64, file_len: u64 },
+    PastFileEnd { chunk: u16, end: u64, file_len: u64 },
 }
 
 impl fmt::Display for FormatError {
@@ -102,9 +102,13 @@ impl fmt::Display for EntryFault {
                 f,
                 "bytes end at {end}, past the tail chunk's frontier {tail_offset}"
             ),
-            EntryFault::PastFileEnd { end, file_len } => write!(
+            EntryFault::PastFileEnd {
+                chunk,
+                end,
+                file_len,
+            } => write!(
                 f,
-                "bytes end at {end}, past the chunk file's end {file_len}"
+                "bytes end at {end}, past the end of chunk file {chunk}.zr ({file_len} bytes)"
             ),
         }
     }

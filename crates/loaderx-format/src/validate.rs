@@ -127,7 +127,11 @@ pub fn entry_fault(loc: &RecordLoc, header: &Header, file_len: u64) -> Option<En
         });
     }
     if end > file_len {
-        return Some(EntryFault::PastFileEnd { end, file_len });
+        return Some(EntryFault::PastFileEnd {
+            chunk: loc.chunk_id,
+            end,
+            file_len,
+        });
     }
     None
 }
@@ -255,7 +259,8 @@ mod tests {
             fault(&image(h, &[raw(50, 10, 0)]), &[55]),
             EntryFault::PastFileEnd {
                 end: 60,
-                file_len: 55
+                file_len: 55,
+                ..
             }
         ));
         let h2 = header(1, 1, 0);

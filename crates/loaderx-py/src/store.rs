@@ -181,6 +181,10 @@ impl Store {
     /// when absent.
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        if path.as_os_str().is_empty() {
+            // The engine would take "" for the current directory.
+            return Err(PyValueError::new_err("the store path is empty"));
+        }
         let shown = path.display().to_string();
         let engine = py
             .detach(|| Engine::open(&path))
@@ -243,6 +247,46 @@ impl Store {
         let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
         self.handle
             .shared(py, |engine| engine.gather(idxs, dst, stride))
+    }
+
+    /// Decodes record `idxs[i]` into `dst[i * item_len ..]`, refusing (code
+    /// -6, before writing anything) a batch holding any record that is not
+    /// exactly `item_len` bytes: a typed view must never see a half-filled
+    /// sample. Sizes and bytes are read under one lock, so a concurrent
+    /// `delete` cannot slip between the check and the gather.
+    fn gather_fixed(
+        &self,
+        py: Python<'_>,
+        idxs: PyReadonlyArray1<'_, u64>,
+        mut dst: PyReadwriteArray1<'_, u8>,
+        item_len: usize,
+    ) -> PyResult<()> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
+        let outcome = self.handle.shared(py, |engine| {
+            let mut lens: Vec<u32> = Vec::new();
+            lens.try_reserve_exact(idxs.len())
+                .map_err(|_| loaderx_store::Error::OutOfMemory {
+                    bytes: (idxs.len() * std::mem::size_of::<u32>()) as u64,
+                })?;
+            lens.resize(idxs.len(), 0);
+            engine.lengths(idxs, &mut lens)?;
+            if let Some(pos) = lens.iter().position(|&len| len as usize != item_len) {
+                return Ok(Err((pos, lens[pos])));
+            }
+            engine.gather(idxs, dst, item_len).map(Ok)
+        })?;
+        outcome.map_err(|(pos, found)| {
+            zrecord_error(
+                py,
+                -6,
+                format!(
+                    "buffer too small: record {} (item {pos} of the batch) of {} is {found} \
+                     bytes, but every record of this gather must be {item_len} bytes",
+                    idxs[pos], self.handle.path
+                ),
+            )
+        })
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]`.

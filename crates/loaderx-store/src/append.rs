@@ -163,6 +163,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
         let before = self.header();
         let first = before.length;
+        // Writing at a frontier past the tail chunk's real end would leave a
+        // hole of zeros where records were lost: refuse instead.
+        let tail_len = self.refresh_chunk_len(before.tail_chunk)?;
+        if tail_len < u64::from(before.tail_offset) {
+            let file = FileId::Chunk(u32::from(before.tail_chunk));
+            return Err(Error::NotAStore {
+                path: self.file_path(file),
+                reason: format!(
+                    "the chunk file holds {tail_len} bytes but the store's frontier is at {}: it was cut short; refusing to append",
+                    before.tail_offset
+                ),
+            });
+        }
         if u64::from(first) + n as u64 > u64::from(MAX_RECORDS) {
             return Err(self.full(n, "record", u64::from(MAX_RECORDS)));
         }

@@ -46,6 +46,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     fn compact_locked(&mut self) -> Result<()> {
         let header = self.header();
+        // Files cut short behind our back must give errors, not a SIGBUS.
+        self.check_meta_len(&header)?;
+        for id in 0..=header.tail_chunk {
+            self.refresh_chunk_len(id)?;
+        }
         let mut order: Vec<(u32, RecordLoc)> = Vec::with_capacity(header.length as usize);
         for i in 0..header.length {
             order.push((i, self.entry(u64::from(i), &header)?));

@@ -33,6 +33,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Ok(());
         }
         let header = self.header();
+        self.check_meta_len(&header)?;
         let len = u64::from(header.length);
         if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
             return Err(Error::IndexOutOfRange { index: bad, len });

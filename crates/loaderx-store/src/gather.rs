@@ -136,8 +136,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     path: self.file_path(crate::storage::FileId::Chunk(u32::from(loc.chunk_id))),
                     entry: idxs[i],
                     reason: format!(
-                        "bytes end at {}, past the chunk file's end {len}",
-                        loc.end()
+                        "bytes end at {}, past the end of chunk file {}.zr ({len} bytes)",
+                        loc.end(),
+                        loc.chunk_id
                     ),
                 });
             }

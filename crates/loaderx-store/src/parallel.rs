@@ -288,7 +288,10 @@ mod tests {
             }
         })
         .unwrap_err();
-        assert!(matches!(err, crate::Error::IndexOutOfRange { index: 30, .. }));
+        assert!(matches!(
+            err,
+            crate::Error::IndexOutOfRange { index: 30, .. }
+        ));
     }
 
     #[test]

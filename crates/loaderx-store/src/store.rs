@@ -167,6 +167,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let (header, meta_len) = match existing {
             Some(meta_len) => (read_header(&storage, &meta_path, meta_len)?, meta_len),
             None if create => {
+                // Chunk files without a meta.zr are a damaged store, not an
+                // empty directory: creating over them would lose their bytes.
+                let orphans = storage
+                    .chunk_ids()
+                    .map_err(|e| Error::io(&path, "list chunk files", e))?;
+                if let Some(id) = orphans.first() {
+                    return Err(Error::NotAStore {
+                        path: path.clone(),
+                        reason: format!(
+                            "meta.zr is missing but chunk file {id}.zr exists; refusing to create a new store over it"
+                        ),
+                    });
+                }
                 storage
                     .open_file(FileId::Meta, true, META_LEN)
                     .map_err(|e| Error::io(&meta_path, "create", e))?;
@@ -367,7 +380,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Storage usage. Scans the table, so it is a diagnostic, not a per-batch call.
     pub fn stats(&self) -> Result<Stats> {
         let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.check_usable()?;
         let header = self.header();
+        self.check_meta_len(&header)?;
         let mut live_bytes = 0u64;
         let table_len = u64::from(header.length) * ENTRY_LEN as u64;
         self.storage

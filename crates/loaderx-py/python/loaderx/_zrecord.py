@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,9 @@ import numpy as np
 from . import _native
 
 MAX_RECORD_LEN: int = int(_native.MAX_RECORD_LEN)
+
+# Largest count, length or stride the native layer takes (a C `size_t`).
+_SIZE_MAX = sys.maxsize * 2 + 1
 
 #: Codec names accepted as ``codec=``, mapped to the tag stored in each record.
 #: ``raw`` and ``flate`` are readable by loaderx 0.5.x; ``zstd`` and ``lz4`` are ours.
@@ -69,11 +73,15 @@ def _check_codec(codec: str) -> str:
     return codec
 
 
-def _as_indices(idxs: Any, what: str = "idxs") -> np.ndarray:
+def _as_indices(
+    idxs: Any, what: str = "idxs", noun: str = "index", wrap: int | None = None
+) -> np.ndarray:
     """Turn any integer array-like into a flat, C-contiguous uint64 array.
 
-    Negative entries raise ``ZrecordError(-3)`` naming the first one; anything
-    that is not integral raises ``TypeError``.
+    Negative entries raise ``ZrecordError(-3)`` naming the first one, unless
+    `wrap` is given: then they count from the end of `wrap` records (and only
+    those still negative are refused). Anything that is not integral raises
+    ``TypeError``.
     """
     if isinstance(idxs, np.ndarray):
         arr = idxs
@@ -82,6 +90,11 @@ def _as_indices(idxs: Any, what: str = "idxs") -> np.ndarray:
     else:
         try:
             arr = np.asarray(idxs)
+            if arr.dtype.kind == "f" and arr.size:
+                # NumPy turns a list mixing negative and >= 2**63 integers into
+                # float64: look at the items themselves (integers are checked
+                # one by one, floats are refused with their position).
+                arr = np.asarray(idxs, dtype=object)
         except (ValueError, OverflowError) as exc:
             raise TypeError(f"{what} must be an integer array-like: {exc}") from None
     arr = arr.reshape(-1)
@@ -90,8 +103,11 @@ def _as_indices(idxs: Any, what: str = "idxs") -> np.ndarray:
         return np.ascontiguousarray(arr, dtype=np.uint64)
     if kind == "i":
         if arr.size and int(arr.min()) < 0:
-            pos = int(np.flatnonzero(arr < 0)[0])
-            raise ZrecordError(-3, f"index {int(arr[pos])} at position {pos} of {what} is negative")
+            wrapped = arr if wrap is None else np.where(arr < 0, arr.astype(np.int64) + wrap, arr)
+            if int(wrapped.min()) >= 0:
+                return np.ascontiguousarray(wrapped, dtype=np.uint64)
+            pos = int(np.flatnonzero(wrapped < 0)[0])
+            raise _negative(int(arr[pos]), pos, what, noun, wrap)
         return np.ascontiguousarray(arr, dtype=np.uint64)
     if arr.size == 0 and kind in "fO":
         # `[]` comes out of NumPy as float64; an empty batch is still valid.
@@ -108,18 +124,30 @@ def _as_indices(idxs: Any, what: str = "idxs") -> np.ndarray:
                     f"{what} must hold integers, got {type(item).__name__} at position {pos}"
                 ) from None
             if value < 0:
-                raise ZrecordError(-3, f"index {value} at position {pos} of {what} is negative")
+                if wrap is None or value + wrap < 0:
+                    raise _negative(value, pos, what, noun, wrap)
+                value += wrap
             if value >= 1 << 64:
-                raise ZrecordError(-3, f"index {value} at position {pos} of {what} is out of range")
+                raise ZrecordError(
+                    -3, f"{noun} {value} at position {pos} of {what} is out of range"
+                )
             values.append(value)
         return np.array(values, dtype=np.uint64)
     raise TypeError(f"{what} must be integers, got an array of dtype {arr.dtype}")
 
 
+def _negative(value: int, pos: int, what: str, noun: str, wrap: int | None) -> ZrecordError:
+    if wrap is None:
+        return ZrecordError(-3, f"{noun} {value} at position {pos} of {what} is negative")
+    return ZrecordError(
+        -3, f"{noun} {value} at position {pos} of {what} is out of range for {wrap} records"
+    )
+
+
 def _as_u64(values: Any, what: str) -> np.ndarray:
     """Byte offsets: non-negative integers as a flat uint64 array."""
     try:
-        return _as_indices(values, what)
+        return _as_indices(values, what, noun="value")
     except ZrecordError as exc:
         raise ValueError(str(exc)) from None
 
@@ -203,7 +231,10 @@ class Zrecord:
         """Decode record ``idxs[i]`` into `dst` at byte ``i * stride``, in place."""
         idxs = _as_indices(idxs)
         view = _byte_view(dst, "dst", writable=True)
-        self._live().gather(idxs, view, _count(stride, "stride"))
+        # A stride past size_t fails exactly like the largest one: item 1 of
+        # the batch lands past any buffer (and item 0 fits either way).
+        stride = min(_count(stride, "stride"), _SIZE_MAX)
+        self._live().gather(idxs, view, stride)
 
     def gather_var(self, idxs: Any, dst: Any, offsets: Any) -> None:
         """Decode record ``idxs[i]`` into `dst` at byte ``offsets[i]``, in place."""
@@ -220,9 +251,16 @@ class Zrecord:
         """Append `n` records of `item_len` bytes from `src`; returns the first new index."""
         codec = _check_codec(self.codec if codec is None else codec)
         view = _byte_view(src, "src", writable=False)
-        return self._live().append(
-            view, _count(n, "n"), _count(item_len, "item_len"), codec
-        )
+        n = _count(n, "n")
+        item_len = _count(item_len, "item_len")
+        if n and item_len > _SIZE_MAX:
+            raise ZrecordError(
+                -4,
+                f"record 0 of the batch is {item_len} bytes, over the {MAX_RECORD_LEN} byte limit",
+            )
+        # `n` past size_t cannot fit any source: the engine finds the first
+        # record that does not fit (or is empty) long before the last one.
+        return self._live().append(view, min(n, _SIZE_MAX), item_len, codec)
 
     def append_var(self, src: Any, offsets: Any, lens: Any, codec: str | None = None) -> int:
         """Append ragged records ``src[offsets[i]:][:lens[i]]``; returns the first new index."""

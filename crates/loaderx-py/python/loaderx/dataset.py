@@ -32,10 +32,12 @@ WRITE_CHUNK_BYTES = 64 << 20
 def _read_schema(path: Path) -> dict[str, Any]:
     schema_path = path / SCHEMA
     if not schema_path.is_file():
+        if path.is_file():
+            raise FileNotFoundError(f"{path} is a file, not a loaderx dataset directory")
         raise FileNotFoundError(f"{schema_path} not found; {path} is not a loaderx dataset")
     try:
-        schema = json.loads(schema_path.read_text())
-    except json.JSONDecodeError as exc:
+        schema = json.loads(schema_path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{schema_path} is not valid JSON: {exc}") from None
     if not isinstance(schema, dict) or schema.get("format") != FORMAT:
         raise ValueError(f"{schema_path} is not a {FORMAT} schema")
@@ -53,6 +55,41 @@ def _sample_dtype(dtype: np.dtype) -> np.dtype:
     return dtype
 
 
+def _parse_schema(path: Path, schema: dict[str, Any]) -> tuple[np.dtype, tuple[int, ...], str]:
+    """The sample dtype, shape and codec a schema describes; ``ValueError``
+    naming the file and the entry when any of them is unusable."""
+    where = path / SCHEMA
+    raw_dtype, raw_shape, codec = schema["dtype"], schema["shape"], schema["codec"]
+    if not isinstance(raw_dtype, str):
+        raise ValueError(f"{where}: 'dtype' must be a NumPy dtype string, got {raw_dtype!r}")
+    try:
+        dtype = np.dtype(raw_dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: 'dtype' {raw_dtype!r} is not a NumPy dtype: {exc}") from None
+    try:
+        dtype = _sample_dtype(dtype)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if not isinstance(raw_shape, list) or not all(
+        type(d) is int and d >= 0 for d in raw_shape
+    ):
+        raise ValueError(
+            f"{where}: 'shape' must be a list of non-negative integers, got {raw_shape!r}"
+        )
+    shape = tuple(raw_shape)
+    itemsize = math.prod(shape) * dtype.itemsize
+    if not 1 <= itemsize <= MAX_RECORD_LEN:
+        raise ValueError(
+            f"{where}: a sample of {dtype.str}{list(shape)} is {itemsize} bytes, outside "
+            f"1..={MAX_RECORD_LEN}"
+        )
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(
+            f"{where}: unknown codec {codec!r}, expected one of {sorted(CODECS)}"
+        )
+    return dtype, shape, codec
+
+
 class Dataset:
     """A typed, indexable view over a store written by :meth:`Dataset.write`."""
 
@@ -61,15 +98,37 @@ class Dataset:
 
         Raises:
             FileNotFoundError: `path` holds no ``schema.json``.
-            ValueError: the schema is not a loaderx one.
+            ValueError: the schema is not a loaderx one, is unusable (bad JSON,
+                dtype, shape or codec), or describes samples of another size
+                than the store's records.
         """
         self.path = Path(path)
-        schema = _read_schema(self.path)
-        self.dtype: np.dtype = np.dtype(schema["dtype"])
-        self.shape: tuple[int, ...] = tuple(int(d) for d in schema["shape"])
-        self.codec: str = schema["codec"]
+        self.dtype: np.dtype
+        self.shape: tuple[int, ...]
+        self.codec: str
+        self.dtype, self.shape, self.codec = _parse_schema(self.path, _read_schema(self.path))
         self._itemsize = math.prod(self.shape) * self.dtype.itemsize
         self._store: Zrecord | None = Zrecord(self.path, codec=self.codec)
+        self._check_schema_fits()
+
+    def _check_schema_fits(self) -> None:
+        """Refuses a schema describing samples of another size than the
+        records (a schema copied from, or edited for, another dataset)."""
+        store = self._live()
+        if len(store) == 0:
+            return
+        try:
+            found = int(store.lengths([0])[0])
+        except ZrecordError:
+            # A damaged entry 0 is the store's problem, reported when read;
+            # every read also checks each record's size.
+            return
+        if found != self._itemsize:
+            self.close()
+            raise ValueError(
+                f"{self.path / SCHEMA} describes samples of {self.dtype.str}{list(self.shape)} "
+                f"({self._itemsize} bytes), but record 0 of the store is {found} bytes"
+            )
 
     def _live(self) -> Zrecord:
         store = self._store
@@ -136,21 +195,27 @@ class Dataset:
         PyTorch's DataLoader calls."""
         store = self._live()
         arr = idxs if isinstance(idxs, np.ndarray) else np.asarray(idxs)
-        if arr.dtype == np.bool_:
-            arr = np.flatnonzero(arr)
-        elif arr.dtype.kind == "i" and arr.size and int(arr.min()) < 0:
-            n = len(store)
-            arr = np.where(arr < 0, arr + n, arr).reshape(-1)
-            if int(arr.min()) < 0:
-                pos = int(np.argmin(arr))
-                raise ZrecordError(
-                    -3,
-                    f"index {int(arr[pos]) - n} at position {pos} is out of range for a "
-                    f"dataset of {n} samples",
-                )
-        idx64 = _as_indices(arr)
+        kind = arr.dtype.kind
+        if kind == "b":
+            idx64 = _as_indices(np.flatnonzero(arr))
+        else:
+            # Negative indices count from the end (the length is only asked
+            # for when there are any); a list NumPy made float is re-read
+            # item by item.
+            negative = kind in "fO" or (kind == "i" and arr.size > 0 and int(arr.min()) < 0)
+            wrap = len(store) if negative else None
+            idx64 = _as_indices(idxs if kind == "f" else arr, wrap=wrap)
         out = np.empty((idx64.size, *self.shape), dtype=self.dtype)
-        store.gather(idx64, out, self._itemsize)
+        try:
+            # Every record must be exactly one sample: never a half-filled row.
+            store._live().gather_fixed(idx64, out.reshape(-1).view(np.uint8), self._itemsize)
+        except ZrecordError as exc:
+            if exc.code != -6:
+                raise
+            raise ZrecordError(
+                -6, f"{exc}; {self.path / SCHEMA} describes samples of "
+                f"{self.dtype.str}{list(self.shape)}"
+            ) from None
         return out
 
     def __iter__(self) -> Any:
@@ -205,14 +270,12 @@ class Dataset:
         path = Path(path)
         schema_path = path / SCHEMA
         if schema_path.is_file():
-            schema = _read_schema(path)
-            found = (str(schema["dtype"]), tuple(schema["shape"]))
-            if found != (dtype.str, shape):
+            found_dtype, found_shape, codec = _parse_schema(path, _read_schema(path))
+            if (found_dtype, found_shape) != (dtype, shape):
                 raise ValueError(
-                    f"{path} holds {found[0]}{list(found[1])} samples, cannot append "
+                    f"{path} holds {found_dtype.str}{list(found_shape)} samples, cannot append "
                     f"{dtype.str}{list(shape)}"
                 )
-            codec = str(schema["codec"])
         else:
             path.mkdir(parents=True, exist_ok=True)
             schema = {
