@@ -5,7 +5,7 @@
 use std::{hint::black_box, time::Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use loaderx_benches::{BATCH, RECORD, image_records, random_batches, token_record};
+use loaderx_benches::{BATCH, RECORD, image_records, random_batches, text_record, token_record};
 use loaderx_store::{CodecId, Deflate, Store};
 
 const RECORDS: usize = 4096;
@@ -120,11 +120,18 @@ fn gather_small(c: &mut Criterion) {
 fn decode_per_core(c: &mut Criterion) {
     let images = image_records(BATCH, 3);
     let tokens: Vec<u8> = (0..BATCH as u64).flat_map(token_record).collect();
+    let text: Vec<u8> = (0..BATCH as u64).flat_map(text_record).collect();
     let mut group = c.benchmark_group("decode-1-core");
     group.throughput(Throughput::Bytes((BATCH * RECORD) as u64));
     for (kind, data, codec) in [CodecId::Deflate, CodecId::Zstd, CodecId::Lz4]
         .into_iter()
-        .flat_map(|c| [("image", &images, c), ("tokens", &tokens, c)])
+        .flat_map(|c| {
+            [
+                ("image", &images, c),
+                ("tokens", &tokens, c),
+                ("text", &text, c),
+            ]
+        })
     {
         let encoded: Vec<Vec<u8>> = data
             .chunks_exact(RECORD)

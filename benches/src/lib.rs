@@ -48,6 +48,27 @@ pub fn token_record(seed: u64) -> Vec<u8> {
     out
 }
 
+/// One record of text-like bytes: words from a small vocabulary with
+/// punctuation, the kind of content LZ-only codecs (lz4) shrink well.
+pub fn text_record(seed: u64) -> Vec<u8> {
+    const WORDS: [&str; 24] = [
+        "the", "loader", "gathers", "records", "into", "memory", "while", "training", "runs", "a",
+        "batch", "of", "indices", "is", "drawn", "from", "seed", "and", "step", "every", "epoch",
+        "never", "ends", "store",
+    ];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(RECORD);
+    while out.len() < RECORD {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(WORDS[(x % 24) as usize].as_bytes());
+        out.push(if x.is_multiple_of(11) { b'.' } else { b' ' });
+    }
+    out.truncate(RECORD);
+    out
+}
+
 /// `n` image records back to back.
 pub fn image_records(n: usize, seed: u64) -> Vec<u8> {
     (0..n as u64).flat_map(|i| image_record(seed + i)).collect()

@@ -18,9 +18,19 @@ enum Placement<'a> {
     Offsets(&'a [u64]),
 }
 
-/// Relative cost of decoding a compressed byte versus copying a raw one, for
-/// deciding whether a batch is worth the thread pool.
-const DECODE_COST: u64 = 16;
+/// Relative cost of producing one byte of a record with each codec, in units
+/// of copying a raw byte, for deciding whether a batch is worth sharing with
+/// the pool (measured per core on 12 KiB image-like records: a copy runs at
+/// ~20 GiB/s from cache, zstd at ~1 GiB/s, DEFLATE at ~0.33 GiB/s; lz4 sits
+/// in between). See `docs/BENCHMARKS.md`.
+fn decode_cost(codec: CodecTag) -> u64 {
+    match codec {
+        CodecTag::RAW => 1,
+        CodecTag::LZ4 => 4,
+        CodecTag::ZSTD => 20,
+        _ => 64,
+    }
+}
 
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Decodes record `idxs[i]` into `dst[i · stride ..]` for every `i`.
@@ -87,11 +97,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     });
                 }
             }
-            work += if loc.codec == CodecTag::RAW {
-                len
-            } else {
-                len * DECODE_COST
-            };
+            work += len * decode_cost(loc.codec);
         }
         if let Placement::Offsets(_) = place {
             check_disjoint(&locs)?;

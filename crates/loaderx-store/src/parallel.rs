@@ -21,10 +21,12 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 
 use crate::Result;
 
-/// Work (in bytes moved) below which a batch runs on the calling thread:
-/// a pool round trip costs more than it saves on batches this small.
-/// Measured in `benches/benches/store.rs` (see `docs/BENCHMARKS.md`).
-pub(crate) const SERIAL_BYTES: u64 = 96 << 10;
+/// Work (in raw-copy byte equivalents) below which a batch runs on the
+/// calling thread: sharing it costs more than it saves. On the 2-core
+/// reference machine a raw gather only gains from a second thread once it is
+/// memory-bound (about 1 MiB), while two DEFLATE records already do.
+/// Measured with the `gather-small` bench (see `docs/BENCHMARKS.md`).
+pub(crate) const SERIAL_BYTES: u64 = 1 << 20;
 
 /// The threshold in force: [`SERIAL_BYTES`], unless the environment variable
 /// `LOADERX_SERIAL_BYTES` (read once) says otherwise — for measuring it on a
