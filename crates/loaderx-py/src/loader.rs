@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use loaderx_loader::{Error, Layout, Stream, VecPool};
-use loaderx_sampler::{Mode, SamplerState};
+use loaderx_sampler::Mode;
 use numpy::PyArray1;
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -166,15 +166,9 @@ impl Loader {
         rank: usize,
         world_size: usize,
     ) -> PyResult<()> {
-        let state = SamplerState {
-            seed,
-            mode: Mode::from_u8(mode).map_err(sampler_error)?,
-            len: length,
-            batch_size,
-            step,
-            rank,
-            world_size,
-        };
+        let state = crate::sampler::state_from_parts(
+            seed, mode, length, batch_size, step, rank, world_size,
+        )?;
         let inner = self.live()?;
         py.detach(|| inner.restore(&state))
             .map_err(|err| loader_error(py, err))

@@ -13,6 +13,29 @@ use crate::errors::{not_contiguous, sampler_error};
 pub(crate) type StateTuple = (u64, u8, u64, usize, u64, usize, usize);
 
 /// A sampler state as the tuple Python sees.
+/// The state a `(seed, mode, length, batch_size, step, rank, world_size)`
+/// tuple from Python describes (the inverse of [`state_tuple`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn state_from_parts(
+    seed: u64,
+    mode: u8,
+    length: u64,
+    batch_size: usize,
+    step: u64,
+    rank: usize,
+    world_size: usize,
+) -> PyResult<SamplerState> {
+    Ok(SamplerState {
+        seed,
+        mode: Mode::from_u8(mode).map_err(sampler_error)?,
+        len: length,
+        batch_size,
+        step,
+        rank,
+        world_size,
+    })
+}
+
 pub(crate) fn state_tuple(s: &SamplerState) -> StateTuple {
     (
         s.seed,
@@ -95,15 +118,7 @@ impl Sampler {
         rank: usize,
         world_size: usize,
     ) -> PyResult<()> {
-        let state = SamplerState {
-            seed,
-            mode: Mode::from_u8(mode).map_err(sampler_error)?,
-            len: length,
-            batch_size,
-            step,
-            rank,
-            world_size,
-        };
+        let state = state_from_parts(seed, mode, length, batch_size, step, rank, world_size)?;
         self.lock().restore(&state).map_err(sampler_error)
     }
 }

@@ -559,3 +559,47 @@ fn every_kind_of_bad_entry_is_named() {
     let store = Store::<Deflate>::open_read_only(&path).unwrap();
     store.verify().unwrap();
 }
+
+#[test]
+fn a_directory_with_chunks_but_no_meta_is_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    Store::<Raw>::open(&path)
+        .unwrap()
+        .append_fixed(&[3u8; 100], 10, 10)
+        .unwrap();
+    fs::remove_file(path.join("meta.zr")).unwrap();
+    let chunk = fs::read(path.join("0.zr")).unwrap();
+    let err = Store::<Raw>::open(&path).unwrap_err();
+    assert_eq!(err.code(), -8);
+    assert!(err.to_string().contains("0.zr"), "{err}");
+    assert!(!path.join("meta.zr").exists());
+    assert_eq!(fs::read(path.join("0.zr")).unwrap(), chunk);
+}
+
+#[test]
+fn appending_after_the_tail_chunk_was_cut_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store: Store<Raw> = Store::open(&path).unwrap();
+    let src = fixed_batch(8, 100, 4);
+    store.append_fixed(&src, 8, 100).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("0.zr"))
+        .unwrap()
+        .set_len(250)
+        .unwrap();
+    let err = store.append_fixed(&[9u8; 100], 1, 100).unwrap_err();
+    assert_eq!(err.code(), -8, "{err}");
+    assert!(err.to_string().contains("0.zr"), "{err}");
+    assert_eq!(store.len(), 8);
+    // The records before the cut still read; those after it are errors, not zeros.
+    let mut out = vec![0u8; 200];
+    store.gather(&[0, 1], &mut out, 100).unwrap();
+    assert_eq!(out, src[..200]);
+    assert_eq!(
+        store.gather(&[5], &mut out[..100], 100).unwrap_err().code(),
+        -7
+    );
+}
