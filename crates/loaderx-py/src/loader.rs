@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use loaderx_loader::{Error, Layout, Stream, VecPool};
-use loaderx_sampler::Mode;
 use numpy::PyArray1;
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -89,10 +88,8 @@ impl Loader {
         rank: usize,
         world_size: usize,
     ) -> PyResult<Self> {
-        let mode = Mode::from_u8(mode).map_err(sampler_error)?;
-        let sampler = loaderx_sampler::Sampler::new(length, batch_size, mode, seed)
-            .and_then(|s| s.sharded(rank, world_size))
-            .map_err(sampler_error)?;
+        let sampler =
+            crate::sampler::build_sampler(length, batch_size, mode, seed, rank, world_size)?;
         let streams: Vec<Stream> = streams
             .iter()
             .map(|(name, store, item_len)| {

@@ -13,6 +13,22 @@ use crate::errors::{not_contiguous, sampler_error};
 pub(crate) type StateTuple = (u64, u8, u64, usize, u64, usize, usize);
 
 /// A sampler state as the tuple Python sees.
+/// A sampler from the arguments Python passes (mode as its number), with
+/// every error mapped to the Python exception it becomes.
+pub(crate) fn build_sampler(
+    length: u64,
+    batch_size: usize,
+    mode: u8,
+    seed: u64,
+    rank: usize,
+    world_size: usize,
+) -> PyResult<loaderx_sampler::Sampler> {
+    let mode = Mode::from_u8(mode).map_err(sampler_error)?;
+    loaderx_sampler::Sampler::new(length, batch_size, mode, seed)
+        .and_then(|s| s.sharded(rank, world_size))
+        .map_err(sampler_error)
+}
+
 /// The state a `(seed, mode, length, batch_size, step, rank, world_size)`
 /// tuple from Python describes (the inverse of [`state_tuple`]).
 #[allow(clippy::too_many_arguments)]
@@ -73,10 +89,7 @@ impl Sampler {
         rank: usize,
         world_size: usize,
     ) -> PyResult<Self> {
-        let mode = Mode::from_u8(mode).map_err(sampler_error)?;
-        let inner = loaderx_sampler::Sampler::new(length, batch_size, mode, seed)
-            .and_then(|s| s.sharded(rank, world_size))
-            .map_err(sampler_error)?;
+        let inner = build_sampler(length, batch_size, mode, seed, rank, world_size)?;
         Ok(Sampler {
             inner: Mutex::new(inner),
         })

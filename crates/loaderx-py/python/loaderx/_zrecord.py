@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 import os
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +36,28 @@ _MEANINGS = {
     -7: "stored record failed to decode",
     -8: "not a zrecord store, or written by an unsupported version",
 }
+
+
+_C = TypeVar("_C", bound="_Closing")
+
+
+class _Closing:
+    """Context manager and finalizer for objects with an idempotent ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
+            pass
 
 
 class ZrecordError(RuntimeError):
@@ -188,7 +210,7 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-class Zrecord:
+class Zrecord(_Closing):
     """A store of byte records, densely indexed ``0..len(zr)``.
 
     Appends assign consecutive indices. ``delete`` keeps the index space dense
@@ -306,15 +328,3 @@ class Zrecord:
         if store is not None:
             self._store = None
             store.close()
-
-    def __enter__(self) -> Zrecord:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
-            pass

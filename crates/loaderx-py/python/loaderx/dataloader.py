@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from . import _native
 from ._sampler import Sampler
+from ._zrecord import _Closing
 from .dataset import Dataset
 
 _POLL = 0.1  # seconds between checks of the stop flag / Ctrl-C
@@ -256,7 +257,7 @@ def _check_positive(name: str, value: Any) -> int:
 _STATE_KEYS = ("seed", "mode", "length", "batch_size", "step", "rank", "world_size")
 
 
-class DataLoader:
+class DataLoader(_Closing):
     """Endless iterator of ``{"data": ..., "label": ...}`` batches.
 
     Each ``next()`` returns the two sets gathered at the same indices, after
@@ -421,15 +422,3 @@ class DataLoader:
         if pipeline is not None:
             self._pipeline = None
             pipeline.close()
-
-    def __enter__(self) -> DataLoader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
-            pass

@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ._zrecord import CODECS, MAX_RECORD_LEN, Zrecord, ZrecordError, _as_indices, _check_codec
+from ._zrecord import (
+    CODECS,
+    MAX_RECORD_LEN,
+    Zrecord,
+    ZrecordError,
+    _as_indices,
+    _check_codec,
+    _Closing,
+)
 
 SCHEMA = "schema.json"
 FORMAT = "loaderx-zrecord"
@@ -90,7 +98,7 @@ def _parse_schema(path: Path, schema: dict[str, Any]) -> tuple[np.dtype, tuple[i
     return dtype, shape, codec
 
 
-class Dataset:
+class Dataset(_Closing):
     """A typed, indexable view over a store written by :meth:`Dataset.write`."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -319,18 +327,6 @@ class Dataset:
         if store is not None:
             self._store = None
             store.close()
-
-    def __enter__(self) -> Dataset:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
-            pass
 
 
 __all__ = ["Dataset", "CODECS", "MAX_RECORD_LEN", "SCHEMA", "FORMAT", "WRITE_CHUNK_BYTES"]
