@@ -45,6 +45,14 @@ def _identity(x: Any) -> Any:
     return x
 
 
+def _forked(pid: int) -> bool:
+    """Whether this is a child forked after the threads of the process `pid`
+    were started. There, their lock may have been held at the fork by a
+    thread that does not exist here, so closing must not touch it (or join
+    threads that are not there): the child just stops using the object."""
+    return os.getpid() != pid
+
+
 class _Pipeline:
     """The state the worker threads share. Deliberately holds no reference to
     the DataLoader, so dropping the loader runs its ``__del__``."""
@@ -129,6 +137,8 @@ class _Pipeline:
         return value
 
     def close(self) -> None:
+        if _forked(self.pid):
+            return
         with self.cond:
             self.stopped = True
             self.ready.clear()
@@ -209,6 +219,8 @@ class _TransformStage:
         return {"data": data, "label": label}
 
     def close(self) -> None:
+        if _forked(self.pid):
+            return
         with self.cond:
             self.stopped = True
             self.items.clear()
