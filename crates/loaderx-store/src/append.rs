@@ -165,7 +165,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let first = before.length;
         // Writing at a frontier past the tail chunk's real end would leave a
         // hole of zeros where records were lost: refuse instead.
-        let tail_len = self.refresh_chunk_len(before.tail_chunk)?;
+        let tail_len = self.current_chunk_len(before.tail_chunk)?;
         if tail_len < u64::from(before.tail_offset) {
             let file = FileId::Chunk(u32::from(before.tail_chunk));
             return Err(Error::NotAStore {

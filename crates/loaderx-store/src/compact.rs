@@ -48,8 +48,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let header = self.header();
         // Files cut short behind our back must give errors, not a SIGBUS.
         self.check_meta_len(&header)?;
+        // Exclusive (`&mut self`): no append can be growing a file, so the
+        // lengths measured now may replace the known ones.
         for id in 0..=header.tail_chunk {
-            self.refresh_chunk_len(id)?;
+            let len = self.current_chunk_len(id)?;
+            self.chunk_lens[usize::from(id)].store(len, Ordering::Release);
         }
         let mut order: Vec<(u32, RecordLoc)> = Vec::with_capacity(header.length as usize);
         for i in 0..header.length {

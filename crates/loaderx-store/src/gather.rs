@@ -132,7 +132,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             let len = match seen.iter().find(|(c, _)| *c == loc.chunk_id) {
                 Some(&(_, len)) => len,
                 None => {
-                    let len = self.refresh_chunk_len(loc.chunk_id)?;
+                    let len = self.current_chunk_len(loc.chunk_id)?;
                     seen.push((loc.chunk_id, len));
                     len
                 }

@@ -321,17 +321,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(())
     }
 
-    /// Re-reads the length of chunk `id` from the file system and lowers the
-    /// known length if the file shrank; returns the length to trust.
-    pub(crate) fn refresh_chunk_len(&self, id: u16) -> Result<u64> {
+    /// The length of chunk `id` to trust for records committed before this
+    /// call: what we know we wrote, capped by what the file system reports now
+    /// (someone may have cut the file). Not stored back: a concurrent append
+    /// may be growing the file between the `stat` and the store, and lowering
+    /// the shared value then would hide its records from later readers.
+    pub(crate) fn current_chunk_len(&self, id: u16) -> Result<u64> {
+        let known = self.chunk_lens[usize::from(id)].load(Ordering::Acquire);
         let file = FileId::Chunk(u32::from(id));
         let now = self
             .storage
             .current_len(file)
             .map_err(|e| Error::io(self.file_path(file), "stat", e))?;
-        Ok(self.chunk_lens[usize::from(id)]
-            .fetch_min(now, Ordering::AcqRel)
-            .min(now))
+        Ok(known.min(now))
     }
 
     /// Reads table entry `index` without judging it.
