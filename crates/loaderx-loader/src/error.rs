@@ -5,8 +5,7 @@ use std::{fmt, io, sync::Arc};
 
 /// Why a loader could not be built, or why a batch failed.
 ///
-/// Batch errors ([`Error::Gather`], [`Error::RecordLength`],
-/// [`Error::OutOfMemory`], [`Error::WorkerPanicked`]) are delivered in
+/// Batch errors ([`Error::Gather`], [`Error::OutOfMemory`], [`Error::WorkerPanicked`]) are delivered in
 /// sampler order, in place of the batch they concern; the loader stays
 /// usable after them.
 #[derive(Debug)]
@@ -21,19 +20,6 @@ pub enum Error {
         /// What the store reported (its [`code`](loaderx_store::Error::code)
         /// is the Python `ZrecordError` code).
         source: loaderx_store::Error,
-    },
-    /// A record of a fixed-size stream is not `item_len` bytes.
-    RecordLength {
-        /// The stream.
-        stream: Arc<str>,
-        /// The global step of the batch.
-        step: u64,
-        /// The record's index in the stream.
-        index: u64,
-        /// The stream's `item_len`.
-        expected: usize,
-        /// The record's size.
-        found: u32,
     },
     /// The allocator could not provide a batch buffer.
     OutOfMemory {
@@ -106,9 +92,7 @@ impl Error {
     /// The global step of the batch this error replaces, for batch errors.
     pub fn step(&self) -> Option<u64> {
         match self {
-            Error::Gather { step, .. }
-            | Error::RecordLength { step, .. }
-            | Error::WorkerPanicked { step, .. } => Some(*step),
+            Error::Gather { step, .. } | Error::WorkerPanicked { step, .. } => Some(*step),
             _ => None,
         }
     }
@@ -128,17 +112,6 @@ impl fmt::Display for Error {
                 step,
                 source,
             } => write!(f, "stream {stream:?}, batch {step}: {source}"),
-            Error::RecordLength {
-                stream,
-                step,
-                index,
-                expected,
-                found,
-            } => write!(
-                f,
-                "stream {stream:?}, batch {step}: record {index} is {found} bytes, but the stream's \
-                 records are {expected} bytes each (use a ragged stream for records of varying size)"
-            ),
             Error::OutOfMemory { stream, bytes } => write!(
                 f,
                 "out of memory allocating a {bytes} byte buffer for stream {stream:?}"

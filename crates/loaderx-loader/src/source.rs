@@ -3,7 +3,7 @@
 //! The loader never names a concrete store type: it sees a stream's records
 //! through this trait, so a binding can put its own handle in front of a
 //! [`Store`] (for instance one behind an `RwLock`, so that `delete` and
-//! `compact` get exclusive access) by forwarding four methods.
+//! `compact` get exclusive access) by forwarding five methods.
 
 use std::{fmt, sync::Arc};
 
@@ -41,6 +41,9 @@ use loaderx_store::{Codec, Store, storage::Storage};
 ///     fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
 ///         self.read().gather(idxs, dst, stride)
 ///     }
+///     fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
+///         self.read().gather_exact(idxs, dst, item_len)
+///     }
 ///     fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
 ///         self.read().gather_ragged(idxs, dst, offsets)
 ///     }
@@ -61,6 +64,16 @@ pub trait Source: Send + Sync + fmt::Debug {
     /// Writes record `idxs[i]` to `dst[i · stride ..]` for every `i`.
     fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()>;
 
+    /// Writes record `idxs[i]` to `dst[i · item_len ..]` for every `i`,
+    /// refusing the whole call when any record is not exactly `item_len`
+    /// bytes ([`Store::gather_exact`]).
+    fn gather_exact(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        item_len: usize,
+    ) -> loaderx_store::Result<()>;
+
     /// Writes record `idxs[i]` to `dst[offsets[i] ..]` for every `i`.
     fn gather_ragged(
         &self,
@@ -80,6 +93,15 @@ impl<C: Codec, S: Storage> Source for Store<C, S> {
 
     fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
         Store::gather(self, idxs, dst, stride)
+    }
+
+    fn gather_exact(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        item_len: usize,
+    ) -> loaderx_store::Result<()> {
+        Store::gather_exact(self, idxs, dst, item_len)
     }
 
     fn gather_ragged(
@@ -105,6 +127,15 @@ impl<T: Source + ?Sized> Source for Arc<T> {
 
     fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
         (**self).gather(idxs, dst, stride)
+    }
+
+    fn gather_exact(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        item_len: usize,
+    ) -> loaderx_store::Result<()> {
+        (**self).gather_exact(idxs, dst, item_len)
     }
 
     fn gather_ragged(

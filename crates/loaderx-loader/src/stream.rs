@@ -10,8 +10,9 @@ use crate::Source;
 pub enum StreamKind {
     /// Every record is exactly `item_len` bytes; record `i` of a batch is at
     /// `i · item_len` and the buffer is `n · item_len` bytes. A record of any
-    /// other size fails the batch with
-    /// [`Error::RecordLength`](crate::Error::RecordLength).
+    /// other size fails the batch with [`Error::Gather`](crate::Error::Gather)
+    /// carrying the store's
+    /// [`RecordLength`](loaderx_store::Error::RecordLength) error.
     Fixed {
         /// Size of every record, in bytes.
         item_len: usize,

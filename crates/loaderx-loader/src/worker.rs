@@ -115,33 +115,22 @@ fn gather_column<A: BufferAllocator>(
         step,
         source,
     };
-    let lengths = &mut scratch.lengths;
-    lengths.clear();
-    lengths.resize(indices.len(), 0);
-    stream
-        .source
-        .lengths(indices, lengths)
-        .map_err(gather_error)?;
-
     let (len, layout) = match stream.kind {
-        StreamKind::Fixed { item_len } => {
-            // The store accepts a record shorter than its slot; a reused
-            // buffer would then hand out stale bytes, so refuse it here.
-            if let Some(i) = lengths.iter().position(|&l| l as usize != item_len) {
-                return Err(Error::RecordLength {
-                    stream: Arc::clone(&stream.name),
-                    step,
-                    index: indices[i],
-                    expected: item_len,
-                    found: lengths[i],
-                });
-            }
-            (
-                indices.len().checked_mul(item_len),
-                Layout::Fixed { item_len },
-            )
-        }
+        // The store checks every record's size while it validates the batch
+        // (`gather_exact`): a shorter record would leave stale bytes in a
+        // reused buffer.
+        StreamKind::Fixed { item_len } => (
+            indices.len().checked_mul(item_len),
+            Layout::Fixed { item_len },
+        ),
         StreamKind::Ragged => {
+            let lengths = &mut scratch.lengths;
+            lengths.clear();
+            lengths.resize(indices.len(), 0);
+            stream
+                .source
+                .lengths(indices, lengths)
+                .map_err(gather_error)?;
             let mut offsets = Vec::with_capacity(indices.len() + 1);
             let mut end = 0u64;
             offsets.push(end);
@@ -167,7 +156,9 @@ fn gather_column<A: BufferAllocator>(
         "the allocator returned a buffer of the wrong size"
     );
     let gathered = match &layout {
-        Layout::Fixed { item_len } => stream.source.gather(indices, data.as_mut(), *item_len),
+        Layout::Fixed { item_len } => stream
+            .source
+            .gather_exact(indices, data.as_mut(), *item_len),
         Layout::Ragged { offsets } => {
             stream
                 .source

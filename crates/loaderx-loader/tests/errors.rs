@@ -99,6 +99,16 @@ impl Source for Panicky {
         self.inner.gather(idxs, dst, stride)
     }
 
+    fn gather_exact(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        item_len: usize,
+    ) -> loaderx_store::Result<()> {
+        assert!(!idxs.contains(&self.poison), "poisoned index requested");
+        self.inner.gather_exact(idxs, dst, item_len)
+    }
+
     fn gather_ragged(
         &self,
         idxs: &[u64],
@@ -156,12 +166,16 @@ fn a_record_of_the_wrong_size_in_a_fixed_stream_fails_its_batch() {
         .unwrap();
     for step in 0..3u64 {
         match loader.next() {
-            Err(Error::RecordLength {
+            Err(Error::Gather {
                 stream,
                 step: s,
-                index,
-                expected,
-                found,
+                source:
+                    loaderx_store::Error::RecordLength {
+                        index,
+                        expected,
+                        found,
+                        ..
+                    },
             }) => {
                 assert_eq!((&*stream, s, expected), ("ragged", step, 300));
                 assert_eq!(index, step * 4, "the first record of the batch");

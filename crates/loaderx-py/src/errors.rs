@@ -5,18 +5,29 @@
 //! looked up once, lazily, the first time an error is raised. Sampler errors
 //! are bad arguments, so they are `ValueError`s.
 
+use loaderx_store::ErrorCode;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyType};
 
 static ZRECORD_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
+/// `{code: (name, meaning)}` for every [`ErrorCode`]: the table
+/// `ZrecordError` is built from (`loaderx._native.ERROR_CODES`).
+pub(crate) fn error_codes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let table = PyDict::new(py);
+    for code in ErrorCode::ALL {
+        table.set_item(code.value(), (code.name(), code.meaning()))?;
+    }
+    Ok(table)
+}
+
 /// `ZrecordError(code, message)`.
-pub(crate) fn zrecord_error(py: Python<'_>, code: i32, message: String) -> PyErr {
+pub(crate) fn zrecord_error(py: Python<'_>, code: ErrorCode, message: String) -> PyErr {
     let made = ZRECORD_ERROR
         .import(py, "loaderx._zrecord", "ZrecordError")
-        .and_then(|class| class.call1((code, message)));
+        .and_then(|class| class.call1((code.value(), message)));
     match made {
         Ok(instance) => PyErr::from_value(instance),
         Err(import_failed) => import_failed,

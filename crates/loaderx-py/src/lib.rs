@@ -1,5 +1,10 @@
 //! `loaderx._native`: the PyO3 extension under the `loaderx` Python package.
 //!
+//! It is the single source of the contract the Python layer exposes: the
+//! package version (from Cargo), the record limit, the codec names, the
+//! error codes and their meanings (`ERROR_CODES`), and the keys of a
+//! sampler state (built and read here, as a dict).
+//!
 //! Three thin classes: [`store::Store`] wraps a [`loaderx_store::Store`],
 //! [`sampler::Sampler`] a [`loaderx_sampler::Sampler`], and
 //! [`loader::Loader`] a [`loaderx_loader::Loader`] whose streams are such
@@ -36,6 +41,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         codecs.set_item(codec.name(), codec.tag().0)?;
     }
     m.add("CODECS", codecs)?;
+    m.add("ERROR_CODES", errors::error_codes(py)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -13,9 +13,9 @@ use loaderx_loader::{Error, Layout, Stream, VecPool};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::errors::{sampler_error, zrecord_error};
-use crate::sampler::StateTuple;
 use crate::store::Store;
 
 /// How long `next()` waits with the GIL released before checking for signals.
@@ -57,7 +57,6 @@ fn loader_error(py: Python<'_>, err: Error) -> PyErr {
     }
     match err {
         Error::Sampler(e) => sampler_error(e),
-        Error::RecordLength { .. } => zrecord_error(py, -6, err.to_string()),
         Error::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
         Error::NoStreams
         | Error::DuplicateStream { .. }
@@ -144,28 +143,16 @@ impl Loader {
         }
     }
 
-    /// The sampler state of the batch `next()` returns next.
-    fn state(&self) -> PyResult<StateTuple> {
-        Ok(crate::sampler::state_tuple(&self.live()?.state()))
+    /// The sampler state of the batch `next()` returns next, as the dict
+    /// `Sampler.state()` returns.
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::sampler::state_dict(py, &self.live()?.state())
     }
 
     /// Continues from a `state()`: drops what was prefetched; the next batch
     /// is the state's step.
-    #[allow(clippy::too_many_arguments)]
-    fn restore(
-        &self,
-        py: Python<'_>,
-        seed: u64,
-        mode: u8,
-        length: u64,
-        batch_size: usize,
-        step: u64,
-        rank: usize,
-        world_size: usize,
-    ) -> PyResult<()> {
-        let state = crate::sampler::state_from_parts(
-            seed, mode, length, batch_size, step, rank, world_size,
-        )?;
+    fn restore(&self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let state = crate::sampler::state_from(state)?;
         let inner = self.live()?;
         py.detach(|| inner.restore(&state))
             .map_err(|err| loader_error(py, err))

@@ -5,14 +5,24 @@ use std::sync::{Mutex, PoisonError};
 
 use loaderx_sampler::{Mode, SamplerState};
 use numpy::PyReadwriteArray1;
+use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyInt};
 
 use crate::errors::{not_contiguous, sampler_error};
 
-/// `(seed, mode, length, batch_size, step, rank, world_size)`.
-pub(crate) type StateTuple = (u64, u8, u64, usize, u64, usize, usize);
+/// The keys of a sampler state as Python sees it (`Sampler.state_dict()`,
+/// `DataLoader.state_dict()`), in the order they are written.
+const STATE_KEYS: [&str; 7] = [
+    "seed",
+    "mode",
+    "length",
+    "batch_size",
+    "step",
+    "rank",
+    "world_size",
+];
 
-/// A sampler state as the tuple Python sees.
 /// A sampler from the arguments Python passes (mode as its number), with
 /// every error mapped to the Python exception it becomes.
 pub(crate) fn build_sampler(
@@ -29,39 +39,45 @@ pub(crate) fn build_sampler(
         .map_err(sampler_error)
 }
 
-/// The state a `(seed, mode, length, batch_size, step, rank, world_size)`
-/// tuple from Python describes (the inverse of [`state_tuple`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn state_from_parts(
-    seed: u64,
-    mode: u8,
-    length: u64,
-    batch_size: usize,
-    step: u64,
-    rank: usize,
-    world_size: usize,
-) -> PyResult<SamplerState> {
-    Ok(SamplerState {
-        seed,
-        mode: Mode::from_u8(mode).map_err(sampler_error)?,
-        len: length,
-        batch_size,
-        step,
-        rank,
-        world_size,
-    })
+/// A sampler state as the dict Python sees: `{key: int}` for every key of
+/// [`STATE_KEYS`].
+pub(crate) fn state_dict<'py>(py: Python<'py>, s: &SamplerState) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    let [seed, mode, length, batch_size, step, rank, world_size] = STATE_KEYS;
+    dict.set_item(seed, s.seed)?;
+    dict.set_item(mode, s.mode.as_u8())?;
+    dict.set_item(length, s.len)?;
+    dict.set_item(batch_size, s.batch_size)?;
+    dict.set_item(step, s.step)?;
+    dict.set_item(rank, s.rank)?;
+    dict.set_item(world_size, s.world_size)?;
+    Ok(dict)
 }
 
-pub(crate) fn state_tuple(s: &SamplerState) -> StateTuple {
-    (
-        s.seed,
-        s.mode.as_u8(),
-        s.len,
-        s.batch_size,
-        s.step,
-        s.rank,
-        s.world_size,
-    )
+/// The state a mapping from Python describes (the inverse of
+/// [`state_dict`]). Each value is taken as `int(value)` would; a missing
+/// key is a `ValueError` naming it; extra keys are ignored.
+pub(crate) fn state_from(state: &Bound<'_, PyAny>) -> PyResult<SamplerState> {
+    let int = state.py().get_type::<PyInt>();
+    let entry = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        match state.get_item(key) {
+            Ok(value) => int.call1((value,)),
+            Err(err) if err.is_instance_of::<PyKeyError>(state.py()) => Err(PyValueError::new_err(
+                format!("sampler state has no '{key}' entry"),
+            )),
+            Err(err) => Err(err),
+        }
+    };
+    let [seed, mode, length, batch_size, step, rank, world_size] = STATE_KEYS;
+    Ok(SamplerState {
+        seed: entry(seed)?.extract()?,
+        mode: Mode::from_u8(entry(mode)?.extract()?).map_err(sampler_error)?,
+        len: entry(length)?.extract()?,
+        batch_size: entry(batch_size)?.extract()?,
+        step: entry(step)?.extract()?,
+        rank: entry(rank)?.extract()?,
+        world_size: entry(world_size)?.extract()?,
+    })
 }
 
 #[pyclass(module = "loaderx._native", name = "Sampler", frozen)]
@@ -113,25 +129,16 @@ impl Sampler {
         self.lock().step()
     }
 
-    /// `(seed, mode, length, batch_size, step, rank, world_size)`.
-    fn state(&self) -> StateTuple {
-        state_tuple(&self.lock().state())
+    /// `{"seed", "mode", "length", "batch_size", "step", "rank",
+    /// "world_size"}`, all ints.
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        state_dict(py, &self.lock().state())
     }
 
-    /// Resumes from a `state()`: takes its seed and step; its length, batch
-    /// size and mode must match this sampler's.
-    #[allow(clippy::too_many_arguments)]
-    fn restore(
-        &self,
-        seed: u64,
-        mode: u8,
-        length: u64,
-        batch_size: usize,
-        step: u64,
-        rank: usize,
-        world_size: usize,
-    ) -> PyResult<()> {
-        let state = state_from_parts(seed, mode, length, batch_size, step, rank, world_size)?;
+    /// Resumes from a `state()` (any mapping with its keys): takes its seed
+    /// and step; its length, batch size and mode must match this sampler's.
+    fn restore(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let state = state_from(state)?;
         self.lock().restore(&state).map_err(sampler_error)
     }
 }

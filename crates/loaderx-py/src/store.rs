@@ -14,8 +14,8 @@
 //! held it: a gather in flight in the parent at that moment would look like a
 //! reader that never leaves. So in a forked child the exclusive operations
 //! only try the lock: `close` then just stops using the store (the process
-//! keeps the mapping until it exits), and `delete`/`compact` fail with
-//! code -2 instead of hanging.
+//! keeps the mapping until it exits), and `delete`/`compact` fail with an
+//! I/O error ([`ErrorCode::Io`]) instead of hanging.
 
 use std::fmt;
 use std::io;
@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 
 use loaderx_loader::Source;
-use loaderx_store::{CodecId, Deflate};
+use loaderx_store::{CodecId, Deflate, ErrorCode};
 use numpy::{PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -85,6 +85,15 @@ impl Source for Handle {
         self.read(|engine| engine.gather(idxs, dst, stride))
     }
 
+    fn gather_exact(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        item_len: usize,
+    ) -> loaderx_store::Result<()> {
+        self.read(|engine| engine.gather_exact(idxs, dst, item_len))
+    }
+
     fn gather_ragged(
         &self,
         idxs: &[u64],
@@ -104,6 +113,26 @@ fn codec_id(name: &str) -> PyResult<CodecId> {
         let known: Vec<&str> = CodecId::ALL.iter().map(|c| c.name()).collect();
         PyValueError::new_err(format!("unknown codec {name:?}, expected one of {known:?}"))
     })
+}
+
+/// Record lengths as the engine takes them; a length past `u32` is over the
+/// record limit whatever it is.
+fn record_lens(lens: &[u64]) -> loaderx_store::Result<Vec<u32>> {
+    let mut out: Vec<u32> = Vec::new();
+    out.try_reserve_exact(lens.len())
+        .map_err(|_| loaderx_store::Error::OutOfMemory {
+            bytes: (lens.len() * std::mem::size_of::<u32>()) as u64,
+        })?;
+    for (position, &len) in lens.iter().enumerate() {
+        out.push(
+            u32::try_from(len).map_err(|_| loaderx_store::Error::RecordSize {
+                position,
+                len,
+                limit: loaderx_store::MAX_RECORD_LEN,
+            })?,
+        );
+    }
+    Ok(out)
 }
 
 impl Store {
@@ -162,7 +191,7 @@ impl Handle {
         match outcome {
             Err(()) => Err(zrecord_error(
                 py,
-                -2,
+                ErrorCode::Io,
                 format!(
                     "cannot {op} {}: the store is in use by another thread of this forked \
                      process, or was in use in the parent when it forked",
@@ -249,12 +278,12 @@ impl Store {
             .shared(py, |engine| engine.gather(idxs, dst, stride))
     }
 
-    /// Decodes record `idxs[i]` into `dst[i * item_len ..]`, refusing (code
-    /// -6, before writing anything) a batch holding any record that is not
+    /// Decodes record `idxs[i]` into `dst[i * item_len ..]`, refusing
+    /// ([`ErrorCode::BufferTooSmall`], before writing anything) a batch holding any record that is not
     /// exactly `item_len` bytes: a typed view must never see a half-filled
-    /// sample. Sizes and bytes are read under one lock, so a concurrent
-    /// `delete` cannot slip between the check and the gather.
-    fn gather_fixed(
+    /// sample. Sizes are checked in the same locked gather, so a concurrent
+    /// `delete` cannot slip between the check and the copy.
+    fn gather_exact(
         &self,
         py: Python<'_>,
         idxs: PyReadonlyArray1<'_, u64>,
@@ -263,30 +292,8 @@ impl Store {
     ) -> PyResult<()> {
         let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
         let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
-        let outcome = self.handle.shared(py, |engine| {
-            let mut lens: Vec<u32> = Vec::new();
-            lens.try_reserve_exact(idxs.len())
-                .map_err(|_| loaderx_store::Error::OutOfMemory {
-                    bytes: (idxs.len() * std::mem::size_of::<u32>()) as u64,
-                })?;
-            lens.resize(idxs.len(), 0);
-            engine.lengths(idxs, &mut lens)?;
-            if let Some(pos) = lens.iter().position(|&len| len as usize != item_len) {
-                return Ok(Err((pos, lens[pos])));
-            }
-            engine.gather(idxs, dst, item_len).map(Ok)
-        })?;
-        outcome.map_err(|(pos, found)| {
-            zrecord_error(
-                py,
-                -6,
-                format!(
-                    "buffer too small: record {} (item {pos} of the batch) of {} is {found} \
-                     bytes, but every record of this gather must be {item_len} bytes",
-                    idxs[pos], self.handle.path
-                ),
-            )
-        })
+        self.handle
+            .shared(py, |engine| engine.gather_exact(idxs, dst, item_len))
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]`.
@@ -322,13 +329,14 @@ impl Store {
     }
 
     /// Appends ragged records `src[offsets[i] ..][.. lens[i]]`; returns the
-    /// index of the first.
+    /// index of the first. `lens` are taken as u64 so that a length no record
+    /// can have is the record-size error it is, not an overflow.
     fn append_var(
         &self,
         py: Python<'_>,
         src: PyReadonlyArray1<'_, u8>,
         offsets: PyReadonlyArray1<'_, u64>,
-        lens: PyReadonlyArray1<'_, u32>,
+        lens: PyReadonlyArray1<'_, u64>,
         codec: &str,
     ) -> PyResult<u64> {
         let codec = codec_id(codec)?;
@@ -336,7 +344,8 @@ impl Store {
         let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
         let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
         self.handle.shared(py, |engine| {
-            engine.append_ragged_with(codec, src, offsets, lens)
+            let lens = record_lens(lens)?;
+            engine.append_ragged_with(codec, src, offsets, &lens)
         })
     }
 

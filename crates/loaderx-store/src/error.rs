@@ -46,6 +46,17 @@ pub enum Error {
         need: u64,
         have: u64,
     },
+    /// A gather that needs every record to be exactly `expected` bytes
+    /// ([`Store::gather_exact`](crate::Store::gather_exact)) met one that is
+    /// not: record `index`, item `position` of the batch, is `found` bytes.
+    /// Code -6.
+    RecordLength {
+        path: PathBuf,
+        index: u64,
+        position: usize,
+        expected: usize,
+        found: u32,
+    },
     /// Two ragged destination ranges overlap. Code -6.
     OverlappingDestinations { first: usize, second: usize },
     /// Argument lists disagree in length (e.g. `offsets` and `idxs`). Code -6.
@@ -67,23 +78,128 @@ pub enum Error {
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl Error {
-    /// The stable code of the Python `ZrecordError` (see `PYTHON_API.md`).
-    pub fn code(&self) -> i32 {
+/// The stable kinds of store failure, each with the negative number that
+/// identifies it across versions (loaderx 0.5.x used the same numbers) and
+/// in the Python package (`ZrecordError.code`).
+///
+/// This is the one definition of the codes and their meanings: the Python
+/// binding exports [`ErrorCode::ALL`] and builds its table from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// An allocation could not be made.
+    OutOfMemory = -1,
+    /// A file operation failed, or the store cannot be used for it right now
+    /// (read-only, locked by another process, needing recovery).
+    Io = -2,
+    /// An index is not below the store's length.
+    IndexOutOfRange = -3,
+    /// A record is empty or over [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN).
+    RecordSize = -4,
+    /// The store cannot take more records.
+    Full = -5,
+    /// A destination or source does not fit the requested geometry.
+    BufferTooSmall = -6,
+    /// A stored record or table entry is damaged.
+    Corrupt = -7,
+    /// Not a store, or one written by an unsupported version.
+    NotAStore = -8,
+}
+
+impl ErrorCode {
+    /// Every code, from -1 down.
+    pub const ALL: [ErrorCode; 8] = [
+        ErrorCode::OutOfMemory,
+        ErrorCode::Io,
+        ErrorCode::IndexOutOfRange,
+        ErrorCode::RecordSize,
+        ErrorCode::Full,
+        ErrorCode::BufferTooSmall,
+        ErrorCode::Corrupt,
+        ErrorCode::NotAStore,
+    ];
+
+    /// The stable number.
+    pub fn value(self) -> i32 {
+        self as i32
+    }
+
+    /// The code with number `value`, if there is one.
+    pub fn from_value(value: i32) -> Option<ErrorCode> {
+        ErrorCode::ALL
+            .into_iter()
+            .find(|code| code.value() == value)
+    }
+
+    /// A stable identifier (`"INDEX_OUT_OF_RANGE"`), for bindings that name codes.
+    pub fn name(self) -> &'static str {
         match self {
-            Error::OutOfMemory { .. } => -1,
+            ErrorCode::OutOfMemory => "OUT_OF_MEMORY",
+            ErrorCode::Io => "IO",
+            ErrorCode::IndexOutOfRange => "INDEX_OUT_OF_RANGE",
+            ErrorCode::RecordSize => "RECORD_SIZE",
+            ErrorCode::Full => "FULL",
+            ErrorCode::BufferTooSmall => "BUFFER_TOO_SMALL",
+            ErrorCode::Corrupt => "CORRUPT",
+            ErrorCode::NotAStore => "NOT_A_STORE",
+        }
+    }
+
+    /// What the code means, in a few words: the message of an error that
+    /// carries no other (every [`Error`] message starts with it or says more).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ErrorCode::OutOfMemory => "out of memory",
+            ErrorCode::Io => "file I/O failed",
+            ErrorCode::IndexOutOfRange => "index out of range",
+            ErrorCode::RecordSize => "record exceeds the 1048576 byte limit",
+            ErrorCode::Full => "store is full",
+            ErrorCode::BufferTooSmall => "buffer too small",
+            ErrorCode::Corrupt => "stored record failed to decode",
+            ErrorCode::NotAStore => "not a zrecord store, or written by an unsupported version",
+        }
+    }
+}
+
+/// Codes compare with their numbers, so tests and callers can write
+/// `err.code() == -3`.
+impl PartialEq<i32> for ErrorCode {
+    fn eq(&self, other: &i32) -> bool {
+        self.value() == *other
+    }
+}
+
+impl From<ErrorCode> for i32 {
+    fn from(code: ErrorCode) -> i32 {
+        code.value()
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.value(), self.meaning())
+    }
+}
+
+impl Error {
+    /// The stable code of this error (the Python `ZrecordError.code`).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::OutOfMemory { .. } => ErrorCode::OutOfMemory,
             Error::Io { .. }
             | Error::ReadOnly { .. }
             | Error::Locked { .. }
-            | Error::Poisoned { .. } => -2,
-            Error::IndexOutOfRange { .. } => -3,
-            Error::RecordSize { .. } => -4,
-            Error::Full { .. } => -5,
+            | Error::Poisoned { .. } => ErrorCode::Io,
+            Error::IndexOutOfRange { .. } => ErrorCode::IndexOutOfRange,
+            Error::RecordSize { .. } => ErrorCode::RecordSize,
+            Error::Full { .. } => ErrorCode::Full,
             Error::BufferTooSmall { .. }
+            | Error::RecordLength { .. }
             | Error::OverlappingDestinations { .. }
-            | Error::LengthMismatch { .. } => -6,
-            Error::Corrupt { .. } => -7,
-            Error::NotAStore { .. } => -8,
+            | Error::LengthMismatch { .. } => ErrorCode::BufferTooSmall,
+            Error::Corrupt { .. } => ErrorCode::Corrupt,
+            Error::NotAStore { .. } => ErrorCode::NotAStore,
         }
     }
 
@@ -168,6 +284,18 @@ impl fmt::Display for Error {
                 f,
                 "buffer too small: {what} for item {position} needs {need} bytes, has {have}"
             ),
+            Error::RecordLength {
+                path,
+                index,
+                position,
+                expected,
+                found,
+            } => write!(
+                f,
+                "buffer too small: record {index} is {found} bytes, but every record of this \
+                 gather must be {expected} bytes (item {position} of the batch, in {})",
+                path.display()
+            ),
             Error::OverlappingDestinations { first, second } => write!(
                 f,
                 "buffer too small: destination ranges of items {first} and {second} overlap"
@@ -202,5 +330,27 @@ impl std::error::Error for Error {
             Error::Io { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_round_trip() {
+        for (k, code) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(code.value(), -(k as i32) - 1, "{code:?}");
+            assert_eq!(ErrorCode::from_value(code.value()), Some(code));
+            assert!(!code.meaning().is_empty() && !code.name().is_empty());
+        }
+        assert_eq!(ErrorCode::from_value(0), None);
+        assert_eq!(ErrorCode::from_value(-9), None);
+    }
+
+    #[test]
+    fn the_record_size_meaning_states_the_limit() {
+        let limit = crate::MAX_RECORD_LEN.to_string();
+        assert!(ErrorCode::RecordSize.meaning().contains(&limit));
     }
 }

@@ -14,6 +14,8 @@ use crate::{
 enum Placement<'a> {
     /// At `i · stride`; each record must fit in its slot.
     Strided(usize),
+    /// At `i · item_len`; each record must be exactly `item_len` bytes.
+    Exact(usize),
     /// At `offsets[i]`; ranges must not overlap.
     Offsets(&'a [u64]),
 }
@@ -40,6 +42,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// calling thread) with no intermediate copy.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         self.gather_placed(idxs, dst, Placement::Strided(stride))
+    }
+
+    /// Decodes record `idxs[i]` into `dst[i · item_len ..]` for every `i`,
+    /// where every record must be exactly `item_len` bytes: a record of
+    /// another size fails the whole call with [`Error::RecordLength`]
+    /// (code -6) before anything is written, so a typed batch never holds a
+    /// half-filled or stale item. Sizes are checked while the batch is
+    /// validated, at no extra cost over [`gather`](Store::gather).
+    pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
+        self.gather_placed(idxs, dst, Placement::Exact(item_len))
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]` for every `i`.
@@ -82,6 +94,18 @@ impl<C: Codec, S: Storage> Store<C, S> {
                         });
                     }
                     (i as u64).checked_mul(stride as u64)
+                }
+                Placement::Exact(item_len) => {
+                    if len != item_len as u64 {
+                        return Err(Error::RecordLength {
+                            path: self.path().to_path_buf(),
+                            index: idx,
+                            position: i,
+                            expected: item_len,
+                            found: loc.logic_length,
+                        });
+                    }
+                    (i as u64).checked_mul(item_len as u64)
                 }
                 Placement::Offsets(offsets) => Some(offsets[i]),
             };
@@ -178,4 +202,46 @@ fn check_disjoint(locs: &[(usize, RecordLoc)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Deflate, Error, ErrorCode, Store};
+
+    #[test]
+    fn gather_exact_refuses_a_record_of_another_size_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Store<Deflate> = Store::open(dir.path().join("s")).unwrap();
+        // Records 0, 1 and 3 are 8 bytes; record 2 is 4 and record 4 is 16.
+        let src: Vec<u8> = (0..40).collect();
+        store
+            .append_ragged(&src, &[0, 8, 16, 20, 28], &[8, 8, 4, 8, 12])
+            .unwrap();
+
+        let mut dst = [0u8; 16];
+        store.gather_exact(&[3, 0], &mut dst, 8).unwrap();
+        assert_eq!(&dst[..8], &src[20..28]);
+        assert_eq!(&dst[8..], &src[..8]);
+
+        for (idxs, index, position, found) in [([0, 2], 2, 1, 4), ([4, 1], 4, 0, 12)] {
+            let mut dst = [0xAAu8; 32];
+            let err = store.gather_exact(&idxs, &mut dst, 8).unwrap_err();
+            assert_eq!(err.code(), ErrorCode::BufferTooSmall);
+            match &err {
+                Error::RecordLength {
+                    index: i,
+                    position: p,
+                    expected: 8,
+                    found: f,
+                    ..
+                } => assert_eq!((*i, *p, *f), (index, position, found), "{err}"),
+                other => panic!("expected a record length error, got {other:?}"),
+            }
+            assert!(
+                err.to_string()
+                    .contains(&format!("record {index} is {found} bytes"))
+            );
+            assert!(dst.iter().all(|&b| b == 0xAA), "nothing is written");
+        }
+    }
 }

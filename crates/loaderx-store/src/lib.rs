@@ -3,7 +3,7 @@
 //! straight into memory it owns.
 //!
 //! * [`Store`] is the engine: `open`, `append_fixed`/`append_ragged`,
-//!   `gather`/`gather_ragged`, `lengths`, `delete`, `compact`, `stats`,
+//!   `gather`/`gather_exact`/`gather_ragged`, `lengths`, `delete`, `compact`, `stats`,
 //!   `sync`, `verify`.
 //! * [`Codec`] is a per-record compression scheme ([`Raw`], [`Deflate`] — the
 //!   default —, [`Zstd`], [`Lz4`]); [`CodecId`] picks one at run time. Reads
@@ -47,7 +47,7 @@ mod store;
 mod undo;
 
 pub use codec::{Codec, CodecId, DecodeError, Deflate, Lz4, Raw, Zstd};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;
 pub use loaderx_format::{MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS};
 pub use store::{OpenOptions, Stats, Store};

@@ -256,6 +256,16 @@ impl Source for Gated {
         self.inner.gather(idxs, dst, stride)
     }
 
+    fn gather_exact(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        item_len: usize,
+    ) -> loaderx_store::Result<()> {
+        self.pass();
+        self.inner.gather_exact(idxs, dst, item_len)
+    }
+
     fn gather_ragged(
         &self,
         idxs: &[u64],

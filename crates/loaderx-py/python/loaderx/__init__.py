@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from . import _native
 from ._sampler import Sampler
-from ._zrecord import CODECS, MAX_RECORD_LEN, Zrecord, ZrecordError
+from ._zrecord import CODECS, ERROR_CODES, MAX_RECORD_LEN, Zrecord, ZrecordError
 from .dataloader import DataLoader
 from .dataset import Dataset
 
-__version__ = "0.6.0"
+#: The package version, as Cargo builds the native module.
+__version__: str = _native.__version__
 
 __all__ = [
     "CODECS",
+    "ERROR_CODES",
     "DataLoader",
     "Dataset",
     "MAX_RECORD_LEN",

@@ -2,6 +2,7 @@ from . import _lib as _lib
 from . import _native as _native
 from ._sampler import Sampler as Sampler
 from ._zrecord import CODECS as CODECS
+from ._zrecord import ERROR_CODES as ERROR_CODES
 from ._zrecord import MAX_RECORD_LEN as MAX_RECORD_LEN
 from ._zrecord import Zrecord as Zrecord
 from ._zrecord import ZrecordError as ZrecordError
@@ -11,6 +12,7 @@ from .dataset import Dataset as Dataset
 __version__: str
 __all__ = [
     "CODECS",
+    "ERROR_CODES",
     "DataLoader",
     "Dataset",
     "MAX_RECORD_LEN",

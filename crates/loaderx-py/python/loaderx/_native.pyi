@@ -1,15 +1,17 @@
 """The native extension: the store engine and the sampler, GIL released."""
 
-from typing import Final, final
+from collections.abc import Mapping
+from typing import Any, Final, final
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Store", "Sampler", "Loader", "MAX_RECORD_LEN", "CODECS", "__version__"]
+__all__ = ["Store", "Sampler", "Loader", "MAX_RECORD_LEN", "CODECS", "ERROR_CODES", "__version__"]
 
 __version__: str
 MAX_RECORD_LEN: Final[int]
 CODECS: dict[str, int]
+ERROR_CODES: dict[int, tuple[str, str]]
 
 @final
 class Store:
@@ -20,7 +22,7 @@ class Store:
     def sync(self) -> None: ...
     def lengths(self, idxs: npt.NDArray[np.uint64], out: npt.NDArray[np.uint32]) -> None: ...
     def gather(self, idxs: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], stride: int) -> None: ...
-    def gather_fixed(
+    def gather_exact(
         self, idxs: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], item_len: int
     ) -> None: ...
     def gather_var(
@@ -31,7 +33,7 @@ class Store:
         self,
         src: npt.NDArray[np.uint8],
         offsets: npt.NDArray[np.uint64],
-        lens: npt.NDArray[np.uint32],
+        lens: npt.NDArray[np.uint64],
         codec: str,
     ) -> int: ...
     def delete(self, idxs: npt.NDArray[np.uint64]) -> None: ...
@@ -55,17 +57,8 @@ class Sampler:
     def local_batch_size(self) -> int: ...
     @property
     def step(self) -> int: ...
-    def state(self) -> tuple[int, int, int, int, int, int, int]: ...
-    def restore(
-        self,
-        seed: int,
-        mode: int,
-        length: int,
-        batch_size: int,
-        step: int,
-        rank: int,
-        world_size: int,
-    ) -> None: ...
+    def state(self) -> dict[str, int]: ...
+    def restore(self, state: Mapping[str, Any]) -> None: ...
 
 @final
 class Loader:
@@ -91,17 +84,8 @@ class Loader:
         ]
         | None
     ): ...
-    def state(self) -> tuple[int, int, int, int, int, int, int]: ...
-    def restore(
-        self,
-        seed: int,
-        mode: int,
-        length: int,
-        batch_size: int,
-        step: int,
-        rank: int,
-        world_size: int,
-    ) -> None: ...
+    def state(self) -> dict[str, int]: ...
+    def restore(self, state: Mapping[str, Any]) -> None: ...
     @property
     def local_batch_size(self) -> int: ...
     @property

@@ -91,31 +91,18 @@ class Sampler:
         return int(self._native.step)
 
     def state_dict(self) -> dict[str, int]:
-        """A small dict of ints that :meth:`load_state_dict` resumes from."""
-        seed, mode, length, batch_size, step, rank, world_size = self._native.state()
-        return {
-            "seed": seed,
-            "mode": mode,
-            "length": length,
-            "batch_size": batch_size,
-            "step": step,
-            "rank": rank,
-            "world_size": world_size,
-        }
+        """A small dict of ints that :meth:`load_state_dict` resumes from:
+        ``seed``, ``mode``, ``length``, ``batch_size``, ``step``, ``rank`` and
+        ``world_size``."""
+        state: dict[str, int] = self._native.state()
+        return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume from :meth:`state_dict`: takes its seed and step. Its length,
-        batch size and mode must match this sampler's (``ValueError`` if not);
-        its rank and world size may differ."""
-        try:
-            values = [
-                int(state[k])
-                for k in ("seed", "mode", "length", "batch_size", "step", "rank", "world_size")
-            ]
-        except KeyError as exc:
-            raise ValueError(f"sampler state has no {exc.args[0]!r} entry") from None
-        self._native.restore(*values)
-        self.seed = values[0]
+        batch size and mode must match this sampler's (``ValueError`` if not,
+        or if an entry is missing); its rank and world size may differ."""
+        self._native.restore(state)
+        self.seed = self._native.state()["seed"]
 
     def __iter__(self) -> Sampler:
         return self

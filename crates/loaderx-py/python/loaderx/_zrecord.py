@@ -26,16 +26,19 @@ _SIZE_MAX = sys.maxsize * 2 + 1
 #: ``raw`` and ``flate`` are readable by loaderx 0.5.x; ``zstd`` and ``lz4`` are ours.
 CODECS: dict[str, int] = dict(_native.CODECS)
 
-_MEANINGS = {
-    -1: "out of memory",
-    -2: "file I/O failed",
-    -3: "index out of range",
-    -4: f"record exceeds the {MAX_RECORD_LEN} byte limit",
-    -5: "store is full",
-    -6: "buffer too small",
-    -7: "stored record failed to decode",
-    -8: "not a zrecord store, or written by an unsupported version",
+#: ``{code: (name, meaning)}`` for every stable error code, as the store
+#: engine defines them (``loaderx._native.ERROR_CODES``).
+ERROR_CODES: dict[int, tuple[str, str]] = {
+    int(code): (str(name), str(meaning)) for code, (name, meaning) in _native.ERROR_CODES.items()
 }
+_CODE_OF = {name: code for code, (name, _meaning) in ERROR_CODES.items()}
+
+# The codes this layer raises itself, for inputs that cannot reach the
+# engine (negative or oversized Python integers).
+_INDEX_OUT_OF_RANGE = _CODE_OF["INDEX_OUT_OF_RANGE"]
+_RECORD_SIZE = _CODE_OF["RECORD_SIZE"]
+# The code of a gather that met a record of the wrong size.
+_BUFFER_TOO_SMALL = _CODE_OF["BUFFER_TOO_SMALL"]
 
 
 _C = TypeVar("_C", bound="_Closing")
@@ -63,30 +66,34 @@ class _Closing:
 class ZrecordError(RuntimeError):
     """A store operation failed.
 
-    ``code`` is one of the stable negative codes:
+    ``code`` is one of the stable negative codes of :data:`ERROR_CODES`
+    (the table below is generated from it):
 
-    ==== ======================================================
-    -1   out of memory
-    -2   file I/O failed
-    -3   index out of range
-    -4   record exceeds the 1 MiB limit (also: a zero-length record)
-    -5   store is full
-    -6   buffer too small (destination/source does not fit the geometry)
-    -7   stored record failed to decode
-    -8   not a store, or written by an unsupported version
-    ==== ======================================================
+{table}
     """
 
     code: int
 
     def __init__(self, code: int, message: str | None = None) -> None:
         code = int(code)
-        meaning = _MEANINGS.get(code, f"unknown zrecord error {code}")
+        known = ERROR_CODES.get(code)
+        meaning = known[1] if known else f"unknown zrecord error {code}"
         super().__init__(meaning if message is None else message)
         self.code = code
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.code, str(self)))
+
+
+def _code_table() -> str:
+    width = max(len(meaning) for _name, meaning in ERROR_CODES.values())
+    rule = f"    ==== {'=' * width}"
+    rows = [f"    {code:<4} {meaning}" for code, (_name, meaning) in sorted(ERROR_CODES.items(), reverse=True)]
+    return "\n".join([rule, *rows, rule])
+
+
+if ZrecordError.__doc__:
+    ZrecordError.__doc__ = ZrecordError.__doc__.replace("{table}", _code_table())
 
 
 def _check_codec(codec: str) -> str:
@@ -151,7 +158,7 @@ def _as_indices(
                 value += wrap
             if value >= 1 << 64:
                 raise ZrecordError(
-                    -3, f"{noun} {value} at position {pos} of {what} is out of range"
+                    _INDEX_OUT_OF_RANGE, f"{noun} {value} at position {pos} of {what} is out of range"
                 )
             values.append(value)
         return np.array(values, dtype=np.uint64)
@@ -160,9 +167,11 @@ def _as_indices(
 
 def _negative(value: int, pos: int, what: str, noun: str, wrap: int | None) -> ZrecordError:
     if wrap is None:
-        return ZrecordError(-3, f"{noun} {value} at position {pos} of {what} is negative")
+        return ZrecordError(
+            _INDEX_OUT_OF_RANGE, f"{noun} {value} at position {pos} of {what} is negative"
+        )
     return ZrecordError(
-        -3, f"{noun} {value} at position {pos} of {what} is out of range for {wrap} records"
+        _INDEX_OUT_OF_RANGE, f"{noun} {value} at position {pos} of {what} is out of range for {wrap} records"
     )
 
 
@@ -258,6 +267,20 @@ class Zrecord(_Closing):
         stride = min(_count(stride, "stride"), _SIZE_MAX)
         self._live().gather(idxs, view, stride)
 
+    def gather_exact(self, idxs: Any, dst: Any, item_len: int) -> None:
+        """Like :meth:`gather` with ``stride=item_len``, but every record must
+        be exactly `item_len` bytes: otherwise ``ZrecordError`` with code -6
+        naming the record, and nothing is written."""
+        idxs = _as_indices(idxs)
+        view = _byte_view(dst, "dst", writable=True)
+        item_len = min(_count(item_len, "item_len"), _SIZE_MAX)
+        self._live().gather_exact(idxs, view, item_len)
+
+    def native_store(self) -> _native.Store:
+        """The native store this handle wraps (``ValueError`` once closed):
+        what a native loader gathers from, through the same lock."""
+        return self._live()
+
     def gather_var(self, idxs: Any, dst: Any, offsets: Any) -> None:
         """Decode record ``idxs[i]`` into `dst` at byte ``offsets[i]``, in place."""
         idxs = _as_indices(idxs)
@@ -277,7 +300,7 @@ class Zrecord(_Closing):
         item_len = _count(item_len, "item_len")
         if n and item_len > _SIZE_MAX:
             raise ZrecordError(
-                -4,
+                _RECORD_SIZE,
                 f"record 0 of the batch is {item_len} bytes, over the {MAX_RECORD_LEN} byte limit",
             )
         # `n` past size_t cannot fit any source: the engine finds the first
@@ -290,17 +313,11 @@ class Zrecord(_Closing):
         view = _byte_view(src, "src", writable=False)
         offsets = _as_u64(offsets, "offsets")
         lens64 = _as_u64(lens, "lens")
-        if lens64.size and int(lens64.max()) > 0xFFFFFFFF:
-            pos = int(np.argmax(lens64))
-            raise ZrecordError(
-                -4, f"record {pos} of the batch is {int(lens64[pos])} bytes, over the "
-                f"{MAX_RECORD_LEN} byte limit"
-            )
         if offsets.size != lens64.size:
             raise ValueError(
                 f"offsets and lens must have the same length, got {offsets.size} and {lens64.size}"
             )
-        return self._live().append_var(view, offsets, lens64.astype(np.uint32), codec)
+        return self._live().append_var(view, offsets, lens64, codec)
 
     def delete(self, idxs: Any) -> None:
         """Remove records; the tail moves into each hole so ``0..len`` stays dense.

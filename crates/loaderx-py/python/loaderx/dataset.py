@@ -19,7 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from . import _native
 from ._zrecord import (
+    _BUFFER_TOO_SMALL,
+    _INDEX_OUT_OF_RANGE,
     CODECS,
     MAX_RECORD_LEN,
     Zrecord,
@@ -173,7 +176,9 @@ class Dataset(_Closing):
             n = len(self)
             if i < 0:
                 if i + n < 0:
-                    raise ZrecordError(-3, f"index {i} is out of range for a dataset of {n} samples")
+                    raise ZrecordError(
+                        _INDEX_OUT_OF_RANGE, f"index {i} is out of range for a dataset of {n} samples"
+                    )
                 i += n
             return self.__getitems__(np.array([i], dtype=np.uint64))[0]
         if isinstance(idx, slice):
@@ -216,15 +221,24 @@ class Dataset(_Closing):
         out = np.empty((idx64.size, *self.shape), dtype=self.dtype)
         try:
             # Every record must be exactly one sample: never a half-filled row.
-            store._live().gather_fixed(idx64, out.reshape(-1).view(np.uint8), self._itemsize)
+            store.gather_exact(idx64, out.reshape(-1).view(np.uint8), self._itemsize)
         except ZrecordError as exc:
-            if exc.code != -6:
+            if exc.code != _BUFFER_TOO_SMALL:
                 raise
             raise ZrecordError(
-                -6, f"{exc}; {self.path / SCHEMA} describes samples of "
+                exc.code, f"{exc}; {self.path / SCHEMA} describes samples of "
                 f"{self.dtype.str}{list(self.shape)}"
             ) from None
         return out
+
+    def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None:
+        """``(name, native store, bytes per sample)`` for the native loader to
+        gather this dataset's samples itself, or ``None`` when it cannot: a
+        subclass overriding :meth:`__getitems__` (its batches must come from
+        that method), or a closed dataset."""
+        if type(self).__getitems__ is not Dataset.__getitems__ or self._store is None:
+            return None
+        return (name, self._store.native_store(), self._itemsize)
 
     def __iter__(self) -> Any:
         for i in range(len(self)):

@@ -1,0 +1,134 @@
+"""The pure-Python engine: serves any object with ``__len__`` and
+``__getitems__`` (the slower path of :class:`~loaderx.DataLoader`).
+
+Python worker threads draw each step's indices from the :class:`Sampler`,
+call ``__getitems__`` on both sets and ``transform`` on the pair, and park
+the result in a window of ``prefetch`` batches; ``next()`` hands them out in
+sampler order. The engine holds no reference to the DataLoader, so dropping
+the loader runs its finalizer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+from ._engine import FORKED_MESSAGE, POLL, forked
+from ._sampler import Sampler
+
+
+class PyEngine:
+    """Worker threads over duck-typed datasets; see the module docstring."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        labelset: Any,
+        sampler: Sampler,
+        transform: Callable[[Any], Any],
+        prefetch: int,
+        workers: int,
+    ) -> None:
+        self.dataset = dataset
+        self.labelset = labelset
+        self.sampler = sampler
+        self.transform = transform
+        self.prefetch = prefetch
+        self.workers = workers
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self.threads: list[threading.Thread] = []
+        self._start()
+
+    def _start(self) -> None:
+        """Start workers from the sampler's current step."""
+        self.base_step = self.sampler.step
+        self.stopped = False
+        self.issued = 0  # sequence number of the next batch to draw
+        self.delivered = 0  # sequence number the consumer waits for
+        self.ready: dict[int, tuple[bool, Any]] = {}
+        self.threads = [
+            threading.Thread(target=self._work, name=f"loaderx-worker-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _work(self) -> None:
+        cond = self.cond
+        while True:
+            with cond:
+                while not self.stopped and self.issued >= self.delivered + self.prefetch:
+                    cond.wait(POLL)
+                if self.stopped:
+                    return
+                seq = self.issued
+                try:
+                    idxs = self.sampler.next()
+                except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                    self.issued += 1
+                    self.ready[seq] = (False, exc)
+                    cond.notify_all()
+                    continue
+                self.issued += 1
+            try:
+                data, label = self.transform(
+                    (self.dataset.__getitems__(idxs), self.labelset.__getitems__(idxs))
+                )
+                item: tuple[bool, Any] = (True, {"data": data, "label": label})
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                item = (False, exc)
+            with cond:
+                if self.stopped:
+                    return
+                self.ready[seq] = item
+                cond.notify_all()
+
+    def next(self) -> dict[str, Any]:
+        if os.getpid() != self.pid:
+            raise RuntimeError(FORKED_MESSAGE)
+        cond = self.cond
+        with cond:
+            while True:
+                if self.stopped:
+                    raise StopIteration
+                if self.delivered in self.ready:
+                    ok, value = self.ready.pop(self.delivered)
+                    self.delivered += 1
+                    cond.notify_all()
+                    break
+                cond.wait(POLL)
+        if not ok:
+            raise value
+        batch: dict[str, Any] = value
+        return batch
+
+    def state(self) -> dict[str, int]:
+        with self.cond:
+            state = self.sampler.state_dict()
+            state["step"] = self.base_step + self.delivered
+        return state
+
+    def restore(self, state: dict[str, int]) -> None:
+        current = self.state()
+        self.close()
+        try:
+            self.sampler.load_state_dict(state)
+        except BaseException:
+            self.sampler.load_state_dict(current)  # resume where we were
+            raise
+        finally:
+            self._start()
+
+    def close(self) -> None:
+        if forked(self.pid):
+            return
+        with self.cond:
+            self.stopped = True
+            self.ready.clear()
+            self.cond.notify_all()
+        current = threading.current_thread()
+        for thread in self.threads:
+            if thread is not current:
+                thread.join()

@@ -1,0 +1,104 @@
+"""The transform stage: runs a non-identity ``transform`` on the native
+engine's batches on its own thread, ``prefetch`` batches ahead and in
+sampler order, so the consumer only pops ready batches. An exception the
+transform raises is handed out by ``next()`` in that batch's place.
+
+The stage is itself an engine (``next``/``state``/``restore``/``close``)
+wrapping the native one; it holds no reference to the DataLoader.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+from ._engine import FORKED_MESSAGE, POLL, forked
+from ._nativeengine import NativeEngine
+
+
+class TransformStage:
+    """``transform`` applied to a native engine's batches on a stage thread."""
+
+    def __init__(self, source: NativeEngine, transform: Callable[[Any], Any], prefetch: int) -> None:
+        self.source = source
+        self.transform = transform
+        self.prefetch = prefetch
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self._start()
+
+    def _start(self) -> None:
+        self.items: list[tuple[int, bool, Any]] = []
+        self.stopped = False
+        self.next_step = self.source.state()["step"]  # of the batch next() returns next
+        self.thread = threading.Thread(target=self._run, name="loaderx-transform", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        cond = self.cond
+        while True:
+            with cond:
+                while not self.stopped and len(self.items) >= self.prefetch:
+                    cond.wait(POLL)
+                if self.stopped:
+                    return
+            step = -1
+            try:
+                got = self.source.next_with_step()
+                if got is None:  # the native loader was closed
+                    return
+                step, pair = got
+                item: tuple[int, bool, Any] = (step, True, self.transform(pair))
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                item = (step, False, exc)
+            with cond:
+                if self.stopped:
+                    return
+                self.items.append(item)
+                cond.notify_all()
+
+    def next(self) -> dict[str, Any]:
+        if os.getpid() != self.pid:
+            raise RuntimeError(FORKED_MESSAGE)
+        cond = self.cond
+        with cond:
+            while not self.items:
+                if self.stopped:
+                    raise StopIteration
+                cond.wait(POLL)
+            step, ok, value = self.items.pop(0)
+            if step >= 0:
+                self.next_step = step + 1
+            cond.notify_all()
+        if not ok:
+            raise value
+        data, label = value
+        return {"data": data, "label": label}
+
+    def state(self) -> dict[str, int]:
+        state = self.source.state()
+        with self.cond:
+            state["step"] = self.next_step
+        return state
+
+    def restore(self, state: dict[str, int]) -> None:
+        self._stop()
+        try:
+            self.source.restore(state)
+        finally:
+            self._start()
+
+    def _stop(self) -> None:
+        if forked(self.pid):
+            return
+        with self.cond:
+            self.stopped = True
+            self.items.clear()
+            self.cond.notify_all()
+        if self.thread is not threading.current_thread():
+            self.thread.join()
+
+    def close(self) -> None:
+        self.source.close()  # wakes the stage thread if it waits in the source
+        self._stop()
