@@ -1,4 +1,5 @@
-"""What the :class:`~loaderx.DataLoader` facade needs of an engine.
+"""What the :class:`~loaderx.DataLoader` facade needs of an engine, and the
+thread machinery the two Python-thread engines share.
 
 An engine produces ``{"data": ..., "label": ...}`` batches in sampler order
 and knows where its stream stands. Three implement it: the native engine
@@ -11,6 +12,7 @@ only ever calls these four methods, whichever it holds.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Protocol
 
 #: Seconds between checks of a stop flag (and, in ``next()``, for Ctrl-C).
@@ -38,9 +40,70 @@ class Engine(Protocol):
         """Stop; idempotent; never hangs."""
 
 
-def forked(pid: int) -> bool:
-    """Whether this is a child forked after the threads of the process `pid`
-    were started. There, their lock may have been held at the fork by a
-    thread that does not exist here, so closing must not touch it (or join
-    threads that are not there): the child just stops using the object."""
-    return os.getpid() != pid
+class Threaded:
+    """Threads producing batches under one condition, for an engine that
+    hands them out in order.
+
+    A subclass implements ``_run`` (the body of each thread) and, called
+    with the condition held, ``_ready`` (is the next item there?), ``_pop``
+    (take it, as ``(ok, value)``) and ``_discard`` (drop all). Stopping never
+    hangs: the threads finish at most the batch they are on, and a consumer
+    waiting in ``_take`` gets ``StopIteration``. In a child forked after the
+    threads started, their condition may have been held at the fork by a
+    thread that does not exist there, so stopping touches nothing (the child
+    just stops using the engine) and taking raises ``RuntimeError``.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.threads: list[threading.Thread] = []
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def _pop(self) -> tuple[bool, Any]:
+        raise NotImplementedError
+
+    def _discard(self) -> None:
+        raise NotImplementedError
+
+    def _spawn(self, names: list[str]) -> None:
+        self.stopped = False
+        self.threads = [threading.Thread(target=self._run, name=n, daemon=True) for n in names]
+        for thread in self.threads:
+            thread.start()
+
+    def _take(self) -> Any:
+        """The next item, once there: its value, or the exception it failed
+        with, raised."""
+        if os.getpid() != self.pid:
+            raise RuntimeError(FORKED_MESSAGE)
+        with self.cond:
+            while True:
+                if self.stopped:
+                    raise StopIteration
+                if self._ready():
+                    break
+                self.cond.wait(POLL)
+            ok, value = self._pop()
+            self.cond.notify_all()
+        if not ok:
+            raise value
+        return value
+
+    def _stop(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        with self.cond:
+            self.stopped = True
+            self._discard()
+            self.cond.notify_all()
+        current = threading.current_thread()
+        for thread in self.threads:
+            if thread is not current:
+                thread.join()

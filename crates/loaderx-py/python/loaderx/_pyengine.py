@@ -10,15 +10,13 @@ the loader runs its finalizer.
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any, Callable
 
-from ._engine import FORKED_MESSAGE, POLL, forked
+from ._engine import POLL, Threaded
 from ._sampler import Sampler
 
 
-class PyEngine:
+class PyEngine(Threaded):
     """Worker threads over duck-typed datasets; see the module docstring."""
 
     def __init__(
@@ -30,32 +28,35 @@ class PyEngine:
         prefetch: int,
         workers: int,
     ) -> None:
+        super().__init__()
         self.dataset = dataset
         self.labelset = labelset
         self.sampler = sampler
         self.transform = transform
         self.prefetch = prefetch
         self.workers = workers
-        self.pid = os.getpid()
-        self.cond = threading.Condition()
-        self.threads: list[threading.Thread] = []
         self._start()
 
     def _start(self) -> None:
         """Start workers from the sampler's current step."""
         self.base_step = self.sampler.step
-        self.stopped = False
         self.issued = 0  # sequence number of the next batch to draw
         self.delivered = 0  # sequence number the consumer waits for
         self.ready: dict[int, tuple[bool, Any]] = {}
-        self.threads = [
-            threading.Thread(target=self._work, name=f"loaderx-worker-{i}", daemon=True)
-            for i in range(self.workers)
-        ]
-        for thread in self.threads:
-            thread.start()
+        self._spawn([f"loaderx-worker-{i}" for i in range(self.workers)])
 
-    def _work(self) -> None:
+    def _ready(self) -> bool:
+        return self.delivered in self.ready
+
+    def _pop(self) -> tuple[bool, Any]:
+        item = self.ready.pop(self.delivered)
+        self.delivered += 1
+        return item
+
+    def _discard(self) -> None:
+        self.ready.clear()
+
+    def _run(self) -> None:
         cond = self.cond
         while True:
             with cond:
@@ -86,22 +87,7 @@ class PyEngine:
                 cond.notify_all()
 
     def next(self) -> dict[str, Any]:
-        if os.getpid() != self.pid:
-            raise RuntimeError(FORKED_MESSAGE)
-        cond = self.cond
-        with cond:
-            while True:
-                if self.stopped:
-                    raise StopIteration
-                if self.delivered in self.ready:
-                    ok, value = self.ready.pop(self.delivered)
-                    self.delivered += 1
-                    cond.notify_all()
-                    break
-                cond.wait(POLL)
-        if not ok:
-            raise value
-        batch: dict[str, Any] = value
+        batch: dict[str, Any] = self._take()
         return batch
 
     def state(self) -> dict[str, int]:
@@ -112,7 +98,7 @@ class PyEngine:
 
     def restore(self, state: dict[str, int]) -> None:
         current = self.state()
-        self.close()
+        self._stop()
         try:
             self.sampler.load_state_dict(state)
         except BaseException:
@@ -122,13 +108,4 @@ class PyEngine:
             self._start()
 
     def close(self) -> None:
-        if forked(self.pid):
-            return
-        with self.cond:
-            self.stopped = True
-            self.ready.clear()
-            self.cond.notify_all()
-        current = threading.current_thread()
-        for thread in self.threads:
-            if thread is not current:
-                thread.join()
+        self._stop()

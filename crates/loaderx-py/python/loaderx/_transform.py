@@ -9,31 +9,38 @@ wrapping the native one; it holds no reference to the DataLoader.
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any, Callable
 
-from ._engine import FORKED_MESSAGE, POLL, forked
+from ._engine import POLL, Threaded
 from ._nativeengine import NativeEngine
 
 
-class TransformStage:
+class TransformStage(Threaded):
     """``transform`` applied to a native engine's batches on a stage thread."""
 
     def __init__(self, source: NativeEngine, transform: Callable[[Any], Any], prefetch: int) -> None:
+        super().__init__()
         self.source = source
         self.transform = transform
         self.prefetch = prefetch
-        self.pid = os.getpid()
-        self.cond = threading.Condition()
         self._start()
 
     def _start(self) -> None:
         self.items: list[tuple[int, bool, Any]] = []
-        self.stopped = False
         self.next_step = self.source.state()["step"]  # of the batch next() returns next
-        self.thread = threading.Thread(target=self._run, name="loaderx-transform", daemon=True)
-        self.thread.start()
+        self._spawn(["loaderx-transform"])
+
+    def _ready(self) -> bool:
+        return bool(self.items)
+
+    def _pop(self) -> tuple[bool, Any]:
+        step, ok, value = self.items.pop(0)
+        if step >= 0:
+            self.next_step = step + 1
+        return ok, value
+
+    def _discard(self) -> None:
+        self.items.clear()
 
     def _run(self) -> None:
         cond = self.cond
@@ -59,21 +66,7 @@ class TransformStage:
                 cond.notify_all()
 
     def next(self) -> dict[str, Any]:
-        if os.getpid() != self.pid:
-            raise RuntimeError(FORKED_MESSAGE)
-        cond = self.cond
-        with cond:
-            while not self.items:
-                if self.stopped:
-                    raise StopIteration
-                cond.wait(POLL)
-            step, ok, value = self.items.pop(0)
-            if step >= 0:
-                self.next_step = step + 1
-            cond.notify_all()
-        if not ok:
-            raise value
-        data, label = value
+        data, label = self._take()
         return {"data": data, "label": label}
 
     def state(self) -> dict[str, int]:
@@ -88,16 +81,6 @@ class TransformStage:
             self.source.restore(state)
         finally:
             self._start()
-
-    def _stop(self) -> None:
-        if forked(self.pid):
-            return
-        with self.cond:
-            self.stopped = True
-            self.items.clear()
-            self.cond.notify_all()
-        if self.thread is not threading.current_thread():
-            self.thread.join()
 
     def close(self) -> None:
         self.source.close()  # wakes the stage thread if it waits in the source
