@@ -5,16 +5,17 @@
 //! error codes and their meanings (`ERROR_CODES`), and the keys of a
 //! sampler state (built and read here, as a dict).
 //!
-//! Three thin classes: [`store::Store`] wraps a [`loaderx_store::Store`],
-//! [`sampler::Sampler`] a [`loaderx_sampler::Sampler`], and
-//! [`loader::Loader`] a [`loaderx_loader::Loader`] whose streams are such
+//! Three thin classes (private modules, so named rather than linked):
+//! `store::Store` wraps a [`loaderx_store::Store`], `sampler::Sampler` a
+//! [`loaderx_sampler::Sampler`], and `loader::Loader` a
+//! [`loaderx_loader::Loader`] whose streams are such
 //! stores (its workers gather through the same lock as Python callers, with
 //! no GIL). Argument checking that is cheap in Python
 //! (codec names, contiguity, writability, index dtypes) happens in the
 //! pure-Python layer (`python/loaderx/`); this module takes flat, typed NumPy
 //! arrays, releases the GIL for every call that does real work, and turns
 //! engine errors into `loaderx.ZrecordError` with their stable code
-//! ([`errors`]).
+//! (module `errors`).
 //!
 //! It never interprets record bytes, never allocates output arrays (the
 //! caller passes them in), and never holds the GIL while it waits for a lock.
