@@ -76,9 +76,15 @@ class TransformStage(Threaded):
         return state
 
     def restore(self, state: dict[str, int]) -> None:
+        current = self.state()
         self._stop()
         try:
             self.source.restore(state)
+        except BaseException:
+            # The source ran ahead by what this stage had prefetched: rewind
+            # it to the consumer's position so no batch is skipped.
+            self.source.restore(current)
+            raise
         finally:
             self._start()
 
