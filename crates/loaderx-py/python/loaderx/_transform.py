@@ -18,7 +18,9 @@ from ._nativeengine import NativeEngine
 class TransformStage(Threaded):
     """``transform`` applied to a native engine's batches on a stage thread."""
 
-    def __init__(self, source: NativeEngine, transform: Callable[[Any], Any], prefetch: int) -> None:
+    def __init__(
+        self, source: NativeEngine, transform: Callable[[Any], Any], prefetch: int
+    ) -> None:
         super().__init__()
         self.source = source
         self.transform = transform

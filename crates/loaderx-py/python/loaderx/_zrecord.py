@@ -28,9 +28,7 @@ CODECS: dict[str, int] = dict(_native.CODECS)
 
 #: ``{code: (name, meaning)}`` for every stable error code, as the store
 #: engine defines them (``loaderx._native.ERROR_CODES``).
-ERROR_CODES: dict[int, tuple[str, str]] = {
-    int(code): (str(name), str(meaning)) for code, (name, meaning) in _native.ERROR_CODES.items()
-}
+ERROR_CODES: dict[int, tuple[str, str]] = dict(_native.ERROR_CODES)
 _CODE_OF = {name: code for code, (name, _meaning) in ERROR_CODES.items()}
 
 # The codes this layer raises itself, for inputs that cannot reach the
@@ -88,7 +86,10 @@ class ZrecordError(RuntimeError):
 def _code_table() -> str:
     width = max(len(meaning) for _name, meaning in ERROR_CODES.values())
     rule = f"    ==== {'=' * width}"
-    rows = [f"    {code:<4} {meaning}" for code, (_name, meaning) in sorted(ERROR_CODES.items(), reverse=True)]
+    rows = [
+        f"    {code:<4} {meaning}"
+        for code, (_name, meaning) in sorted(ERROR_CODES.items(), reverse=True)
+    ]
     return "\n".join([rule, *rows, rule])
 
 
@@ -158,7 +159,8 @@ def _as_indices(
                 value += wrap
             if value >= 1 << 64:
                 raise ZrecordError(
-                    _INDEX_OUT_OF_RANGE, f"{noun} {value} at position {pos} of {what} is out of range"
+                    _INDEX_OUT_OF_RANGE,
+                    f"{noun} {value} at position {pos} of {what} is out of range",
                 )
             values.append(value)
         return np.array(values, dtype=np.uint64)
@@ -171,7 +173,8 @@ def _negative(value: int, pos: int, what: str, noun: str, wrap: int | None) -> Z
             _INDEX_OUT_OF_RANGE, f"{noun} {value} at position {pos} of {what} is negative"
         )
     return ZrecordError(
-        _INDEX_OUT_OF_RANGE, f"{noun} {value} at position {pos} of {what} is out of range for {wrap} records"
+        _INDEX_OUT_OF_RANGE,
+        f"{noun} {value} at position {pos} of {what} is out of range for {wrap} records",
     )
 
 

@@ -177,7 +177,8 @@ class Dataset(_Closing):
             if i < 0:
                 if i + n < 0:
                     raise ZrecordError(
-                        _INDEX_OUT_OF_RANGE, f"index {i} is out of range for a dataset of {n} samples"
+                        _INDEX_OUT_OF_RANGE,
+                        f"index {i} is out of range for a dataset of {n} samples",
                     )
                 i += n
             return self.__getitems__(np.array([i], dtype=np.uint64))[0]
