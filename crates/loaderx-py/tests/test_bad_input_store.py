@@ -168,27 +168,31 @@ def test_chunk_truncated_after_open_errors_instead_of_sigbus(tmp_path: Path, cod
     assert "0.zr entry 0:" in got["emptied"]["msg"] and "0.zr (0 bytes)" in got["emptied"]["msg"]
 
 
-def test_append_after_tail_chunk_was_cut_never_turns_lost_records_into_zeros(
+def test_append_after_the_tail_chunk_was_cut_is_refused_and_only_lost_records_fail(
     tmp_path: Path,
 ) -> None:
+    """Another process cuts 0.zr to 250 bytes under an open store: records 0
+    and 1 (bytes 0..200) are intact, 2..7 are lost. The append is refused
+    (code -8 naming the file) and adds nothing; records 0 and 1 still read
+    exactly; every lost record is a -7 error naming it, never bytes that were
+    never written (zeros)."""
     path = tmp_path / "z"
     data = make_store(path, n=8, item=100)
     with Zrecord(path) as zr:
-        os.truncate(path / "0.zr", 250)  # records 2.. lost, by another process
-        try:
+        os.truncate(path / "0.zr", 250)
+        with pytest.raises(ZrecordError) as info:
             zr.append(np.full(100, 9, np.uint8), 1, 100)
-        except ZrecordError:
-            pass  # refusing is one right answer
-        wrong = []
-        for i in range(8):
-            out = np.zeros(100, np.uint8)
-            try:
-                zr.gather([i], out, 100)
-            except ZrecordError:
-                continue  # an error is the other
-            if not np.array_equal(out, data[i]):
-                wrong.append(i)
-        assert not wrong, f"records {wrong} read back as bytes that were never written"
+        assert info.value.code == -8 and "0.zr" in str(info.value), info.value
+        assert len(zr) == 8
+        out = np.zeros((2, 100), np.uint8)
+        zr.gather([0, 1], out, 100)
+        assert np.array_equal(out, data[:2])
+        for i in range(2, 8):
+            one = np.full(100, 0xEE, np.uint8)
+            with pytest.raises(ZrecordError) as info:
+                zr.gather([i], one, 100)
+            assert info.value.code == -7 and f"entry {i}" in str(info.value), info.value
+            assert (one == 0xEE).all(), f"record {i}: bytes written before the error"
 
 
 # --- bad arguments ---------------------------------------------------------------------
