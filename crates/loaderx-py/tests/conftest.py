@@ -229,3 +229,89 @@ class Table:
         if self.fail_at is not None and self.fail_at in idxs:
             raise LookupError(f"table cannot serve index {self.fail_at}")
         return self.values[idxs]
+
+
+# --- threads that call into a loader -------------------------------------------------
+
+
+class Consumer(threading.Thread):
+    """Calls ``next(loader)`` until ``StopIteration``, counting batches. Any
+    other exception is kept in ``error`` for the test to assert on (pytest
+    would only warn about it)."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        super().__init__(name="test-consumer", daemon=True)
+        self.loader = loader
+        self.batches = 0
+        self.stopped = False
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                next(self.loader)
+                self.batches += 1
+        except StopIteration:
+            self.stopped = True
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def asleep(thread: threading.Thread) -> bool:
+    """Whether the OS thread behind `thread` is sleeping (Linux /proc): on a
+    lock, a condition or the GIL, not running."""
+    stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "S"
+
+
+def wait_until_blocked_in_next(
+    consumer: Consumer, batches: int | None, seconds: float = 60.0
+) -> None:
+    """Returns once `consumer` sits asleep in ``next()``, looking while this
+    thread sleeps (so it is not merely waiting for the GIL).
+
+    With `batches`, the test holds every worker after that many batches: the
+    consumer must have exactly that many and stay asleep, with no batch more,
+    through 5 looks 20 ms apart; next() can then only be waiting. With None
+    (the native engine, whose workers run no Python code the test could
+    hold), it must have had a batch and be asleep at one look: it loops on
+    next() and does nothing else, so that is where it sleeps.
+    """
+    deadline = time.monotonic() + seconds
+    streak = 0
+    while streak < (1 if batches is None else 5):
+        assert time.monotonic() < deadline, (
+            f"the consumer never blocked in next(): {consumer.batches} batches, "
+            f"error {consumer.error!r}"
+        )
+        assert consumer.is_alive() and consumer.error is None, consumer.error
+        time.sleep(0.02)
+        got = consumer.batches
+        fed = got >= 1 if batches is None else got == batches
+        streak = streak + 1 if fed and asleep(consumer) and consumer.batches == got else 0
+    if batches is not None:
+        assert consumer.batches == batches, f"{consumer.batches} batches, {batches} expected"
+
+
+class Gate:
+    """Lets the first `free` calls through and holds later ones until
+    ``open()``; counts the calls it holds. (Never holds one longer than a
+    minute, so a failing test cannot hang.)"""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.calls = 0
+        self.held = 0
+        self.lock = threading.Lock()
+        self.opened = threading.Event()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.calls += 1
+            hold = self.calls > self.free
+            self.held += hold
+        if hold:
+            self.opened.wait(60)
+
+    def open(self) -> None:
+        self.opened.set()

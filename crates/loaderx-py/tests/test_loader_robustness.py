@@ -14,10 +14,13 @@ import pytest
 from conftest import (
     CLOSE_BOUND,
     CODEC,
+    Consumer,
+    Gate,
     Table,
     close_within,
     read_entry,
     tagged,
+    wait_until_blocked_in_next,
     write_entry,
 )
 
@@ -118,7 +121,6 @@ STATES = [
     "fresh",
     "full queue, no consumer",
     "mid-iteration",
-    "consumer blocked in next()",
     "after an error",
 ]
 
@@ -141,33 +143,71 @@ def test_close_returns_promptly_in_every_state(pair: Any, engine: str, state: st
             if seen == 3:
                 close_within(loader)  # from inside the loop
         assert seen == 3  # the loop ended with StopIteration right after
-    elif state == "consumer blocked in next()":
-        loader = make_loader(pair, engine, num_workers=1, prefetch_size=1)
-        entered = threading.Event()
-        outcome: list[str] = []
-
-        def consume() -> None:
-            try:
-                while True:
-                    entered.set()
-                    next(loader)
-            except StopIteration:
-                outcome.append("stopped")
-            except BaseException as exc:  # noqa: BLE001
-                outcome.append(repr(exc))
-
-        consumer = threading.Thread(target=consume, name="test-consumer")
-        consumer.start()
-        assert entered.wait(60)
-        time.sleep(0.1)  # setup: let it get inside next()
-        close_within(loader)
-        consumer.join(CLOSE_BOUND)
-        assert not consumer.is_alive(), "the blocked consumer was not woken"
-        assert outcome == ["stopped"]
     else:
         loader = make_loader(pair, engine, failing=True)
         with pytest.raises((ZrecordError, ArithmeticError, LookupError)):
             next(loader)
         close_within(loader)
+    with pytest.raises(StopIteration):
+        next(loader)
+
+
+class HeldTable(Table):
+    """A Table whose ``__getitems__`` passes through `gate` first."""
+
+    def __init__(self, values: np.ndarray, gate: Gate) -> None:
+        super().__init__(values)
+        self.gate = gate
+
+    def __getitems__(self, idxs: Any) -> np.ndarray:
+        self.gate()
+        return super().__getitems__(idxs)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_close_wakes_a_consumer_blocked_in_next(pair: Any, engine: str) -> None:
+    """A consumer thread blocked in next() gets StopIteration from close(),
+    promptly. With the Python engine and the transform stage the test holds
+    the only worker after 2 batches, so the consumer can only be waiting when
+    close() runs, and it must be woken while the worker is still held (by
+    close, not by a batch); close() itself returns once the worker is let go.
+    The native engine's workers run no Python code to hold: there the
+    consumer is caught asleep in next() between batches."""
+    ds, ls, _ = pair
+    gate = Gate(free=2)
+    settings: dict[str, Any] = {"num_workers": 1, "batch_size": 128, "prefetch_size": 1, "mode": 0}
+    held: int | None = 2
+    if engine == "native":
+        loader = DataLoader(ds, ls, **settings)
+        held = None
+    elif engine == "native+transform":
+
+        def transform(batch: Any) -> Any:
+            gate()
+            return batch
+
+        loader = DataLoader(ds, ls, transform=transform, **settings)
+    else:
+        values = np.arange(512)
+        loader = DataLoader(HeldTable(values, gate), Table(values), **settings)
+    consumer = Consumer(loader)
+    consumer.start()
+    closer = threading.Thread(target=loader.close, name="test-closer")
+    try:
+        wait_until_blocked_in_next(consumer, held)
+        closer.start()
+        consumer.join(CLOSE_BOUND)
+        assert not consumer.is_alive(), "close() did not wake the consumer blocked in next()"
+        assert consumer.error is None, consumer.error
+        assert consumer.stopped
+        if held is not None:
+            assert consumer.batches == held and gate.held == 1, (consumer.batches, gate.held)
+    finally:
+        gate.open()
+        if closer.ident is None:  # failed before close() was called
+            close_within(loader)
+        else:
+            closer.join(CLOSE_BOUND)
+    assert not closer.is_alive(), f"DataLoader.close() did not return within {CLOSE_BOUND} s"
     with pytest.raises(StopIteration):
         next(loader)
