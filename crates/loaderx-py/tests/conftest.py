@@ -6,11 +6,22 @@ These tests run against the installed package (``maturin develop`` or
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
+
+from loaderx import DataLoader, Zrecord
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -47,3 +58,260 @@ def allocated_bytes(directory: Path | str, pattern: str = "*.zr") -> int:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+# --- the on-disk layout, damage and hardening helpers -------------------------------
+
+HEADER = struct.Struct("<4sHHII")  # magic, version, tail_chunk, tail_offset, length
+ENTRY = struct.Struct("<IIIHBB")  # offset, phys, logic, chunk_id, codec, reserved
+OFFSET, PHYS, LOGIC, CHUNK, CODEC = range(5)
+
+#: How long close() may take before the test calls it a hang. The promise is
+#: "within a second"; the margin absorbs a loaded 2-core machine.
+CLOSE_BOUND = 5.0
+
+needs_proc = pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(), reason="counts threads and fds through /proc"
+)
+
+
+def read_header(store: Path) -> list[Any]:
+    with open(store / "meta.zr", "rb") as f:
+        return list(HEADER.unpack(f.read(HEADER.size)))
+
+
+def write_header(store: Path, fields: list[Any]) -> None:
+    with open(store / "meta.zr", "r+b") as f:
+        f.write(HEADER.pack(*fields))
+
+
+def read_entry(store: Path, i: int) -> list[int]:
+    with open(store / "meta.zr", "rb") as f:
+        f.seek(HEADER.size + ENTRY.size * i)
+        return list(ENTRY.unpack(f.read(ENTRY.size)))
+
+
+def write_entry(store: Path, i: int, fields: list[int]) -> None:
+    with open(store / "meta.zr", "r+b") as f:
+        f.seek(HEADER.size + ENTRY.size * i)
+        f.write(ENTRY.pack(*fields))
+
+
+def ramps(n: int, item: int) -> np.ndarray:
+    """Record i: bytes that depend on i and on the position (compressible)."""
+    return ((np.arange(n)[:, None] * 7 + np.arange(item)[None, :] // 16) % 251).astype(np.uint8)
+
+
+def make_store(path: Path, codec: str = "raw", n: int = 8, item: int = 100) -> np.ndarray:
+    data = ramps(n, item)
+    with Zrecord(path, codec=codec) as zr:
+        zr.append(data, n, item)
+        zr.sync()
+    return data
+
+
+BLOCK = 1 << 16
+
+
+def image(directory: Path) -> dict[str, Any]:
+    """Every file's size and contents, holes read as zeros: meta.zr is a
+    268 MB sparse file, so only its data extents are read, in 64 KiB blocks,
+    and all-zero blocks are left out."""
+    out: dict[str, Any] = {}
+    for p in sorted(directory.iterdir()):
+        if p.is_dir():
+            out[p.name] = "<dir>"
+            continue
+        with open(p, "rb") as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            blocks: dict[int, bytes] = {}
+            pos = 0
+            while pos < size:
+                try:
+                    start = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only a hole is left
+                        break
+                    raise
+                end = os.lseek(fd, start, os.SEEK_HOLE)
+                at = start - start % BLOCK
+                while at < end:
+                    f.seek(at)
+                    block = f.read(BLOCK)
+                    if block.count(0) != len(block):
+                        blocks[at] = block
+                    at += BLOCK
+                pos = max(end, at)
+            out[p.name] = (size, blocks)
+    return out
+
+
+def assert_same_image(before: dict[str, Any], after: dict[str, Any]) -> None:
+    assert sorted(before) == sorted(after), "files appeared or vanished"
+    for name in before:
+        if before[name] == after[name]:
+            continue
+        (size0, blocks0), (size1, blocks1) = before[name], after[name]
+        assert size0 == size1, f"{name} changed size: {size0} -> {size1}"
+        changed = sorted(k for k in set(blocks0) | set(blocks1) if blocks0.get(k) != blocks1.get(k))
+        pytest.fail(f"{name} changed in the 64 KiB blocks at {changed[:5]}")
+
+
+CHILD_PRELUDE = """
+import json, os, sys
+import numpy as np
+from loaderx import DataLoader, Dataset, Zrecord, ZrecordError
+
+def attempt(fn):
+    try:
+        value = fn()
+    except Exception as exc:
+        return {"ok": False, "type": type(exc).__name__, "code": getattr(exc, "code", None),
+                "msg": str(exc)}
+    return {"ok": True, "value": value}
+
+def report(**results):
+    print(json.dumps(results), flush=True)
+"""
+
+
+def run_child(code: str, *args: str) -> dict[str, Any]:
+    """Runs `code` in a fresh interpreter and returns what it reported; fails
+    (naming the signal) when the child crashes."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode < 0:
+        import signal
+
+        pytest.fail(f"the child died of {signal.Signals(-proc.returncode).name}:\n{proc.stderr}")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def close_within(loader: DataLoader, seconds: float = CLOSE_BOUND) -> None:
+    """close() on a helper thread: a hang fails the test instead of stalling it."""
+    closer = threading.Thread(target=loader.close, name="test-closer")
+    closer.start()
+    closer.join(seconds)
+    assert not closer.is_alive(), f"DataLoader.close() did not return within {seconds} s"
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class Table:
+    """Duck-typed dataset (``__len__`` + ``__getitems__``): the Python engine.
+    Optionally slow, or failing for batches that contain `fail_at`."""
+
+    def __init__(self, values: np.ndarray, delay: float = 0.0, fail_at: int | None = None) -> None:
+        self.values = values
+        self.delay = delay
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitems__(self, idxs: Any) -> np.ndarray:
+        idxs = np.asarray(idxs, dtype=np.int64)
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail_at is not None and self.fail_at in idxs:
+            raise LookupError(f"table cannot serve index {self.fail_at}")
+        return self.values[idxs]
+
+
+# --- threads that call into a loader -------------------------------------------------
+
+
+class Consumer(threading.Thread):
+    """Calls ``next(loader)`` until ``StopIteration``, counting batches. Any
+    other exception is kept in ``error`` for the test to assert on (pytest
+    would only warn about it)."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        super().__init__(name="test-consumer", daemon=True)
+        self.loader = loader
+        self.batches = 0
+        self.stopped = False
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                next(self.loader)
+                self.batches += 1
+        except StopIteration:
+            self.stopped = True
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def asleep(thread: threading.Thread) -> bool:
+    """Whether the OS thread behind `thread` is sleeping (Linux /proc): on a
+    lock, a condition or the GIL, not running."""
+    stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "S"
+
+
+def wait_until_blocked_in_next(
+    consumer: Consumer, batches: int | None, seconds: float = 60.0
+) -> None:
+    """Returns once `consumer` sits asleep in ``next()``, looking while this
+    thread sleeps (so it is not merely waiting for the GIL).
+
+    With `batches`, the test holds every worker after that many batches: the
+    consumer must have exactly that many and stay asleep, with no batch more,
+    through 5 looks 20 ms apart; next() can then only be waiting. With None
+    (the native engine, whose workers run no Python code the test could
+    hold), it must have had a batch and be asleep at one look: it loops on
+    next() and does nothing else, so that is where it sleeps.
+    """
+    deadline = time.monotonic() + seconds
+    streak = 0
+    while streak < (1 if batches is None else 5):
+        assert time.monotonic() < deadline, (
+            f"the consumer never blocked in next(): {consumer.batches} batches, "
+            f"error {consumer.error!r}"
+        )
+        assert consumer.is_alive() and consumer.error is None, consumer.error
+        time.sleep(0.02)
+        got = consumer.batches
+        fed = got >= 1 if batches is None else got == batches
+        streak = streak + 1 if fed and asleep(consumer) and consumer.batches == got else 0
+    if batches is not None:
+        assert consumer.batches == batches, f"{consumer.batches} batches, {batches} expected"
+
+
+class Gate:
+    """Lets the first `free` calls through and holds later ones until
+    ``open()``; counts the calls it holds. (Never holds one longer than a
+    minute, so a failing test cannot hang.)"""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.calls = 0
+        self.held = 0
+        self.lock = threading.Lock()
+        self.opened = threading.Event()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.calls += 1
+            hold = self.calls > self.free
+            self.held += hold
+        if hold:
+            self.opened.wait(60)
+
+    def open(self) -> None:
+        self.opened.set()

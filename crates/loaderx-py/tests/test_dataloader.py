@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from conftest import samples, tagged
+from conftest import Consumer, samples, tagged, wait_until_blocked_in_next
 
 from loaderx import DataLoader, Dataset, ZrecordError
 
@@ -267,22 +267,19 @@ def test_close_under_load_never_hangs(tmp_path: Path) -> None:
         loader = DataLoader(ds, ls, num_workers=4, batch_size=256, prefetch_size=2)
         next(loader)  # workers are running and the queue refills behind us
         close_within(loader)
-    # Also while the consumer is blocked in next() on another thread.
+    # Also while the consumer is blocked in next() on another thread: it is
+    # woken with StopIteration, and raises nothing else.
     loader = DataLoader(ds, ls, num_workers=1, batch_size=256, prefetch_size=1)
-    got: list[Any] = []
-
-    def consume() -> None:
-        try:
-            while True:
-                got.append(next(loader))
-        except StopIteration:
-            pass
-
-    consumer = threading.Thread(target=consume)
+    consumer = Consumer(loader)
     consumer.start()
-    close_within(loader)
+    try:
+        wait_until_blocked_in_next(consumer, None)
+    finally:
+        close_within(loader)
     consumer.join(60)
-    assert not consumer.is_alive()
+    assert not consumer.is_alive(), "close() did not wake the consumer"
+    assert consumer.error is None, consumer.error
+    assert consumer.stopped and consumer.batches >= 1
 
 
 @needs_proc

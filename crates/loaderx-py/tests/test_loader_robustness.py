@@ -1,0 +1,213 @@
+"""DataLoader robustness across its three engines (native, native with a
+transform, Python threads): a failed batch raises in its place and the loader
+goes on; close() returns promptly in every state."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import (
+    CLOSE_BOUND,
+    CODEC,
+    Consumer,
+    Gate,
+    Table,
+    close_within,
+    read_entry,
+    tagged,
+    wait_until_blocked_in_next,
+    write_entry,
+)
+
+from loaderx import DataLoader, Dataset, ZrecordError
+
+
+ENGINES = ["native", "native+transform", "python"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Data (4 KB compressible records, so gathers take a moment) and labels,
+    plus a copy of the data whose entry 0 is damaged."""
+    root = tmp_path_factory.mktemp("pair")
+    data = np.random.default_rng(0).integers(0, 4, (512, 1024), dtype=np.int32)
+    for name in ("d", "bad"):
+        Dataset.write(root / name, data).close()
+    entry = read_entry(root / "bad", 0)
+    entry[CODEC] = 9
+    write_entry(root / "bad", 0, entry)
+    Dataset.write(root / "l", np.arange(512)).close()
+    with Dataset(root / "d") as ds, Dataset(root / "l") as ls, Dataset(root / "bad") as bad:
+        yield ds, ls, bad
+
+
+def _sleepy(batch: Any) -> Any:
+    time.sleep(0.02)
+    return batch
+
+
+def _boom(batch: Any) -> Any:
+    raise ArithmeticError("transform failed")
+
+
+def make_loader(pair: Any, engine: str, failing: bool = False, **kwargs: Any) -> DataLoader:
+    """The three engines; slow enough that a consumer really waits, and
+    failing from the first batch when asked."""
+    ds, ls, bad = pair
+    kwargs = {"num_workers": 2, "batch_size": 128, "prefetch_size": 2, "mode": 0, **kwargs}
+    if engine == "native":
+        return DataLoader(bad if failing else ds, ls, **kwargs)
+    if engine == "native+transform":
+        return DataLoader(ds, ls, transform=_boom if failing else _sleepy, **kwargs)
+    values = np.arange(512)
+    data = Table(values, delay=0.02, fail_at=0 if failing else None)
+    return DataLoader(data, Table(values), **kwargs)
+
+
+@pytest.mark.parametrize("engine", ["native", "native+transform", "python+transform", "python"])
+def test_a_failed_batch_raises_in_its_place_and_the_loader_goes_on(
+    tmp_path: Path, engine: str
+) -> None:
+    """Batch 2 (indices 8..11) fails: by a damaged record (native), by the
+    transform, or by ``__getitems__`` (python); batches 0, 1, 3, 4 arrive
+    in order around the error."""
+    ds = Dataset.write(tmp_path / "d", tagged(40, 8))
+    ls = Dataset.write(tmp_path / "l", np.arange(40))
+    kwargs: dict[str, Any] = {"num_workers": 2, "batch_size": 4, "mode": 0}
+
+    def failing_transform(pair: tuple[Any, Any]) -> tuple[Any, Any]:
+        if 9 in pair[1]:
+            raise ArithmeticError("transform failed on label 9")
+        return pair
+
+    if engine == "native":
+        ds.close()
+        entry = read_entry(tmp_path / "d", 9)
+        entry[CODEC] = 9
+        write_entry(tmp_path / "d", 9, entry)
+        ds = Dataset(tmp_path / "d")
+        loader = DataLoader(ds, ls, **kwargs)
+        expected: tuple[type[BaseException], str] = (ZrecordError, "meta.zr entry 9")
+    elif engine.endswith("+transform"):
+        data = ds if engine.startswith("native") else Table(ds[:])
+        loader = DataLoader(data, ls, transform=failing_transform, **kwargs)
+        expected = (ArithmeticError, "label 9")
+    else:
+        loader = DataLoader(Table(ds[:], fail_at=9), ls, **kwargs)
+        expected = (LookupError, "index 9")
+    try:
+        assert next(loader)["label"].tolist() == [0, 1, 2, 3]
+        assert next(loader)["label"].tolist() == [4, 5, 6, 7]
+        with pytest.raises(expected[0], match=expected[1]) as info:
+            next(loader)
+        if isinstance(info.value, ZrecordError):
+            assert info.value.code == -7 and 'stream "data", batch 2' in str(info.value)
+        assert next(loader)["label"].tolist() == [12, 13, 14, 15]
+        batch = next(loader)
+        assert batch["label"].tolist() == [16, 17, 18, 19]
+        assert np.array_equal(batch["data"][:, 0], batch["label"])
+    finally:
+        close_within(loader)
+        ds.close()
+        ls.close()
+
+
+STATES = [
+    "fresh",
+    "full queue, no consumer",
+    "mid-iteration",
+    "after an error",
+]
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_close_returns_promptly_in_every_state(pair: Any, engine: str, state: str) -> None:
+    if state == "fresh":
+        loader = make_loader(pair, engine)
+        close_within(loader)
+    elif state == "full queue, no consumer":
+        loader = make_loader(pair, engine)
+        next(loader)
+        time.sleep(0.3)  # setup, not a measurement: let the workers fill the queue
+        close_within(loader)
+    elif state == "mid-iteration":
+        loader = make_loader(pair, engine)
+        seen = 0
+        for seen, _batch in enumerate(loader, 1):
+            if seen == 3:
+                close_within(loader)  # from inside the loop
+        assert seen == 3  # the loop ended with StopIteration right after
+    else:
+        loader = make_loader(pair, engine, failing=True)
+        with pytest.raises((ZrecordError, ArithmeticError, LookupError)):
+            next(loader)
+        close_within(loader)
+    with pytest.raises(StopIteration):
+        next(loader)
+
+
+class HeldTable(Table):
+    """A Table whose ``__getitems__`` passes through `gate` first."""
+
+    def __init__(self, values: np.ndarray, gate: Gate) -> None:
+        super().__init__(values)
+        self.gate = gate
+
+    def __getitems__(self, idxs: Any) -> np.ndarray:
+        self.gate()
+        return super().__getitems__(idxs)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_close_wakes_a_consumer_blocked_in_next(pair: Any, engine: str) -> None:
+    """A consumer thread blocked in next() gets StopIteration from close(),
+    promptly. With the Python engine and the transform stage the test holds
+    the only worker after 2 batches, so the consumer can only be waiting when
+    close() runs, and it must be woken while the worker is still held (by
+    close, not by a batch); close() itself returns once the worker is let go.
+    The native engine's workers run no Python code to hold: there the
+    consumer is caught asleep in next() between batches."""
+    ds, ls, _ = pair
+    gate = Gate(free=2)
+    settings: dict[str, Any] = {"num_workers": 1, "batch_size": 128, "prefetch_size": 1, "mode": 0}
+    held: int | None = 2
+    if engine == "native":
+        loader = DataLoader(ds, ls, **settings)
+        held = None
+    elif engine == "native+transform":
+
+        def transform(batch: Any) -> Any:
+            gate()
+            return batch
+
+        loader = DataLoader(ds, ls, transform=transform, **settings)
+    else:
+        values = np.arange(512)
+        loader = DataLoader(HeldTable(values, gate), Table(values), **settings)
+    consumer = Consumer(loader)
+    consumer.start()
+    closer = threading.Thread(target=loader.close, name="test-closer")
+    try:
+        wait_until_blocked_in_next(consumer, held)
+        closer.start()
+        consumer.join(CLOSE_BOUND)
+        assert not consumer.is_alive(), "close() did not wake the consumer blocked in next()"
+        assert consumer.error is None, consumer.error
+        assert consumer.stopped
+        if held is not None:
+            assert consumer.batches == held and gate.held == 1, (consumer.batches, gate.held)
+    finally:
+        gate.open()
+        if closer.ident is None:  # failed before close() was called
+            close_within(loader)
+        else:
+            closer.join(CLOSE_BOUND)
+    assert not closer.is_alive(), f"DataLoader.close() did not return within {CLOSE_BOUND} s"
+    with pytest.raises(StopIteration):
+        next(loader)
