@@ -80,7 +80,7 @@ GEN_CHUNK = 1000  # records per independently seeded generator block
 GEN_VERSION = 1  # bump when generate() changes, to invalidate stored data
 
 SAMPLER_SPACE = 1_000_000
-SAMPLER_BATCHES = (256, 1024, 8192)
+SAMPLER_BATCHES: tuple[int, ...] = (256, 1024, 8192)
 
 GATHER_BATCH = 256
 GATHER_BATCHES = 200
