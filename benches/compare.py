@@ -22,11 +22,30 @@ interpreter of a venv holding loaderx 0.5.4 (``--original-python``; default
 as a subprocess (``--impl original --json -``), alternating the loader rounds
 between the two, and prints one set of tables with ratios against 0.5.4.
 
+Writes are measured interleaved too (every contender once per round), with
+the page cache written back and dropped before each write
+(``sync; echo 3 > /proc/sys/vm/drop_caches``) when the process may; when it
+may not, a note says so and the JSON records it. The loader section checks
+the contents of its batches against direct reads of the stores, not only
+their shapes.
+
+``--smoke`` shrinks everything (2,000 records, one short round, no page
+cache dropping) to check in seconds that the script and the tables work;
+its figures mean nothing.
+
+The tables are rendered by ``benches/tables.py`` from the JSON alone
+(``--json``); ``--criterion-dir`` adds the criterion estimates of the Rust
+benches to that JSON. ``cargo xtask bench`` keeps its run in
+``docs/bench/latest.json`` and regenerates the docs' tables from it with
+``tables.py --write``.
+
 Runs under either package; needs nothing beyond NumPy. Usage::
 
     .venv/bin/python benches/compare.py all
     .venv/bin/python benches/compare.py sampler store --json out.json
+    .venv/bin/python benches/compare.py all --smoke
     target/compat-venv/bin/python benches/compare.py loader --impl original
+    python3 benches/tables.py docs/bench/latest.json --write
 """
 
 from __future__ import annotations
@@ -48,6 +67,7 @@ from typing import Any, Callable
 import numpy as np
 
 import loaderx
+from tables import collect_criterion, report
 
 # ----------------------------------------------------------------- workload
 
@@ -60,7 +80,7 @@ GEN_CHUNK = 1000  # records per independently seeded generator block
 GEN_VERSION = 1  # bump when generate() changes, to invalidate stored data
 
 SAMPLER_SPACE = 1_000_000
-SAMPLER_BATCHES = (256, 1024, 8192)
+SAMPLER_BATCHES: tuple[int, ...] = (256, 1024, 8192)
 
 GATHER_BATCH = 256
 GATHER_BATCHES = 200
@@ -114,7 +134,37 @@ def generate(start: int, count: int) -> np.ndarray:
 
 
 def labels() -> np.ndarray:
-    return (np.arange(N_RECORDS) % 1000).astype(np.int64)
+    """Each record's label is its own index, so a batch's labels say which
+    records its data must hold."""
+    return np.arange(N_RECORDS, dtype=np.int64)
+
+
+def workload() -> dict[str, Any]:
+    """The sizes in force (``--smoke`` shrinks them), saved with the run."""
+    return {
+        "records": N_RECORDS,
+        "shape": list(SHAPE),
+        "record_bytes": RECORD_BYTES,
+        "sampler_space": SAMPLER_SPACE,
+        "sampler_batches": list(SAMPLER_BATCHES),
+        "gather_batch": GATHER_BATCH,
+        "gather_batches": GATHER_BATCHES,
+        "loader_batch": LOADER_BATCH,
+        "loader_workers": LOADER_WORKERS,
+        "loader_prefetch": LOADER_PREFETCH,
+        "loader_warmup": LOADER_WARMUP,
+        "loader_measure": LOADER_MEASURE,
+    }
+
+
+def shrink_for_smoke() -> None:
+    """``--smoke``: small enough to run in seconds."""
+    global N_RECORDS, SAMPLER_BATCHES, GATHER_BATCHES, LOADER_WARMUP, LOADER_MEASURE
+    N_RECORDS = 2 * GEN_CHUNK
+    SAMPLER_BATCHES = (256,)
+    GATHER_BATCHES = 8
+    LOADER_WARMUP = 3
+    LOADER_MEASURE = 10
 
 
 # ----------------------------------------------------------------- helpers
@@ -183,37 +233,6 @@ def time_calls(fn: Callable[[], Any], n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def fmt_time(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
-
-
-def fmt_ratio(r: float | None, bold: bool = False) -> str:
-    if r is None:
-        return "—"
-    text = f"{r:.2f}x"
-    return f"**{text}**" if bold else text
-
-
-def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
-    right = set(range(1, len(headers))) if right is None else right
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        out = []
-        for i, cell in enumerate(cells):
-            out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
-        return "| " + " | ".join(out) + " |"
-
-    sep = "|" + "|".join(
-        ("-" * (w + 1) + ":") if i in right else ("-" * (w + 2)) for i, w in enumerate(widths)
-    ) + "|"
-    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
-
-
 def machine() -> dict[str, Any]:
     model = platform.processor() or "unknown"
     try:
@@ -241,14 +260,6 @@ def machine() -> dict[str, Any]:
         "loaderx": loaderx.__version__,
         "load_1min": round(load, 2),
     }
-
-
-def machine_line(m: dict[str, Any]) -> str:
-    return (
-        f"machine: {m['nproc']} CPUs (nproc), {m['cpu_model']}, {m['system']}; "
-        f"Python {m['python']}, numpy {m['numpy']}, loaderx {m['loaderx']}; "
-        f"1-min load at start {m['load_1min']}, at end {m.get('load_1min_end', '?')}"
-    )
 
 
 # ----------------------------------------------------------------- sampler
@@ -291,22 +302,6 @@ def bench_sampler(impl: str, rounds: int) -> list[dict[str, Any]]:
     return rows
 
 
-def sampler_table(rows: list[dict[str, Any]]) -> str:
-    body = []
-    for r in rows:
-        ours = r["impl"] == "ours"
-        body.append(
-            [
-                f"**{r['name']}**" if ours else r["name"],
-                str(r["batch"]),
-                fmt_time(r["per_batch_s"]),
-                f"{r['indices_per_s'] / 1e6:.0f} M/s",
-                fmt_ratio(r["vs_default_rng"], bold=ours),
-            ]
-        )
-    return table(["sampler", "batch", "per batch", "indices", "vs default_rng"], body)
-
-
 # ----------------------------------------------------------------- stores
 
 
@@ -333,6 +328,7 @@ class Stores:
             "dtype": DTYPE.str,
             "data_seed": DATA_SEED,
             "gen_version": GEN_VERSION,
+            "labels": "record index",
             "loaderx": loaderx.__version__,
             "codecs": sorted(codecs),
         }
@@ -425,6 +421,22 @@ class Stores:
         self.commit(codecs)
 
 
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_page_cache() -> bool:
+    """``sync; echo 3 > /proc/sys/vm/drop_caches``: write back dirty pages and
+    drop the clean ones, so a write starts from the same state whatever ran
+    before it. False when the process may not (not root, or /proc read-only)."""
+    os.sync()
+    try:
+        with open(DROP_CACHES, "w") as f:
+            f.write("3\n")
+    except OSError:
+        return False
+    return True
+
+
 def read_through(path: Path) -> None:
     """Pull every file under ``path`` into the page cache."""
     files = [path] if path.is_file() else [Path(r) / n for r, _d, fs in os.walk(path) for n in fs]
@@ -435,7 +447,9 @@ def read_through(path: Path) -> None:
                 pass
 
 
-def bench_store(impl: str, data_dir: Path, rounds: int) -> list[dict[str, Any]]:
+def bench_store(impl: str, data_dir: Path, rounds: int, drop_cache: bool) -> tuple[list[dict[str, Any]], str]:
+    """The store section; also says what was done to the page cache before
+    each write: "dropped", "not permitted" or "not tried" (``--smoke``)."""
     stores = Stores(data_dir, impl)
     codecs = codecs_for(impl)
     logical = N_RECORDS * RECORD_BYTES
@@ -444,18 +458,30 @@ def bench_store(impl: str, data_dir: Path, rounds: int) -> list[dict[str, Any]]:
     array = generate(0, N_RECORDS)
     if stores.manifest.exists():
         stores.manifest.unlink()
-    write_s: dict[str, float] = {}
-    for codec in codecs:
-        write_s[f"loaderx-{codec}"] = stores.write(codec, array)
-        log(f"  wrote {codec}: {logical / MIB / write_s[f'loaderx-{codec}']:.0f} MiB/s")
+    # Writes interleaved: every contender once per round, each after a sync
+    # and a dropped page cache. The .npy is written by our run only; the
+    # original's run reads the one ours wrote, for an in-run gather ratio.
+    writers: dict[str, Callable[[], float]] = {
+        f"loaderx-{codec}": partial(stores.write, codec, array) for codec in codecs
+    }
+    if impl == "ours":
+        writers["npy-mmap"] = partial(stores.write_npy, array)
+    dropped = drop_cache
+    write_samples: dict[str, list[float]] = {name: [] for name in writers}
+    for _ in range(rounds):
+        for name, write in writers.items():
+            if drop_cache:
+                dropped = drop_page_cache() and dropped
+            write_samples[name].append(write())
+    if drop_cache and not dropped:
+        log(f"  note: could not drop the page cache ({DROP_CACHES} is not writable); writes ran without it")
+    page_cache = "not tried" if not drop_cache else "dropped" if dropped else "not permitted"
+    write_s = {name: statistics.median(v) for name, v in write_samples.items()}
+    for name, secs in write_s.items():
+        log(f"  wrote {name}: {logical / MIB / secs:.0f} MiB/s")
     stores.write_labels()
     stores.commit(codecs)
-    have_npy = True
-    if impl == "ours":
-        write_s["npy-mmap"] = stores.write_npy(array)
-    else:
-        # The original's run reads the .npy our run wrote, for an in-run ratio.
-        have_npy = stores.npy_valid()
+    have_npy = impl == "ours" or stores.npy_valid()
 
     # Open everything, warm the page cache and check the contenders agree.
     readers: dict[str, Callable[[np.ndarray], np.ndarray]] = {}
@@ -517,30 +543,11 @@ def bench_store(impl: str, data_dir: Path, rounds: int) -> list[dict[str, Any]]:
                 "size_ratio": logical / disk,
                 "gather_vs_npy": (npy_t / per_batch[name]) if npy_t else None,
                 "rounds_s": samples[name],
+                "write_rounds_s": write_samples.get(name),
             }
         )
     log("  store: done")
-    return rows
-
-
-def store_table(rows: list[dict[str, Any]]) -> str:
-    body = []
-    for r in rows:
-        label = r["name"] if r["impl"] != "original" else f"{r['name']} (0.5.4)"
-        body.append(
-            [
-                label,
-                "—" if r["write_mib_s"] is None else f"{r['write_mib_s']:.0f} MiB/s",
-                f"{r['gather_mib_s']:.0f} MiB/s",
-                fmt_time(r["per_batch_s"]),
-                fmt_ratio(r["gather_vs_npy"], bold=r["name"] == "loaderx-raw" and r["impl"] == "ours"),
-                f"{r['on_disk_bytes'] / MIB:.0f} MiB",
-                f"{r['size_ratio']:.2f}x",
-            ]
-        )
-    return table(
-        ["store", "write", "gather", "per batch", "gather vs npy", "on disk", "ratio"], body
-    )
+    return rows, page_cache
 
 
 # ----------------------------------------------------------------- loader
@@ -561,16 +568,32 @@ def measure_loader(stores: Stores, codec: str) -> dict[str, Any]:
     try:
         for _ in range(LOADER_WARMUP):
             batch = next(loader)
-        assert batch["data"].shape == (LOADER_BATCH, *SHAPE), batch["data"].shape
+            check_batch(batch, data, codec)
         t0 = time.perf_counter()
         for _ in range(LOADER_MEASURE):
             batch = next(loader)
         dt = time.perf_counter() - t0
+        check_batch(batch, data, codec)
     finally:
         loader.close()
         data.close()
         labelset.close()
     return {"codec": codec, "seconds": dt}
+
+
+def check_batch(batch: dict[str, np.ndarray], data: Any, codec: str) -> None:
+    """A loader batch holds, row by row, the records its labels name (each
+    label is its record's index), read back directly from the store."""
+    images, idx = batch["data"], batch["label"]
+    if images.shape != (LOADER_BATCH, *SHAPE) or idx.shape[0] != LOADER_BATCH:
+        raise SystemExit(f"loader {codec}: batch of shape {images.shape} with {idx.shape[0]} labels")
+    idx = np.asarray(idx).reshape(LOADER_BATCH).astype(np.uint64)
+    if idx.max() >= N_RECORDS:
+        raise SystemExit(f"loader {codec}: label {idx.max()} is not a record index below {N_RECORDS}")
+    want = np.asarray(data.__getitems__(idx)).reshape(images.shape)
+    if not np.array_equal(images, want):
+        bad = int(np.flatnonzero((images != want).reshape(LOADER_BATCH, -1).any(axis=1))[0])
+        raise SystemExit(f"loader {codec}: row {bad} is not record {idx[bad]}")
 
 
 LOADER_CODECS = ("raw", "flate")
@@ -618,25 +641,6 @@ def with_loader_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def loader_table(rows: list[dict[str, Any]]) -> str:
-    body = []
-    for r in rows:
-        ours = r["impl"] == "ours"
-        body.append(
-            [
-                f"**{r['name']}**" if ours else r["name"],
-                f"{r['batches_per_s']:.1f}",
-                fmt_time(r["per_batch_s"]),
-                f"{r['samples_per_s']:,.0f}",
-                f"{r['mib_per_s']:.0f} MiB/s",
-                fmt_ratio(r.get("vs_original"), bold=ours),
-            ]
-        )
-    return table(
-        ["loader", "batches/s", "per batch", "samples/s", "throughput", "vs 0.5.4"], body
-    )
-
-
 # ----------------------------------------------------------------- targets
 
 
@@ -663,19 +667,6 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def targets_table(rows: list[dict[str, Any]]) -> str:
-    body = [
-        [
-            r["target"],
-            f"{r['measured']:.2f}x",
-            f"{'>' if r['strict'] else '≥'} {r['goal']:.1f}x",
-            "met" if r["met"] else "**missed**",
-        ]
-        for r in rows
-    ]
-    return table(["target", "measured", "goal", "result"], body, right={1, 2})
-
-
 # ----------------------------------------------------------------- driver
 
 
@@ -686,7 +677,9 @@ def run_sections(args: argparse.Namespace, impl: str) -> dict[str, Any]:
         result["sampler"] = bench_sampler(impl, args.rounds_sampler)
     if "store" in args.sections:
         log(f"[{impl}] store")
-        result["store"] = bench_store(impl, args.data_dir, args.rounds)
+        result["store"], result["page_cache_before_writes"] = bench_store(
+            impl, args.data_dir, args.rounds, drop_cache=not args.smoke
+        )
     if "loader" in args.sections:
         log(f"[{impl}] loader")
         result["loader"] = bench_loader(impl, args.data_dir, args.rounds)
@@ -698,6 +691,7 @@ def original_cmd(args: argparse.Namespace, sections: list[str], rounds: int) -> 
         str(args.original_python),
         str(Path(__file__).resolve()),
         *sections,
+        *(["--smoke"] if args.smoke else []),
         "--impl",
         "original",
         "--data-dir",
@@ -733,6 +727,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     log(f"[original] sampler + store, via {orig_py}")
     orig = run_original(args, ["sampler", "store"], args.rounds)
     result["original_machine"] = orig["machine"]
+    result["original_page_cache_before_writes"] = orig.get("page_cache_before_writes")
     result["sampler"] += [r for r in orig["sampler"] if r["impl"] == "original"]
     result["store"] += [r for r in orig["store"] if r["impl"] == "original"]
 
@@ -748,42 +743,6 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         log(f"  loader round {i + 1}/{args.rounds}: done")
     result["loader"] = with_loader_ratios(loader_rows("ours", ours) + loader_rows("original", theirs))
     return result
-
-
-def report(result: dict[str, Any]) -> str:
-    parts = [machine_line(result["machine"])]
-    if "original_machine" in result:
-        m = result["original_machine"]
-        parts[0] += f" (0.5.4 side: Python {m['python']}, numpy {m['numpy']})"
-    if "sampler" in result:
-        parts += [
-            "",
-            f"### Sampler — IID batches over {SAMPLER_SPACE:,} indices "
-            "(median of interleaved rounds; 0.5.4's ratio is against default_rng in its own process)",
-            "",
-            sampler_table(result["sampler"]),
-        ]
-    if "store" in result:
-        parts += [
-            "",
-            f"### Store — {N_RECORDS:,} records × {RECORD_BYTES // 1024} KiB uint8{SHAPE}, "
-            f"gather of {GATHER_BATCH} random indices × {GATHER_BATCHES}, warm cache "
-            "(write includes fsync; on disk = allocated blocks; ratio = logical / on disk)",
-            "",
-            store_table(result["store"]),
-        ]
-    if "loader" in result:
-        parts += [
-            "",
-            f"### Loader — DataLoader end to end, batch {LOADER_BATCH}, {LOADER_WORKERS} workers, IID, "
-            f"identity transform, {LOADER_MEASURE} batches after {LOADER_WARMUP} warm-up "
-            "(median of rounds)",
-            "",
-            loader_table(result["loader"]),
-        ]
-    if result.get("targets"):
-        parts += ["", "### Targets", "", targets_table(result["targets"])]
-    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -817,8 +776,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds for store and loader (median)")
     parser.add_argument("--rounds-sampler", type=int, default=7, help="rounds for the sampler (median)")
     parser.add_argument("--json", dest="json_out", default=None, help="also write JSON here ('-' = stdout, tables to stderr)")
+    parser.add_argument(
+        "--criterion-dir",
+        type=Path,
+        default=None,
+        help="criterion's output directory (<target>/criterion): add its estimates to the JSON",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny data and one short round, to check the script in seconds (figures mean nothing)",
+    )
     parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        shrink_for_smoke()
 
     detected = detect_impl()
     impl = args.impl or detected
@@ -827,14 +799,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is None:
         target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
         args.data_dir = target if target.is_absolute() else REPO / target
-        args.data_dir = args.data_dir / "bench-data"
+        args.data_dir = args.data_dir / ("bench-smoke" if args.smoke else "bench-data")
     args.data_dir = args.data_dir.resolve()
     args.data_dir.mkdir(parents=True, exist_ok=True)
     if args.original_python is None:
         default = REPO / "target" / "compat-venv" / "bin" / "python"
         args.original_python = default if default.exists() else None
-    args.rounds = max(1, args.rounds)
-    args.rounds_sampler = max(1, args.rounds_sampler)
+    args.rounds = 1 if args.smoke else max(1, args.rounds)
+    args.rounds_sampler = 1 if args.smoke else max(1, args.rounds_sampler)
 
     started = time.perf_counter()
     info = machine()
@@ -851,8 +823,10 @@ def main(argv: list[str] | None = None) -> int:
         info["load_1min_end"] = round(os.getloadavg()[0], 2)
     except OSError:
         pass
-    result = {"machine": info, **result}
+    result = {"machine": info, "workload": workload(), "smoke": args.smoke, **result}
     result["targets"] = targets(result)
+    if args.criterion_dir is not None:
+        result["criterion"] = collect_criterion(args.criterion_dir)
     result["seconds"] = round(time.perf_counter() - started, 1)
 
     text = report(result) + f"\n\n(total {result['seconds']:.0f} s)\n"
@@ -864,7 +838,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(text)
         if args.json_out:
-            Path(args.json_out).write_text(json.dumps(result, indent=1) + "\n")
+            out = Path(args.json_out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

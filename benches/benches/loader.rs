@@ -35,6 +35,26 @@ fn image_store(dir: &std::path::Path, codec: CodecId) -> Arc<Store> {
     Arc::new(store)
 }
 
+/// Before timing: the loader's first batches hold exactly what a direct gather
+/// at the sampler's indices for their step gives, so the bench measures a
+/// loader that delivers the right bytes.
+fn check_batches(loader: &Loader, sampler: &Sampler, store: &Store) {
+    let mut idxs = vec![0u64; BATCH];
+    let mut want = vec![0u8; BATCH * RECORD];
+    for _ in 0..8 {
+        let batch = loader.next().unwrap();
+        sampler.indices_at(batch.step(), &mut idxs).unwrap();
+        store.gather(&idxs, &mut want, RECORD).unwrap();
+        assert_eq!(batch.len(), BATCH);
+        assert!(
+            batch.columns()[0].data() == want.as_slice(),
+            "loader batch {} differs from a direct gather",
+            batch.step()
+        );
+        loader.recycle(batch);
+    }
+}
+
 fn loader_vs_direct(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     for codec in [CodecId::Raw, CodecId::Deflate] {
@@ -59,12 +79,13 @@ fn loader_vs_direct(c: &mut Criterion) {
             })
         });
 
-        let loader = Loader::builder(sampler)
+        let loader = Loader::builder(sampler.clone())
             .stream(Stream::fixed("image", store.clone(), RECORD))
             .num_workers(4)
             .prefetch(4)
             .build()
             .unwrap();
+        check_batches(&loader, &sampler, &store);
         group.bench_function("loader", |b| {
             b.iter(|| {
                 let batch = loader.next().unwrap();

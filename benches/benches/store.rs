@@ -1,8 +1,15 @@
 //! Store throughput: append and gather for every codec, per-core decode
 //! speed, and opening a store of a million records, next to a plain memcpy
-//! of the same bytes. Figures and the machine go in docs/BENCHMARKS.md.
+//! of the same bytes. `cargo xtask bench` keeps the figures in docs/bench/.
 
-use std::{hint::black_box, time::Instant};
+use std::{
+    hint::black_box,
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Instant,
+};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use loaderx_benches::{BATCH, RECORD, image_records, random_batches, text_record, token_record};
@@ -17,42 +24,28 @@ fn gather(c: &mut Criterion) {
     let mut group = c.benchmark_group("gather");
     group.throughput(Throughput::Bytes((BATCH * RECORD) as u64));
 
-    // Baselines: copying the same scattered records out of memory.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
+    // Baselines: copying the same scattered records out of memory, on one
+    // thread and on as many threads as the store's gather uses.
     let mut dst = vec![0u8; BATCH * RECORD];
     let mut k = 0;
     group.bench_function("memcpy-1-thread", |b| {
         b.iter(|| {
             let idxs = &batches[k % batches.len()];
             k += 1;
-            for (slot, &i) in dst.chunks_exact_mut(RECORD).zip(idxs) {
-                let i = i as usize;
-                slot.copy_from_slice(&data[i * RECORD..][..RECORD]);
-            }
+            copy_records(&data, idxs, &mut dst);
             black_box(&dst);
         })
     });
-    group.bench_function("memcpy-2-threads", |b| {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let helpers = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.saturating_sub(1).max(1))
+        .build()
+        .unwrap();
+    group.bench_function("memcpy-caller+pool", |b| {
         b.iter(|| {
             let idxs = &batches[k % batches.len()];
             k += 1;
-            let (lo, hi) = dst.split_at_mut(BATCH / 2 * RECORD);
-            let copy = |part: &mut [u8], ids: &[u64]| {
-                for (slot, &i) in part.chunks_exact_mut(RECORD).zip(ids) {
-                    let i = i as usize;
-                    slot.copy_from_slice(&data[i * RECORD..][..RECORD]);
-                }
-            };
-            // A persistent two-thread pool, as the store uses.
-            pool.install(|| {
-                rayon::join(
-                    || copy(lo, &idxs[..BATCH / 2]),
-                    || copy(hi, &idxs[BATCH / 2..]),
-                )
-            });
+            copy_records_shared(&helpers, threads, &data, idxs, &mut dst);
             black_box(&dst);
         })
     });
@@ -82,6 +75,51 @@ fn gather(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// Copies the records `idxs` of `data` into consecutive slots of `dst`.
+fn copy_records(data: &[u8], idxs: &[u64], dst: &mut [u8]) {
+    for (slot, &i) in dst.chunks_exact_mut(RECORD).zip(idxs) {
+        let i = usize::try_from(i).unwrap();
+        slot.copy_from_slice(&data[i * RECORD..][..RECORD]);
+    }
+}
+
+/// One part of a shared copy: its slots in the destination and their indices.
+type Part<'a> = (&'a mut [u8], &'a [u64]);
+
+/// [`copy_records`] shared out the way the store shares a gather: the batch
+/// is cut into `4 × threads` parts, and the calling thread plus
+/// `threads − 1` helpers of a persistent pool claim parts until none are
+/// left. The baseline the store's parallel gather is judged against.
+fn copy_records_shared(
+    helpers: &rayon::ThreadPool,
+    threads: usize,
+    data: &[u8],
+    idxs: &[u64],
+    dst: &mut [u8],
+) {
+    let parts = (threads * 4).min(idxs.len()).max(1);
+    let per_part = idxs.len().div_ceil(parts);
+    let work: Vec<Mutex<Option<Part<'_>>>> = dst
+        .chunks_mut(per_part * RECORD)
+        .zip(idxs.chunks(per_part))
+        .map(|part| Mutex::new(Some(part)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let claim = || {
+        while let Some(slot) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
+            if let Some((out, ids)) = slot.lock().unwrap().take() {
+                copy_records(data, ids, out);
+            }
+        }
+    };
+    helpers.in_place_scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(|_| claim());
+        }
+        claim();
+    });
 }
 
 /// Small batches around the serial/parallel threshold: per-batch time should

@@ -3,12 +3,10 @@
 //! and replays the regression inputs). `cargo xtask test` runs the same with a
 //! short budget per target, so CI exercises the targets and their regressions.
 
+use std::fs;
 use std::process::Command;
 
 use crate::steps::{Failure, Workspace, run};
-
-/// The targets under `fuzz/fuzz_targets/`.
-pub const TARGETS: [&str; 3] = ["parse_index", "decode", "store_ops"];
 
 /// Seconds per target when `cargo xtask fuzz` is given none.
 pub const DEFAULT_SECONDS: u64 = 120;
@@ -16,12 +14,37 @@ pub const DEFAULT_SECONDS: u64 = 120;
 /// Seconds per target inside `cargo xtask test`.
 pub const SMOKE_SECONDS: u64 = 15;
 
+/// The fuzz targets: one per file in `fuzz/fuzz_targets/` (the only list of
+/// them; `fuzz/Cargo.toml` declares each as a `[[bin]]` of the same name, and
+/// `cargo fuzz run` refuses a name it does not declare).
+pub fn targets(ws: &Workspace) -> Result<Vec<String>, Failure> {
+    let dir = ws.root.join("fuzz").join("fuzz_targets");
+    let fail = |reason: String| Failure::new("list fuzz targets", reason);
+    let entries = fs::read_dir(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    let mut targets = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| fail(format!("{}: {e}", dir.display())))?
+            .path();
+        if path.extension().is_some_and(|ext| ext == "rs")
+            && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+        {
+            targets.push(stem.to_owned());
+        }
+    }
+    if targets.is_empty() {
+        return Err(fail(format!("no `*.rs` target in {}", dir.display())));
+    }
+    targets.sort();
+    Ok(targets)
+}
+
 /// Runs each target for `seconds`.
 pub fn run_all(ws: &Workspace, seconds: u64) -> Result<(), Failure> {
-    for target in TARGETS {
+    for target in targets(ws)? {
         let mut cmd = Command::new("bash");
         cmd.arg(ws.root.join("fuzz/run.sh"))
-            .arg(target)
+            .arg(&target)
             .arg(seconds.to_string())
             .current_dir(&ws.root);
         run(&format!("fuzz {target} for {seconds} s"), &mut cmd)?;

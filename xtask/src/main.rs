@@ -6,40 +6,49 @@
 //! tool into `<repo>/.venv`, created on first use and reused afterwards.
 //!
 //! Commands:
-//! * `test`  — fmt check, clippy, `cargo test --workspace --release`, then the
-//!   Python package built into the venv, its pytest suite and `mypy.stubtest`.
+//! * `test`  — fmt check, clippy, rustdoc of the library crates with warnings
+//!   as errors, the library crates' tests in the dev profile (debug assertions
+//!   and overflow checks on), `cargo test --workspace --release`, then the
+//!   Python package built into the venv, its pytest suite, `mypy.stubtest`, a
+//!   smoke run of the benchmark scripts and a short run of every fuzz target
+//!   under AddressSanitizer.
 //! * `demo`  — build the package, make a synthetic image-like dataset, convert
 //!   it with every codec and time the `DataLoader` over each.
 //! * `bench` — build the package, make sure `target/compat-venv` holds the
 //!   original loaderx 0.5.4, run the criterion benches (`loaderx-benches`),
 //!   then `benches/compare.py all`: the Python-side comparison against NumPy
-//!   and loaderx 0.5.4, as markdown tables (JSON under `target/bench-data`).
-//! * `fuzz [SECONDS]` — every fuzz target for SECONDS each (default 120)
-//!   through `fuzz/run.sh`; `test` runs them for a few seconds each too.
+//!   and loaderx 0.5.4. The run's JSON goes to `docs/bench/latest.json` and
+//!   the docs' tables are regenerated from it (`benches/tables.py --write`).
+//! * `fuzz [SECONDS]` — every fuzz target (each file in `fuzz/fuzz_targets/`)
+//!   for SECONDS each (default 120) through `fuzz/run.sh`, under
+//!   AddressSanitizer; `test` runs them for a few seconds each too.
 //! * `dist` — not yet available (exit 2).
 
 #![forbid(unsafe_code)]
 
+mod bench;
 mod fuzz;
 mod python;
 mod steps;
 
 use std::env;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use python::Venv;
 use steps::{Failure, Workspace};
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test            fmt check, clippy, cargo tests, Python package tests, stubtest
+  test            fmt check, clippy, rustdoc, cargo tests (dev profile for the
+                  library crates, then release), Python package tests, stubtest,
+                  benchmark-script smoke run, fuzz smoke run
   demo            build the package, convert a synthetic dataset with every codec,
                   and time the DataLoader over each
   bench           criterion benches, then benches/compare.py: the Python binding
-                  side by side with NumPy and loaderx 0.5.4 (target/compat-venv)
+                  side by side with NumPy and loaderx 0.5.4 (target/compat-venv);
+                  keeps the run in docs/bench/latest.json and regenerates the
+                  tables of docs/BENCHMARKS.md and README.md from it
   fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);
                   installs cargo-fuzz if missing
   dist            (not yet available)
@@ -115,14 +124,59 @@ fn run_test() -> Result<(), Failure> {
             "warnings",
         ],
     )?;
+    library_docs(&ws)?;
+    library_tests_debug(&ws)?;
     ws.cargo("cargo test", &["test", "--workspace", "--release"])?;
     let venv = python::ensure_venv(&ws)?;
     python::develop(&ws, &venv)?;
     python::pytest(&ws, &venv)?;
     python::stubtest(&ws, &venv)?;
+    bench::smoke(&ws, &venv)?;
     fuzz::run_all(&ws, fuzz::SMOKE_SECONDS)?;
     steps::banner("xtask test: all steps passed");
     Ok(())
+}
+
+/// The library crates: the ones other code builds on, held to rustdoc
+/// without warnings and tested with debug assertions on.
+const LIBRARY_CRATES: [&str; 4] = [
+    "loaderx-format",
+    "loaderx-store",
+    "loaderx-sampler",
+    "loaderx-loader",
+];
+
+/// `cargo <command> -p <each library crate> <rest>`.
+fn library_args<'a>(command: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![command];
+    for krate in LIBRARY_CRATES {
+        args.extend_from_slice(&["-p", krate]);
+    }
+    args.extend_from_slice(rest);
+    args
+}
+
+/// `cargo doc --no-deps` of the library crates with rustdoc warnings (broken
+/// intra-doc links, bad code blocks) as errors.
+fn library_docs(ws: &Workspace) -> Result<(), Failure> {
+    let mut cmd = ws.cargo_command(&library_args("doc", &["--no-deps"]));
+    cmd.env("RUSTDOCFLAGS", "-D warnings");
+    steps::run(
+        "cargo doc (library crates, RUSTDOCFLAGS=-D warnings)",
+        &mut cmd,
+    )
+}
+
+/// The library crates' unit, property and integration tests in the dev
+/// profile, where `debug_assert!` and integer-overflow checks are compiled in
+/// (the release run below compiles both out). Dependencies are still built at
+/// `opt-level = 2` (`[profile.dev.package."*"]`), so the property tests stay
+/// quick; the heavy cross-crate and Python tests run in release only.
+fn library_tests_debug(ws: &Workspace) -> Result<(), Failure> {
+    ws.cargo(
+        "cargo test (library crates, dev profile: debug assertions + overflow checks)",
+        &library_args("test", &[]),
+    )
 }
 
 fn run_demo() -> Result<(), Failure> {
@@ -138,102 +192,7 @@ fn run_bench() -> Result<(), Failure> {
     let ws = Workspace::locate()?;
     let venv = python::ensure_venv(&ws)?;
     python::develop(&ws, &venv)?;
-    let original = ensure_compat_venv(&ws, &venv)?;
-    criterion(&ws)?;
-    compare(&ws, &venv, &original)?;
+    bench::run(&ws, &venv)?;
     steps::banner("xtask bench: done");
     Ok(())
-}
-
-/// The original release, which `compare.py` measures side by side with ours.
-const ORIGINAL: &str = "loaderx==0.5.4";
-const ORIGINAL_VERSION: &str = "0.5.4";
-
-/// The criterion bench targets of `loaderx-benches`. Named one by one: a bare
-/// `cargo bench -p loaderx-benches` (or `--benches`) also runs the library's
-/// libtest harness, which rejects criterion's options.
-const CRITERION_BENCHES: &[&str] = &["store", "sampler", "loader"];
-
-/// Criterion options for `cargo xtask bench`: short runs, the whole suite in
-/// a few minutes on two cores.
-const CRITERION_ARGS: &[&str] = &["--warm-up-time", "1", "--measurement-time", "3"];
-
-/// `<target>/compat-venv` holding loaderx 0.5.4 and NumPy, created from the
-/// project venv's interpreter when missing. Kept apart from `.venv`: both
-/// packages are called `loaderx`.
-fn ensure_compat_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, Failure> {
-    const STEP: &str = "compat venv (loaderx 0.5.4)";
-    let compat = venv_at(ws.target_dir().join("compat-venv"));
-    if original_version(&compat).as_deref() == Some(ORIGINAL_VERSION) {
-        println!("--- {STEP}: {} has {ORIGINAL}", compat.dir.display());
-        return Ok(compat);
-    }
-    if steps::capture(compat.python().args(["-c", "import sys"])).is_none() {
-        let mut cmd = venv.python();
-        cmd.args(["-m", "venv", "--clear"]).arg(&compat.dir);
-        steps::run("create target/compat-venv", &mut cmd)?;
-    }
-    let mut cmd = compat.python();
-    cmd.args(["-m", "pip", "install", "--quiet", ORIGINAL, "numpy"]);
-    steps::run(
-        "pip install loaderx==0.5.4 numpy into target/compat-venv",
-        &mut cmd,
-    )?;
-    match original_version(&compat) {
-        Some(v) if v == ORIGINAL_VERSION => Ok(compat),
-        found => Err(Failure::new(
-            STEP,
-            format!(
-                "{} imports loaderx {} after installing {ORIGINAL}",
-                compat.python.display(),
-                found.as_deref().unwrap_or("(none)")
-            ),
-        )),
-    }
-}
-
-/// A venv at `dir` (its interpreter laid out as `python::Venv` expects).
-fn venv_at(dir: PathBuf) -> Venv {
-    let python = if cfg!(windows) {
-        dir.join("Scripts").join("python.exe")
-    } else {
-        dir.join("bin").join("python")
-    };
-    Venv { dir, python }
-}
-
-/// The loaderx version `venv` imports (with NumPy importable too), if any.
-fn original_version(venv: &Venv) -> Option<String> {
-    let probe = "import numpy, loaderx; print(loaderx.__version__)";
-    steps::capture(venv.python().args(["-c", probe])).map(|out| out.trim().to_owned())
-}
-
-/// The Rust-layer benches: store, sampler and loader (criterion).
-fn criterion(ws: &Workspace) -> Result<(), Failure> {
-    let mut args = vec!["bench", "-p", "loaderx-benches"];
-    for bench in CRITERION_BENCHES {
-        args.extend_from_slice(&["--bench", bench]);
-    }
-    args.push("--");
-    args.extend_from_slice(CRITERION_ARGS);
-    ws.cargo("cargo bench -p loaderx-benches (criterion)", &args)
-}
-
-/// The Python-side comparison: ours against NumPy and loaderx 0.5.4, one run.
-fn compare(ws: &Workspace, venv: &Venv, original: &Venv) -> Result<(), Failure> {
-    let data = ws.target_dir().join("bench-data");
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("compare.py"))
-        .arg("all")
-        .arg("--original-python")
-        .arg(&original.python)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--json")
-        .arg(data.join("compare.json"))
-        .current_dir(&ws.root);
-    steps::run(
-        "benches/compare.py all (vs NumPy and loaderx 0.5.4)",
-        &mut cmd,
-    )
 }

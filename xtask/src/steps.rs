@@ -63,9 +63,15 @@ impl Workspace {
 
     /// Run `cargo <args>` at the workspace root as the step `name`.
     pub fn cargo(&self, name: &str, args: &[&str]) -> Result<(), Failure> {
+        run(name, &mut self.cargo_command(args))
+    }
+
+    /// `cargo <args>` at the workspace root, for a step that needs more
+    /// setting up (environment variables) before it runs.
+    pub fn cargo_command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.cargo);
         cmd.args(args).current_dir(&self.root);
-        run(name, &mut cmd)
+        cmd
     }
 }
 

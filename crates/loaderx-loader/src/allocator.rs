@@ -5,12 +5,15 @@
 //! fault per 4 KiB the first time the gather writes it, which can take as
 //! long as the gather itself.
 
-use std::{fmt, sync::Mutex};
+use std::{
+    fmt,
+    sync::{Mutex, PoisonError},
+};
 
 /// Supplies the buffers batches are gathered into, and takes them back.
 ///
 /// A binding can hand out memory its runtime will own (for instance a `Vec`
-/// that NumPy adopts without a copy) or a buffer type whose `Drop` returns
+/// that numpy adopts without a copy) or a buffer type whose `Drop` returns
 /// it to a pool; the default, [`VecPool`], recycles what
 /// [`Loader::recycle`](crate::Loader::recycle) gives back.
 ///
@@ -65,7 +68,7 @@ impl VecPool {
 
     /// Buffers waiting to be reused, over all streams.
     pub fn pooled(&self) -> usize {
-        let free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         free.iter().map(Vec::len).sum()
     }
 }
@@ -81,7 +84,7 @@ impl BufferAllocator for VecPool {
 
     fn allocate(&self, stream: usize, len: usize) -> Option<Vec<u8>> {
         let reused = {
-            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
             free.get_mut(stream).and_then(Vec::pop)
         };
         match reused {
@@ -96,7 +99,7 @@ impl BufferAllocator for VecPool {
     }
 
     fn recycle(&self, stream: usize, buffer: Vec<u8>) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         if free.len() <= stream {
             free.resize_with(stream + 1, Vec::new);
         }

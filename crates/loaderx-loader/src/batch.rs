@@ -65,12 +65,16 @@ impl<B: AsRef<[u8]>> Column<B> {
         }
     }
 
-    /// Record `i` of the batch. Panics if `i` is out of range.
+    /// Record `i` of the batch.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is out of range.
     pub fn item(&self, i: usize) -> &[u8] {
         let data = self.data();
         match &self.layout {
             Layout::Fixed { item_len } => &data[i * item_len..(i + 1) * item_len],
-            Layout::Ragged { offsets } => &data[offsets[i] as usize..offsets[i + 1] as usize],
+            Layout::Ragged { offsets } => &data[as_index(offsets[i])..as_index(offsets[i + 1])],
         }
     }
 
@@ -149,4 +153,9 @@ impl<B: AsRef<[u8]>> fmt::Debug for Batch<B> {
             .field("columns", &self.columns)
             .finish()
     }
+}
+
+/// An offset into a batch buffer that exists in memory, so it fits `usize`.
+fn as_index(offset: u64) -> usize {
+    usize::try_from(offset).expect("an offset inside an allocated buffer fits usize")
 }

@@ -41,12 +41,14 @@ impl LoaderBuilder<VecPool> {
 
 impl<A: BufferAllocator> LoaderBuilder<A> {
     /// Adds a stream; batches hold its column at this position.
+    #[must_use]
     pub fn stream(mut self, stream: Stream) -> Self {
         self.streams.push(stream);
         self
     }
 
     /// Adds several streams, in order.
+    #[must_use]
     pub fn streams(mut self, streams: impl IntoIterator<Item = Stream>) -> Self {
         self.streams.extend(streams);
         self
@@ -54,6 +56,7 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
 
     /// Number of worker threads (at least 1). Workers beyond `prefetch`
     /// have nothing to do: at most `prefetch` batches are in the making at once.
+    #[must_use]
     pub fn num_workers(mut self, num_workers: usize) -> Self {
         self.num_workers = num_workers;
         self
@@ -61,6 +64,7 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
 
     /// How many batches may be claimed or finished ahead of the consumer (at
     /// least 1). Memory is about `prefetch` batches, plus what the consumer holds.
+    #[must_use]
     pub fn prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = prefetch;
         self
@@ -79,8 +83,10 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
 
     /// Checks the configuration and starts the workers.
     ///
-    /// Errors: no streams, duplicate names, a fixed `item_len` of 0, streams
-    /// of different lengths, a sampler drawing past the streams' length, zero
+    /// # Errors
+    ///
+    /// No streams, duplicate names, a fixed `item_len` of 0, streams of
+    /// different lengths, a sampler drawing past the streams' length, zero
     /// workers or prefetch, or a thread that would not start.
     pub fn build(self) -> Result<Loader<A>> {
         self.check()?;
@@ -95,7 +101,7 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
             let for_worker = Arc::clone(&shared);
             let spawned = thread::Builder::new()
                 .name(format!("loaderx-loader-{i}"))
-                .spawn(move || worker::run(for_worker));
+                .spawn(move || worker::run(&for_worker));
             match spawned {
                 Ok(handle) => workers.push(handle),
                 Err(e) => {

@@ -74,6 +74,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(clippy::pedantic)]
+// Accessors and pure constructors: a `#[must_use]` on each is noise.
+#![allow(clippy::must_use_candidate)]
 
 mod allocator;
 mod batch;

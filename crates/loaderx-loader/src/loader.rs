@@ -3,7 +3,7 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, PoisonError},
     thread::{self, JoinHandle},
     time::{Duration, Instant},
 };
@@ -54,7 +54,9 @@ impl<A: BufferAllocator> Loader<A> {
 
     /// The next batch in sampler order, waiting as long as it takes.
     ///
-    /// Errors: the batch's own error (see the type docs), or
+    /// # Errors
+    ///
+    /// The batch's own error (see the type docs), or
     /// [`Error::Closed`](crate::Error::Closed) once the loader is closed.
     pub fn next(&self) -> Result<Batch<A::Buffer>> {
         match self.shared.window.take(None)? {
@@ -66,6 +68,10 @@ impl<A: BufferAllocator> Loader<A> {
     /// Like [`Loader::next`], but gives up after `timeout` with `Ok(None)`,
     /// so a caller can check for interrupts between waits. The batch is not
     /// lost: the next call returns it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Loader::next`].
     pub fn next_timeout(&self, timeout: Duration) -> Result<Option<Batch<A::Buffer>>> {
         self.shared.window.take(Instant::now().checked_add(timeout))
     }
@@ -90,8 +96,10 @@ impl<A: BufferAllocator> Loader<A> {
     /// dropped, so for the length of one gather memory may exceed the
     /// `prefetch` bound by up to `num_workers` batches.
     ///
-    /// Errors: the state belongs to another stream (`len`, batch size or
-    /// mode differ), or the loader is closed.
+    /// # Errors
+    ///
+    /// The state belongs to another stream (`len`, batch size or mode
+    /// differ), or the loader is closed.
     pub fn restore(&self, state: &SamplerState) -> Result<()> {
         let dropped = self.shared.window.restore(state)?;
         self.shared.discard(dropped);
@@ -111,7 +119,7 @@ impl<A: BufferAllocator> Loader<A> {
         self.shared.discard(dropped);
         // Held while joining, so a concurrent `close` returns only once the
         // workers are gone too.
-        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
         let me = thread::current().id();
         for handle in workers.drain(..) {
             if handle.thread().id() != me {

@@ -62,6 +62,11 @@ pub trait Source: Send + Sync + fmt::Debug {
     }
 
     /// Writes record `idxs[i]` to `dst[i · stride ..]` for every `i`.
+    ///
+    /// # Errors
+    ///
+    /// The store's error for an index out of range, a record of another
+    /// size than `stride`, a damaged record or an I/O failure.
     fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()>;
 
     /// Writes record `idxs[i]` to `dst[i · item_len ..]` for every `i`,
@@ -75,6 +80,10 @@ pub trait Source: Send + Sync + fmt::Debug {
     ) -> loaderx_store::Result<()>;
 
     /// Writes record `idxs[i]` to `dst[offsets[i] ..]` for every `i`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Source::gather`], with the record sizes given by `offsets`.
     fn gather_ragged(
         &self,
         idxs: &[u64],
@@ -83,6 +92,10 @@ pub trait Source: Send + Sync + fmt::Debug {
     ) -> loaderx_store::Result<()>;
 
     /// Writes the size in bytes of record `idxs[i]` to `out[i]` for every `i`.
+    ///
+    /// # Errors
+    ///
+    /// The store's error for an index out of range or a damaged table entry.
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()>;
 }
 

@@ -16,7 +16,7 @@
 
 use std::{
     collections::VecDeque,
-    sync::{Condvar, Mutex, MutexGuard},
+    sync::{Condvar, Mutex, MutexGuard, PoisonError},
     time::Instant,
 };
 
@@ -49,7 +49,9 @@ impl<B> State<B> {
     /// Slot of `step`, if it is inside the window.
     fn slot(&self, step: u64) -> Option<usize> {
         let ahead = step.wrapping_sub(self.next_deliver);
-        (ahead < self.slots.len() as u64).then_some(ahead as usize)
+        usize::try_from(ahead)
+            .ok()
+            .filter(|&ahead| ahead < self.slots.len())
     }
 
     /// Empties every slot, returning what they held.
@@ -86,7 +88,7 @@ impl<B> Window<B> {
     /// The state, even if a thread panicked holding the lock: every update
     /// below leaves it consistent at each point a panic could occur.
     fn lock(&self) -> MutexGuard<'_, State<B>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Blocks until a step can be claimed and claims it, or returns `None`
@@ -103,7 +105,7 @@ impl<B> Window<B> {
             state = self
                 .claimable
                 .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
+                .unwrap_or_else(PoisonError::into_inner);
         }
         let step = state.next_claim;
         state.next_claim = step.wrapping_add(1);
@@ -151,7 +153,7 @@ impl<B> Window<B> {
                 None => self
                     .deliverable
                     .wait(state)
-                    .unwrap_or_else(|p| p.into_inner()),
+                    .unwrap_or_else(PoisonError::into_inner),
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
@@ -159,7 +161,7 @@ impl<B> Window<B> {
                     }
                     self.deliverable
                         .wait_timeout(state, deadline - now)
-                        .unwrap_or_else(|p| p.into_inner())
+                        .unwrap_or_else(PoisonError::into_inner)
                         .0
                 }
             };
@@ -238,6 +240,10 @@ mod tests {
 
     use super::*;
 
+    #[expect(
+        clippy::unnecessary_wraps,
+        reason = "the window holds outcomes; these tests feed it successful ones"
+    )]
     fn batch(step: u64) -> Outcome<Vec<u8>> {
         Ok(Batch {
             step,

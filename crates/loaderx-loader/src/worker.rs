@@ -46,13 +46,13 @@ struct Scratch {
 }
 
 /// A worker's life: produce claimed steps until the window closes.
-pub(crate) fn run<A: BufferAllocator>(shared: Arc<Shared<A>>) {
+pub(crate) fn run<A: BufferAllocator>(shared: &Shared<A>) {
     let mut scratch = Scratch::default();
     while let Some(claim) = shared.window.claim() {
         // A panicking source or allocator must not leave its step unfilled:
         // the consumer would wait for it forever.
         let outcome =
-            panic::catch_unwind(AssertUnwindSafe(|| produce(&shared, &claim, &mut scratch)))
+            panic::catch_unwind(AssertUnwindSafe(|| produce(shared, &claim, &mut scratch)))
                 .unwrap_or_else(|payload| {
                     scratch = Scratch::default();
                     Err(Error::WorkerPanicked {

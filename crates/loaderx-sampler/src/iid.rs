@@ -328,7 +328,7 @@ mod tests {
             Words::Narrow { threshold: 256, .. }
         ));
         assert!(matches!(
-            Words::for_len(u32::MAX as u64),
+            Words::for_len(u64::from(u32::MAX)),
             Words::Narrow { threshold: 1, .. }
         ));
         assert!(matches!(

@@ -12,10 +12,10 @@ use rand_xoshiro::SplitMix64;
 pub(crate) const IID_DOMAIN: u64 = 0x6c78_7369_6964_0001; // "lxsiid", 1
 pub(crate) const SHUFFLE_DOMAIN: u64 = 0x6c78_7373_6866_0002; // "lxsshf", 2
 
-/// The golden-ratio increment of SplitMix64.
+/// The golden-ratio increment of `SplitMix64`.
 const PHI: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// The SplitMix64 output function (Stafford's Mix13): a bijection on `u64`
+/// The `SplitMix64` output function (Stafford's Mix13): a bijection on `u64`
 /// with full avalanche.
 #[inline]
 pub(crate) const fn mix64(mut z: u64) -> u64 {
@@ -37,7 +37,7 @@ pub(crate) const fn child_key(parent: u64, index: u64) -> u64 {
     mix64(parent ^ mix64(index.wrapping_mul(PHI).wrapping_add(PHI)))
 }
 
-/// `N` words from a SplitMix64 stream started at `key`: the recommended way
+/// `N` words from a `SplitMix64` stream started at `key`: the recommended way
 /// to turn one 64-bit key into generator state (no all-zero state, no
 /// correlation between neighbouring keys).
 #[inline]

@@ -24,8 +24,8 @@ pub(crate) struct Xoshiro256PlusPlusLanes {
 }
 
 impl Xoshiro256PlusPlusLanes {
-    /// Seeds the lanes from `4·LANES` SplitMix64 outputs of `key`: lane
-    /// `l` gets outputs `4l .. 4l + 4` as its state words `s0..s3`. SplitMix64
+    /// Seeds the lanes from `4·LANES` `SplitMix64` outputs of `key`: lane
+    /// `l` gets outputs `4l .. 4l + 4` as its state words `s0..s3`. `SplitMix64`
     /// never repeats within a stream, so no lane state is all zero.
     #[inline]
     pub(crate) fn from_key(key: u64) -> Self {

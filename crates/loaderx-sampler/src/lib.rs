@@ -79,6 +79,16 @@
 //! # Ok::<(), loaderx_sampler::Error>(())
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(clippy::pedantic)]
+// Accessors and pure constructors: a `#[must_use]` on each is noise.
+#![allow(clippy::must_use_candidate)]
+// The generators keep the low bits of wide products and reduced values on
+// purpose (multiply-shift, Feistel halves, `x % len < len`); each cast says why.
+#![allow(clippy::cast_possible_truncation)]
+// The per-index hot paths are forced inline on purpose; the sampler bench
+// (`benches/benches/sampler.rs`) is what keeps them there.
+#![allow(clippy::inline_always)]
 
 mod error;
 mod feistel;

@@ -25,7 +25,11 @@ impl Mode {
     /// Every mode, in discriminant order.
     pub const ALL: [Mode; 3] = [Mode::Sequential, Mode::Iid, Mode::Shuffle];
 
-    /// The mode with discriminant `value`, or [`Error::UnknownMode`].
+    /// The mode with discriminant `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownMode`] if `value` is not 0, 1 or 2.
     pub const fn from_u8(value: u8) -> Result<Mode> {
         match value {
             0 => Ok(Mode::Sequential),

@@ -47,8 +47,10 @@ impl Sampler {
     /// A sampler of global batches of `batch_size` indices drawn from
     /// `0..len`, on a single rank (see [`Sampler::sharded`]), at step 0.
     ///
-    /// Errors: [`Error::EmptyIndexSpace`] if `len == 0`, [`Error::ZeroBatch`]
-    /// if `batch_size == 0`.
+    /// # Errors
+    ///
+    /// [`Error::EmptyIndexSpace`] if `len == 0`, [`Error::ZeroBatch`] if
+    /// `batch_size == 0`.
     pub fn new(len: u64, batch_size: usize, mode: Mode, seed: u64) -> Result<Sampler> {
         if len == 0 {
             return Err(Error::EmptyIndexSpace);
@@ -71,7 +73,9 @@ impl Sampler {
     /// The same stream, producing only rank `rank`'s share of every global
     /// batch: positions `[rank·B/W, (rank+1)·B/W)` with `W = world_size`.
     ///
-    /// Errors: [`Error::ZeroWorldSize`], [`Error::RankOutOfRange`] if
+    /// # Errors
+    ///
+    /// [`Error::ZeroWorldSize`], [`Error::RankOutOfRange`] if
     /// `rank >= world_size`, [`Error::BatchNotDivisible`] if the global batch
     /// size is not a multiple of `world_size`.
     pub fn sharded(mut self, rank: usize, world_size: usize) -> Result<Sampler> {
@@ -82,8 +86,12 @@ impl Sampler {
     }
 
     /// Exactly the sampler a [`SamplerState`] was taken from: same stream,
-    /// same step, same rank and world size. Every field is validated as
-    /// [`Sampler::new`] and [`Sampler::sharded`] would.
+    /// same step, same rank and world size.
+    ///
+    /// # Errors
+    ///
+    /// Every field is validated as [`Sampler::new`] and [`Sampler::sharded`]
+    /// would, with the same errors.
     pub fn from_state(state: &SamplerState) -> Result<Sampler> {
         let mut sampler = Sampler::new(state.len, state.batch_size, state.mode, state.seed)?
             .sharded(state.rank, state.world_size)?;
@@ -99,7 +107,9 @@ impl Sampler {
     /// and at the checkpointed step they continue the same global stream
     /// (the global batch size must stay the same).
     ///
-    /// Errors: [`Error::StateMismatch`] if the state's `len`, `batch_size` or
+    /// # Errors
+    ///
+    /// [`Error::StateMismatch`] if the state's `len`, `batch_size` or
     /// `mode` differs from this sampler's (a checkpoint of another dataset or
     /// configuration); nothing is changed then.
     pub fn restore(&mut self, state: &SamplerState) -> Result<()> {
@@ -142,11 +152,15 @@ impl Sampler {
     }
 
     /// Writes this rank's share of the current global batch into `out` and
-    /// advances the step. `out.len()` must be
-    /// [`local_batch_size`](Sampler::local_batch_size), else
-    /// [`Error::OutputLength`] and nothing is written or advanced.
+    /// advances the step.
     ///
     /// The step counter wraps after `u64::MAX` batches.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutputLength`] unless `out.len()` is
+    /// [`local_batch_size`](Sampler::local_batch_size); nothing is written or
+    /// advanced then.
     pub fn fill(&mut self, out: &mut [u64]) -> Result<()> {
         self.indices_at(self.step, out)?;
         self.step = self.step.wrapping_add(1);
@@ -154,7 +168,12 @@ impl Sampler {
     }
 
     /// Writes this rank's share of global batch `step` into `out`, without
-    /// touching the sampler's own step. Same length rule as
+    /// touching the sampler's own step.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutputLength`] unless `out.len()` is
+    /// [`local_batch_size`](Sampler::local_batch_size), as for
     /// [`Sampler::fill`].
     pub fn indices_at(&self, step: u64, out: &mut [u64]) -> Result<()> {
         if out.len() != self.local_batch {
@@ -163,21 +182,28 @@ impl Sampler {
                 found: out.len(),
             });
         }
+        self.write_batch(step, out);
+        Ok(())
+    }
+
+    /// [`Sampler::indices_at`] once `out` is known to have the local batch
+    /// size.
+    fn write_batch(&self, step: u64, out: &mut [u64]) {
+        debug_assert_eq!(out.len(), self.local_batch);
         let offset = self.shard.offset(self.local_batch);
         match &self.stream {
             Stream::Iid(iid) => iid.fill(step, offset, out),
             Stream::Sequential(seq) => seq.fill(self.first_position(step, offset), out),
             Stream::Shuffle(shuffle) => shuffle.fill(self.first_position(step, offset), out),
         }
-        Ok(())
     }
 
     /// A freshly allocated [`Sampler::fill`], for convenience where a
-    /// `Vec` per batch does not matter.
+    /// `Vec` per batch does not matter. Cannot fail: the buffer it allocates
+    /// has the local batch size.
     pub fn next_batch(&mut self) -> Vec<u64> {
         let mut out = vec![0; self.local_batch];
-        self.indices_at(self.step, &mut out)
-            .expect("the buffer has the local batch size");
+        self.write_batch(self.step, &mut out);
         self.step = self.step.wrapping_add(1);
         out
     }

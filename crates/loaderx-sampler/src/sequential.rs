@@ -19,7 +19,7 @@ impl Sequential {
     }
 
     /// Writes the indices of global positions `first..first + out.len()`.
-    pub(crate) fn fill(&self, first: u128, out: &mut [u64]) {
+    pub(crate) fn fill(self, first: u128, out: &mut [u64]) {
         // `first % len < len`, so the cast is lossless.
         let mut start = (first % u128::from(self.len)) as u64;
         let mut rest = out;

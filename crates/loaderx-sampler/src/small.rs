@@ -11,7 +11,7 @@
 //! Definition: the table starts as the identity `0..N`; for `i` from `N − 1`
 //! down to 1, swap entries `i` and `j`, with `j` uniform in `0..=i` drawn by
 //! Lemire's multiply-shift with rejection from `xoshiro256++` (its state is
-//! four SplitMix64 words of the epoch key, as `rand_xoshiro`'s `from_seed`
+//! four `SplitMix64` words of the epoch key, as `rand_xoshiro`'s `from_seed`
 //! takes them). Position `p` of the epoch is entry `p`. Entries at and above
 //! `i` are final once step `i` is done, so a call that needs only positions
 //! `start..` stops at `start`.

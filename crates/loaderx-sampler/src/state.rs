@@ -5,18 +5,18 @@
 //!
 //! 56 bytes, every integer little-endian:
 //!
-//! | offset | type    | field        |
-//! |-------:|---------|--------------|
-//! | 0      | [u8; 4] | magic `LXSS` |
-//! | 4      | u8      | version, 1   |
+//! | offset | type    | field          |
+//! |-------:|---------|----------------|
+//! | 0      | [u8; 4] | magic `LXSS`   |
+//! | 4      | u8      | version, 1     |
 //! | 5      | u8      | mode (0 sequential, 1 iid, 2 shuffle) |
-//! | 6      | [u8; 2] | reserved, 0  |
-//! | 8      | u64     | seed         |
-//! | 16     | u64     | len          |
-//! | 24     | u64     | batch_size   |
-//! | 32     | u64     | step         |
-//! | 40     | u64     | rank         |
-//! | 48     | u64     | world_size   |
+//! | 6      | [u8; 2] | reserved, 0    |
+//! | 8      | u64     | seed           |
+//! | 16     | u64     | len            |
+//! | 24     | u64     | `batch_size`   |
+//! | 32     | u64     | step           |
+//! | 40     | u64     | rank           |
+//! | 48     | u64     | `world_size`   |
 //!
 //! Decoding checks the length, magic, version, mode and reserved bytes, and
 //! that the sizes fit this platform's `usize`. Whether the values make a
@@ -76,6 +76,13 @@ impl SamplerState {
     }
 
     /// Decodes [`SamplerState::to_bytes`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadStateBytes`] (saying what is wrong) if `bytes` is not 56
+    /// bytes with the right magic, version and zero reserved bytes, or a size
+    /// does not fit this platform's `usize`; [`Error::UnknownMode`] for an
+    /// unknown mode byte.
     pub fn from_bytes(bytes: &[u8]) -> Result<SamplerState> {
         let bad = |reason| Err(Error::BadStateBytes { reason });
         let Ok(bytes) = <&[u8; Self::ENCODED_LEN]>::try_from(bytes) else {
