@@ -5,6 +5,9 @@
 //! its codecs, including deletes and a compaction, and we read them back
 //! identical; we write stores with `raw` and `flate` (with deletes and a
 //! compaction) and it reads them back identical.
+//!
+//! The read direction also runs offline, from stores 0.5.4 wrote that are
+//! committed as fixtures: see `fixtures_054.rs`.
 
 mod common;
 
