@@ -2,16 +2,13 @@
 //! parallel, then commit (table entries, then the header) as `docs/FORMAT.md`
 //! describes.
 
-use std::sync::atomic::Ordering;
-
 use loaderx_format::{
-    CodecTag, ENTRY_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc, entry_offset,
+    CodecTag, ENTRY_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc,
 };
 
 use crate::{
     Codec, CodecId, Error, Result, Store, parallel,
     storage::{FileId, Storage},
-    store::pack_tail,
 };
 
 /// Bytes assembled into one positioned write.
@@ -136,7 +133,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
-                path: self.path.clone(),
+                path: self.path().to_owned(),
                 op: "append",
             });
         }
@@ -211,15 +208,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         };
 
         // New chunk files, then the bytes.
-        for id in u32::from(before.tail_chunk) + 1..=chunk {
-            let file = FileId::Chunk(id);
-            let len = self
-                .storage
-                .open_file(file, true, 0)
-                .map_err(|e| Error::io(self.file_path(file), "create", e))?
-                .unwrap_or(0);
-            self.chunk_lens[id as usize].store(len, Ordering::Release);
-        }
+        self.create_chunks(u32::from(before.tail_chunk) + 1..=chunk)?;
         self.write_payloads(&locs, &payload)?;
 
         // Commit: entries, then the header (one positioned write of 16 bytes,
@@ -233,13 +222,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         for loc in &locs {
             table.extend_from_slice(&loc.encode());
         }
-        self.write_meta(entry_offset(first), &table, "write table")?;
-        self.write_meta(0, &after.encode(), "write header")?;
-        self.tail.store(
-            pack_tail(after.tail_chunk, after.tail_offset),
-            Ordering::Release,
-        );
-        self.len.store(after.length, Ordering::Release);
+        self.files.write_entries(first, &table)?;
+        self.files.write_header(&after, "write header")?;
+        self.frontier.publish(&after);
         Ok(u64::from(first))
     }
 
@@ -273,21 +258,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     buf.extend_from_slice(payload(i));
                 }
                 let loc = &locs[a];
-                let file = FileId::Chunk(u32::from(loc.chunk_id));
-                self.storage
-                    .write_at(file, u64::from(loc.offset), &buf)
-                    .map_err(|e| Error::io(self.file_path(file), "write", e))?;
-                self.chunk_lens[usize::from(loc.chunk_id)]
-                    .fetch_max(u64::from(loc.offset) + buf.len() as u64, Ordering::AcqRel);
+                self.write_chunk(loc.chunk_id, loc.offset, &buf)?;
             }
             Ok(())
         })
-    }
-
-    pub(crate) fn write_meta(&self, offset: u64, bytes: &[u8], op: &'static str) -> Result<()> {
-        self.storage
-            .write_at(FileId::Meta, offset, bytes)
-            .map_err(|e| Error::io(self.meta_path(), op, e))
     }
 
     fn full(&self, extra: usize, what: &'static str, limit: u64) -> Error {

@@ -22,7 +22,7 @@ use std::{
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::{FileId, Storage, read_only_error};
-use loaderx_format::{CHUNK_CAPACITY, MAX_CHUNKS, META_LEN};
+use loaderx_format::{CHUNK_CAPACITY, MAX_CHUNKS, META_LEN, UNDO_MAX_LEN};
 
 /// An open file and a read-only shared map of its whole possible extent.
 #[derive(Debug)]
@@ -78,8 +78,7 @@ impl FileStorage {
     fn extent(file: FileId) -> u64 {
         match file {
             FileId::Meta => META_LEN,
-            // 2^24 entries of 20 bytes, with room to spare.
-            FileId::Undo => 1 << 29,
+            FileId::Undo => UNDO_MAX_LEN,
             FileId::Chunk(_) => CHUNK_CAPACITY,
         }
     }

@@ -7,14 +7,14 @@
 //! operation on purpose, which is what the crash and fault tests need.
 
 mod file;
+#[cfg(feature = "testing")]
 mod memory;
 
 use std::{fmt, io, path::Path};
 
-pub use self::{file::FileStorage, memory::MemStorage};
-
-/// Name of the undo log an unfinished delete leaves behind.
-pub const UNDO_FILE: &str = "meta.zr.undo";
+pub use self::file::FileStorage;
+#[cfg(feature = "testing")]
+pub use self::memory::MemStorage;
 
 /// One file of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -23,7 +23,8 @@ pub enum FileId {
     Meta,
     /// `<id>.zr`: record bytes.
     Chunk(u32),
-    /// `meta.zr.undo`: what an unfinished delete overwrote (see `undo.rs`).
+    /// `meta.zr.undo`: what an unfinished delete overwrote
+    /// ([`UndoLog`](loaderx_format::UndoLog)).
     Undo,
 }
 
@@ -33,7 +34,7 @@ impl FileId {
         match self {
             FileId::Meta => loaderx_format::META_FILE.to_owned(),
             FileId::Chunk(id) => loaderx_format::chunk_file_name(id),
-            FileId::Undo => UNDO_FILE.to_owned(),
+            FileId::Undo => loaderx_format::UNDO_FILE.to_owned(),
         }
     }
 }
