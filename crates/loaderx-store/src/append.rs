@@ -97,11 +97,20 @@ struct Encoded {
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Appends `n` records of `item_len` bytes each, packed back to back in
     /// `src`, with the store's default codec. Returns the index of the first.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::RecordSize`] for an empty or oversized
+    /// record, [`Error::BufferTooSmall`]/[`Error::LengthMismatch`] when the
+    /// source does not hold the records, [`Error::Full`], or an I/O failure
+    /// (nothing is committed then).
     pub fn append_fixed(&self, src: &[u8], n: usize, item_len: usize) -> Result<u64> {
         self.append_fixed_with(C::ID, src, n, item_len)
     }
 
     /// [`append_fixed`](Self::append_fixed) with an explicit codec.
+    ///
+    /// # Errors
+    /// As [`append_fixed`](Self::append_fixed).
     pub fn append_fixed_with(
         &self,
         codec: CodecId,
@@ -114,11 +123,20 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Appends ragged records, record `i` being `src[offsets[i]..][..lens[i]]`,
     /// with the store's default codec. Returns the index of the first.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::RecordSize`] for an empty or oversized
+    /// record, [`Error::BufferTooSmall`]/[`Error::LengthMismatch`] when the
+    /// source does not hold the records, [`Error::Full`], or an I/O failure
+    /// (nothing is committed then).
     pub fn append_ragged(&self, src: &[u8], offsets: &[u64], lens: &[u32]) -> Result<u64> {
         self.append_ragged_with(C::ID, src, offsets, lens)
     }
 
     /// [`append_ragged`](Self::append_ragged) with an explicit codec.
+    ///
+    /// # Errors
+    /// As [`append_ragged`](Self::append_ragged).
     pub fn append_ragged_with(
         &self,
         codec: CodecId,
@@ -157,7 +175,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
         };
 
-        let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self
+            .append_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = self.header();
         let first = before.length;
         // Writing at a frontier past the tail chunk's real end would leave a

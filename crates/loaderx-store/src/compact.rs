@@ -23,6 +23,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Reclaims the space left behind by `delete`. Needs exclusive access: in
     /// this process `&mut self`, across processes an exclusive advisory lock
     /// (fails with [`Error::Locked`] while another handle has the store open).
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::Locked`], [`Error::Full`] when there is no
+    /// chunk id left to stage the moved records in, a damaged entry or file,
+    /// or an I/O failure (the store then still holds every record, and
+    /// compacting again finishes the job).
     pub fn compact(&mut self) -> Result<()> {
         self.check_usable()?;
         if self.is_read_only() {

@@ -17,6 +17,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// checked before anything changes, and a delete interrupted by an I/O
     /// error or a crash is rolled back (now, or when the store is next opened
     /// for writing).
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::IndexOutOfRange`] (nothing deleted), or an
+    /// I/O failure (the delete is rolled back).
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
         self.check_usable()?;
         if self.is_read_only() {

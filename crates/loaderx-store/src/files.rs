@@ -191,7 +191,9 @@ impl<S: Storage> Files<S> {
         let len = (entry_offset(length) - start) as usize;
         self.with_bytes(FileId::Meta, start, len, "read table", |table| {
             let (entries, _) = table.as_chunks::<ENTRY_LEN>();
-            entries.iter().for_each(|e| f(RecordLoc::decode(e)));
+            for e in entries {
+                f(RecordLoc::decode(e));
+            }
         })
     }
 }

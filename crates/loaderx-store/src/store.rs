@@ -208,7 +208,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// # Errors
     /// When `meta.zr` cannot be read or was cut short.
     pub fn stats(&self) -> Result<Stats> {
-        let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self
+            .append_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check_usable()?;
         let header = self.header();
         self.check_meta_len(&header)?;
@@ -234,7 +237,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if self.is_read_only() {
             return Ok(());
         }
-        let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self
+            .append_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let chunks = (0..=u32::from(self.frontier.tail_chunk())).map(FileId::Chunk);
         self.files.sync_all(chunks.chain([FileId::Meta]))
     }
