@@ -167,17 +167,50 @@ fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
 
 /// Pseudo-random kill delays (deterministic, so a failure reproduces) below
 /// a bound that shrinks each time a kill comes too late, so the kills keep
-/// landing inside operations however fast this machine runs them.
+/// landing inside operations however fast this machine runs them; and the
+/// count of kills that landed.
 struct Aim {
     state: u64,
     max_delay_us: u64,
+    /// The operation under test, for messages.
+    what: &'static str,
+    landed: usize,
+    attempts: usize,
 }
 
 impl Aim {
-    fn new(seed: u64, max_delay_us: u64) -> Aim {
+    fn new(what: &'static str, seed: u64, max_delay_us: u64) -> Aim {
         Aim {
             state: seed,
             max_delay_us,
+            what,
+            landed: 0,
+            attempts: 0,
+        }
+    }
+
+    /// Whether another kill is needed; fails the test once [`ATTEMPTS`]
+    /// attempts have not given [`LANDED`] landed kills.
+    fn more(&mut self) -> bool {
+        let (landed, attempts, what) = (self.landed, self.attempts, self.what);
+        if landed >= LANDED {
+            eprintln!("{landed} of {attempts} kills landed inside {what}");
+            return false;
+        }
+        assert!(
+            attempts < ATTEMPTS,
+            "only {landed} of {attempts} kills landed inside {what}"
+        );
+        self.attempts += 1;
+        true
+    }
+
+    /// Counts `kill` if it landed inside the operation; aims earlier if not.
+    fn tally(&mut self, kill: &Kill) {
+        if kill.landed_inside() {
+            self.landed += 1;
+        } else {
+            self.max_delay_us = (self.max_delay_us * 3 / 4).max(50);
         }
     }
 
@@ -190,11 +223,6 @@ impl Aim {
 
     fn delay(&mut self) -> Duration {
         Duration::from_micros(self.below(self.max_delay_us + 1))
-    }
-
-    /// The last kill came after the operation returned: aim earlier.
-    fn missed(&mut self) {
-        self.max_delay_us = (self.max_delay_us * 3 / 4).max(50);
     }
 }
 
@@ -238,24 +266,14 @@ fn ragged(recs: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>, Vec<u32>) {
 fn appends_survive_sigkill_inside_an_append() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
-    let mut aim = Aim::new(0x2545_f491_4f6c_dd1d, 3000);
+    let mut aim = Aim::new("an append", 0x2545_f491_4f6c_dd1d, 3000);
     let mut synced_floor = 0u64;
-    let mut landed = 0;
-    let mut attempts = 0;
-    while landed < LANDED {
-        assert!(
-            attempts < ATTEMPTS,
-            "only {landed} of {attempts} kills landed inside an append"
-        );
-        attempts += 1;
+    while aim.more() {
+        let attempts = aim.attempts;
         // Kill during one of the first few appends, somewhere inside it.
         let op = aim.below(4);
         let kill = kill_during("append_child", &path, op, aim.delay());
-        if kill.landed_inside() {
-            landed += 1;
-        } else {
-            aim.missed();
-        }
+        aim.tally(&kill);
         synced_floor = synced_floor.max(kill.synced());
         let store: Store<Deflate> = Store::open(&path)
             .unwrap_or_else(|e| panic!("attempt {attempts}: the store did not reopen: {e}"));
@@ -266,7 +284,6 @@ fn appends_survive_sigkill_inside_an_append() {
         );
         check_prefix(&store);
     }
-    eprintln!("{landed} of {attempts} kills landed inside an append");
     let store: Store<Deflate> = Store::open(&path).unwrap();
     assert!(!store.is_empty(), "the children never appended anything");
 }
@@ -296,15 +313,9 @@ fn compaction_survives_sigkill_inside_a_compaction_and_finishes_on_rerun() {
                 .unwrap();
         }
     }
-    let mut aim = Aim::new(0x9e37_79b9_7f4a_7c15, 20_000);
-    let mut landed = 0;
-    let mut attempts = 0;
-    while landed < LANDED {
-        assert!(
-            attempts < ATTEMPTS,
-            "only {landed} of {attempts} kills landed inside a compaction"
-        );
-        attempts += 1;
+    let mut aim = Aim::new("a compaction", 0x9e37_79b9_7f4a_7c15, 20_000);
+    while aim.more() {
+        let attempts = aim.attempts;
         // Give the child bytes to move: holes from a delete, then a record
         // appended at the frontier, past every hole, so a compaction must
         // move it (it is never a no-op).
@@ -323,11 +334,7 @@ fn compaction_survives_sigkill_inside_a_compaction_and_finishes_on_rerun() {
             contents(&store)
         };
         let kill = kill_during("compact_child", &path, 0, aim.delay());
-        if kill.landed_inside() {
-            landed += 1;
-        } else {
-            aim.missed();
-        }
+        aim.tally(&kill);
         let store: Store<Deflate> = Store::open(&path)
             .unwrap_or_else(|e| panic!("attempt {attempts}: the store did not reopen: {e}"));
         store.verify().unwrap();
@@ -336,7 +343,6 @@ fn compaction_survives_sigkill_inside_a_compaction_and_finishes_on_rerun() {
             "attempt {attempts}: records changed"
         );
     }
-    eprintln!("{landed} of {attempts} kills landed inside a compaction");
     let expect = contents(&Store::<Deflate>::open(&path).unwrap());
     let mut store: Store<Deflate> = Store::open(&path).unwrap();
     store.compact().unwrap();

@@ -102,14 +102,7 @@ impl MemStorage {
     #[must_use]
     pub fn after_process_crash(&self) -> MemStorage {
         let files = self.lock().files.clone();
-        MemStorage {
-            state: Arc::new(Mutex::new(State {
-                files,
-                ..State::default()
-            })),
-            path: self.path.clone(),
-            read_only: false,
-        }
+        self.survivor(files)
     }
 
     /// Independent storage holding what power loss would leave: only what
@@ -132,6 +125,12 @@ impl MemStorage {
                 ))
             })
             .collect();
+        self.survivor(files)
+    }
+
+    /// Independent, writable storage holding `files` (what survived a crash),
+    /// with no faults armed.
+    fn survivor(&self, files: BTreeMap<FileId, MemFile>) -> MemStorage {
         MemStorage {
             state: Arc::new(Mutex::new(State {
                 files,
