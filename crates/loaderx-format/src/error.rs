@@ -9,19 +9,50 @@ use crate::CodecTag;
 #[non_exhaustive]
 pub enum FormatError {
     /// The image is shorter than what it must hold.
-    Truncated { need: u64, have: u64 },
+    Truncated {
+        /// Bytes the image must hold.
+        need: u64,
+        /// Bytes it holds.
+        have: u64,
+    },
     /// The first four bytes are not `ZREC`.
-    BadMagic { found: [u8; 4] },
+    BadMagic {
+        /// The first four bytes.
+        found: [u8; 4],
+    },
     /// A version this crate does not read.
-    Version { expected: u16, found: u16 },
+    Version {
+        /// The version this crate reads.
+        expected: u16,
+        /// The version the header names.
+        found: u16,
+    },
     /// The header's `length` is over the record limit.
-    TooManyRecords { length: u32, limit: u32 },
+    TooManyRecords {
+        /// The header's `length`.
+        length: u32,
+        /// [`MAX_RECORDS`](crate::MAX_RECORDS).
+        limit: u32,
+    },
     /// The header's `tail_chunk` is over the chunk limit.
-    TooManyChunks { tail_chunk: u16, limit: u32 },
+    TooManyChunks {
+        /// The header's `tail_chunk`.
+        tail_chunk: u16,
+        /// [`MAX_CHUNKS`](crate::MAX_CHUNKS).
+        limit: u32,
+    },
     /// Fewer chunk files than `tail_chunk + 1` were supplied.
-    MissingChunk { chunk: u32 },
+    MissingChunk {
+        /// The first chunk without a length.
+        chunk: u32,
+    },
     /// A table entry below `length` breaks a rule of the format.
-    BadEntry { entry: u32, reason: EntryFault },
+    BadEntry {
+        /// Index of the entry in the table.
+        entry: u32,
+        /// The rule it breaks.
+        reason: EntryFault,
+    },
 }
 
 /// Which rule a table entry breaks.
@@ -35,15 +66,40 @@ pub enum EntryFault {
     /// `phys_length` is over 1 MiB.
     PhysLength(u32),
     /// A raw entry whose stored and logical sizes differ.
-    RawSizeMismatch { phys: u32, logic: u32 },
+    RawSizeMismatch {
+        /// `phys_length`.
+        phys: u32,
+        /// `logic_length`.
+        logic: u32,
+    },
     /// `chunk_id` is past the header's `tail_chunk`.
-    ChunkPastTail { chunk: u16, tail_chunk: u16 },
+    ChunkPastTail {
+        /// The entry's `chunk_id`.
+        chunk: u16,
+        /// The header's `tail_chunk`.
+        tail_chunk: u16,
+    },
     /// The bytes end past the chunk's capacity.
-    PastCapacity { end: u64 },
+    PastCapacity {
+        /// `offset + phys_length`.
+        end: u64,
+    },
     /// The bytes end past the write frontier of the tail chunk.
-    PastFrontier { end: u64, tail_offset: u32 },
+    PastFrontier {
+        /// `offset + phys_length`.
+        end: u64,
+        /// The header's `tail_offset`.
+        tail_offset: u32,
+    },
     /// The bytes end past the chunk file's real end.
-    PastFileEnd { chunk: u16, end: u64, file_len: u64 },
+    PastFileEnd {
+        /// The entry's `chunk_id`.
+        chunk: u16,
+        /// `offset + phys_length`.
+        end: u64,
+        /// The chunk file's length.
+        file_len: u64,
+    },
 }
 
 impl fmt::Display for FormatError {

@@ -1,4 +1,7 @@
-use crate::{HEADER_LEN, MAGIC, VERSION, error::FormatError};
+use crate::{
+    CHUNK_CAPACITY, HEADER_LEN, MAGIC, MAX_CHUNKS, MAX_RECORDS, VERSION, entry_offset,
+    error::FormatError,
+};
 
 /// The 16-byte header at offset 0 of `meta.zr`.
 ///
@@ -21,6 +24,7 @@ pub struct Header {
 
 impl Header {
     /// Little-endian bytes of this header, magic and version included.
+    #[must_use]
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         out[0..4].copy_from_slice(&MAGIC);
@@ -33,6 +37,7 @@ impl Header {
 
     /// The last 8 bytes of the header (`tail_offset`, `length`): the part an
     /// append commits with one aligned write.
+    #[must_use]
     pub fn commit_bytes(&self) -> [u8; 8] {
         let mut out = [0u8; 8];
         out[0..4].copy_from_slice(&self.tail_offset.to_le_bytes());
@@ -41,19 +46,23 @@ impl Header {
     }
 
     /// Decodes a header, checking magic and version (nothing else: limits are
-    /// [`parse_index`](crate::parse_index)'s job).
+    /// [`check_limits`](Self::check_limits)' job).
+    ///
+    /// # Errors
+    /// [`FormatError::Truncated`] for fewer than 16 bytes,
+    /// [`FormatError::BadMagic`], [`FormatError::Version`].
     pub fn decode(bytes: &[u8]) -> Result<Header, FormatError> {
-        let Some(bytes) = bytes.get(..HEADER_LEN) else {
+        let Some(b) = bytes.first_chunk::<HEADER_LEN>() else {
             return Err(FormatError::Truncated {
                 need: HEADER_LEN as u64,
                 have: bytes.len() as u64,
             });
         };
-        let magic: [u8; 4] = bytes[0..4].try_into().expect("4 bytes");
+        let magic = [b[0], b[1], b[2], b[3]];
         if magic != MAGIC {
             return Err(FormatError::BadMagic { found: magic });
         }
-        let version = u16::from_le_bytes(bytes[4..6].try_into().expect("2 bytes"));
+        let version = u16::from_le_bytes([b[4], b[5]]);
         if version != VERSION {
             return Err(FormatError::Version {
                 expected: VERSION,
@@ -61,15 +70,44 @@ impl Header {
             });
         }
         Ok(Header {
-            tail_chunk: u16::from_le_bytes(bytes[6..8].try_into().expect("2 bytes")),
-            tail_offset: u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")),
-            length: u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")),
+            tail_chunk: u16::from_le_bytes([b[6], b[7]]),
+            tail_offset: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+            length: u32::from_le_bytes([b[12], b[13], b[14], b[15]]),
         })
     }
 
+    /// Checks the header against the format's limits: `length` at most
+    /// [`MAX_RECORDS`], `tail_chunk` below [`MAX_CHUNKS`].
+    ///
+    /// # Errors
+    /// [`FormatError::TooManyRecords`] or [`FormatError::TooManyChunks`].
+    pub fn check_limits(&self) -> Result<(), FormatError> {
+        if self.length > MAX_RECORDS {
+            return Err(FormatError::TooManyRecords {
+                length: self.length,
+                limit: MAX_RECORDS,
+            });
+        }
+        if u32::from(self.tail_chunk) >= MAX_CHUNKS {
+            return Err(FormatError::TooManyChunks {
+                tail_chunk: self.tail_chunk,
+                limit: MAX_CHUNKS,
+            });
+        }
+        Ok(())
+    }
+
+    /// Bytes of `meta.zr` this header's table reaches: the end of entry
+    /// `length - 1`, or of the header when the store is empty.
+    #[must_use]
+    pub fn table_end(&self) -> u64 {
+        entry_offset(self.length)
+    }
+
     /// Bytes of chunk space up to the write frontier (`tail_chunk · capacity + tail_offset`).
+    #[must_use]
     pub fn chunk_bytes(&self) -> u64 {
-        u64::from(self.tail_chunk) * crate::CHUNK_CAPACITY + u64::from(self.tail_offset)
+        u64::from(self.tail_chunk) * CHUNK_CAPACITY + u64::from(self.tail_offset)
     }
 }
 

@@ -17,16 +17,19 @@ pub const MAX_RECORD_LEN: u32 = 1 << 20;
 /// Most records one store may hold.
 pub const MAX_RECORDS: u32 = 1 << 24;
 /// Exact size of `meta.zr`: the header and a table with a slot per possible record.
-pub const META_LEN: u64 = HEADER_LEN as u64 + MAX_RECORDS as u64 * ENTRY_LEN as u64;
+pub const META_LEN: u64 = entry_offset(MAX_RECORDS);
 /// Name of the header-and-table file inside a store directory.
 pub const META_FILE: &str = "meta.zr";
 
-/// Byte offset of table entry `index` inside `meta.zr`.
+/// Byte offset of table entry `index` inside `meta.zr`: the one place table
+/// offsets are computed (`entry_offset(length)` is where the table ends).
+#[must_use]
 pub const fn entry_offset(index: u32) -> u64 {
     HEADER_LEN as u64 + index as u64 * ENTRY_LEN as u64
 }
 
 /// File name of chunk `id` (`"<id>.zr"`, decimal).
+#[must_use]
 pub fn chunk_file_name(id: u32) -> String {
     format!("{id}.zr")
 }

@@ -18,11 +18,13 @@ impl CodecTag {
     pub const LZ4: CodecTag = CodecTag(3);
 
     /// Whether format v1 defines this tag.
+    #[must_use]
     pub fn is_known(self) -> bool {
         self.0 <= 3
     }
 
     /// The tag's name as the Python API spells it, if known.
+    #[must_use]
     pub fn name(self) -> Option<&'static str> {
         Some(match self.0 {
             0 => "raw",
@@ -56,6 +58,7 @@ pub struct RecordLoc {
 
 impl RecordLoc {
     /// Little-endian bytes of this entry; the reserved byte is written as 0.
+    #[must_use]
     pub fn encode(&self) -> [u8; ENTRY_LEN] {
         let mut out = [0u8; ENTRY_LEN];
         out[0..4].copy_from_slice(&self.offset.to_le_bytes());
@@ -68,6 +71,7 @@ impl RecordLoc {
 
     /// Decodes an entry without judging it (see [`validate_entry`](crate::validate_entry)).
     /// The reserved byte is ignored.
+    #[must_use]
     pub fn decode(bytes: &[u8; ENTRY_LEN]) -> RecordLoc {
         RecordLoc {
             offset: u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
@@ -79,12 +83,14 @@ impl RecordLoc {
     }
 
     /// End of the record's bytes within its chunk, without overflow.
+    #[must_use]
     pub fn end(&self) -> u64 {
         u64::from(self.offset) + u64::from(self.phys_length)
     }
 
     /// Position in the store's single address space (`chunk · capacity + offset`);
     /// compaction visits records in this order.
+    #[must_use]
     pub fn position(&self) -> u64 {
         u64::from(self.chunk_id) * crate::CHUNK_CAPACITY + u64::from(self.offset)
     }

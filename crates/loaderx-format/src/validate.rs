@@ -1,8 +1,7 @@
 //! Validation of a `meta.zr` image: the checks listed in `docs/FORMAT.md` §Validation.
 
 use crate::{
-    CHUNK_CAPACITY, CodecTag, ENTRY_LEN, HEADER_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN,
-    MAX_RECORDS, RecordLoc,
+    CHUNK_CAPACITY, CodecTag, ENTRY_LEN, Header, MAX_RECORD_LEN, RecordLoc, entry_offset,
     error::{EntryFault, FormatError},
 };
 
@@ -11,28 +10,21 @@ use crate::{
 pub struct Index<'a> {
     /// The decoded header.
     pub header: Header,
-    table: &'a [u8],
+    /// The image, at least [`Header::table_end`] bytes long.
+    image: &'a [u8],
 }
 
 impl<'a> Index<'a> {
     /// Checks the header alone: magic, version, limits, that the image holds the
     /// table it claims, and that a length is known for every chunk `0..=tail_chunk`.
     /// O(1) in the number of records; entries are left to [`validate_entry`].
+    ///
+    /// # Errors
+    /// The first of those checks that fails.
     pub fn parse_header(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>, FormatError> {
         let header = Header::decode(image)?;
-        if header.length > MAX_RECORDS {
-            return Err(FormatError::TooManyRecords {
-                length: header.length,
-                limit: MAX_RECORDS,
-            });
-        }
-        if u32::from(header.tail_chunk) >= MAX_CHUNKS {
-            return Err(FormatError::TooManyChunks {
-                tail_chunk: header.tail_chunk,
-                limit: MAX_CHUNKS,
-            });
-        }
-        let need = HEADER_LEN as u64 + u64::from(header.length) * ENTRY_LEN as u64;
+        header.check_limits()?;
+        let need = header.table_end();
         if (image.len() as u64) < need {
             return Err(FormatError::Truncated {
                 need,
@@ -41,32 +33,42 @@ impl<'a> Index<'a> {
         }
         if chunk_lens.len() <= usize::from(header.tail_chunk) {
             return Err(FormatError::MissingChunk {
-                chunk: chunk_lens.len() as u32,
+                chunk: u32::try_from(chunk_lens.len()).unwrap_or(u32::MAX),
             });
         }
-        let table = &image[HEADER_LEN..need as usize];
-        Ok(Index { header, table })
+        Ok(Index { header, image })
     }
 
     /// Entry `i`, if `i < length`. Not validated.
+    #[must_use]
     pub fn entry(&self, i: u32) -> Option<RecordLoc> {
-        let at = (i as usize).checked_mul(ENTRY_LEN)?;
-        let bytes = self.table.get(at..at + ENTRY_LEN)?;
-        Some(RecordLoc::decode(bytes.try_into().expect("16 bytes")))
+        if i >= self.header.length {
+            return None;
+        }
+        let at = usize::try_from(entry_offset(i)).ok()?;
+        let bytes = self.image.get(at..)?.first_chunk::<ENTRY_LEN>()?;
+        Some(RecordLoc::decode(bytes))
     }
 }
 
 /// Validates a whole `meta.zr` image against the real lengths of chunk files
 /// `0..=tail_chunk` (`chunk_lens[i]` is the length of `i.zr`).
 ///
-/// Returns the first problem found, naming the entry. Never panics, never
-/// allocates, and reads only inside `image`.
+/// Never panics, never allocates, and reads only inside `image`.
+///
+/// # Errors
+/// The first problem found: a header problem, or [`FormatError::BadEntry`]
+/// naming the first bad entry.
 pub fn parse_index<'a>(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>, FormatError> {
     let index = Index::parse_header(image, chunk_lens)?;
     for i in 0..index.header.length {
-        let loc = index
-            .entry(i)
-            .expect("parse_header checked the table length");
+        // `parse_header` checked that the image holds the whole table.
+        let Some(loc) = index.entry(i) else {
+            return Err(FormatError::Truncated {
+                need: index.header.table_end(),
+                have: image.len() as u64,
+            });
+        };
         let file_len = chunk_lens
             .get(usize::from(loc.chunk_id))
             .copied()
@@ -79,6 +81,9 @@ pub fn parse_index<'a>(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>,
 /// Checks one entry against the rules of the format, the header, and the real
 /// length of the chunk file it points into (`file_len`). This is what a gather
 /// runs on every entry it touches.
+///
+/// # Errors
+/// [`FormatError::BadEntry`] naming `entry` and the rule it breaks.
 #[inline]
 pub fn validate_entry(
     entry: u32,
@@ -93,6 +98,7 @@ pub fn validate_entry(
 }
 
 /// The first rule `loc` breaks, if any.
+#[must_use]
 #[inline]
 pub fn entry_fault(loc: &RecordLoc, header: &Header, file_len: u64) -> Option<EntryFault> {
     if !loc.codec.is_known() {
@@ -139,6 +145,7 @@ pub fn entry_fault(loc: &RecordLoc, header: &Header, file_len: u64) -> Option<En
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_RECORDS;
 
     fn image(header: Header, entries: &[RecordLoc]) -> Vec<u8> {
         let mut out = header.encode().to_vec();

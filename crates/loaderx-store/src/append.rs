@@ -2,16 +2,13 @@
 //! parallel, then commit (table entries, then the header) as `docs/FORMAT.md`
 //! describes.
 
-use std::sync::atomic::Ordering;
-
 use loaderx_format::{
-    CodecTag, ENTRY_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc, entry_offset,
+    CodecTag, ENTRY_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc,
 };
 
 use crate::{
     Codec, CodecId, Error, Result, Store, parallel,
     storage::{FileId, Storage},
-    store::pack_tail,
 };
 
 /// Bytes assembled into one positioned write.
@@ -100,11 +97,20 @@ struct Encoded {
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Appends `n` records of `item_len` bytes each, packed back to back in
     /// `src`, with the store's default codec. Returns the index of the first.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::RecordSize`] for an empty or oversized
+    /// record, [`Error::BufferTooSmall`]/[`Error::LengthMismatch`] when the
+    /// source does not hold the records, [`Error::Full`], or an I/O failure
+    /// (nothing is committed then).
     pub fn append_fixed(&self, src: &[u8], n: usize, item_len: usize) -> Result<u64> {
         self.append_fixed_with(C::ID, src, n, item_len)
     }
 
     /// [`append_fixed`](Self::append_fixed) with an explicit codec.
+    ///
+    /// # Errors
+    /// As [`append_fixed`](Self::append_fixed).
     pub fn append_fixed_with(
         &self,
         codec: CodecId,
@@ -117,11 +123,20 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Appends ragged records, record `i` being `src[offsets[i]..][..lens[i]]`,
     /// with the store's default codec. Returns the index of the first.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::RecordSize`] for an empty or oversized
+    /// record, [`Error::BufferTooSmall`]/[`Error::LengthMismatch`] when the
+    /// source does not hold the records, [`Error::Full`], or an I/O failure
+    /// (nothing is committed then).
     pub fn append_ragged(&self, src: &[u8], offsets: &[u64], lens: &[u32]) -> Result<u64> {
         self.append_ragged_with(C::ID, src, offsets, lens)
     }
 
     /// [`append_ragged`](Self::append_ragged) with an explicit codec.
+    ///
+    /// # Errors
+    /// As [`append_ragged`](Self::append_ragged).
     pub fn append_ragged_with(
         &self,
         codec: CodecId,
@@ -136,7 +151,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
-                path: self.path.clone(),
+                path: self.path().to_owned(),
                 op: "append",
             });
         }
@@ -160,7 +175,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
         };
 
-        let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self
+            .append_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = self.header();
         let first = before.length;
         // Writing at a frontier past the tail chunk's real end would leave a
@@ -211,15 +229,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         };
 
         // New chunk files, then the bytes.
-        for id in u32::from(before.tail_chunk) + 1..=chunk {
-            let file = FileId::Chunk(id);
-            let len = self
-                .storage
-                .open_file(file, true, 0)
-                .map_err(|e| Error::io(self.file_path(file), "create", e))?
-                .unwrap_or(0);
-            self.chunk_lens[id as usize].store(len, Ordering::Release);
-        }
+        self.create_chunks(u32::from(before.tail_chunk) + 1..=chunk)?;
         self.write_payloads(&locs, &payload)?;
 
         // Commit: entries, then the header (one positioned write of 16 bytes,
@@ -233,13 +243,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         for loc in &locs {
             table.extend_from_slice(&loc.encode());
         }
-        self.write_meta(entry_offset(first), &table, "write table")?;
-        self.write_meta(0, &after.encode(), "write header")?;
-        self.tail.store(
-            pack_tail(after.tail_chunk, after.tail_offset),
-            Ordering::Release,
-        );
-        self.len.store(after.length, Ordering::Release);
+        self.files.write_entries(first, &table)?;
+        self.files.write_header(&after, "write header")?;
+        self.frontier.publish(&after);
         Ok(u64::from(first))
     }
 
@@ -273,21 +279,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     buf.extend_from_slice(payload(i));
                 }
                 let loc = &locs[a];
-                let file = FileId::Chunk(u32::from(loc.chunk_id));
-                self.storage
-                    .write_at(file, u64::from(loc.offset), &buf)
-                    .map_err(|e| Error::io(self.file_path(file), "write", e))?;
-                self.chunk_lens[usize::from(loc.chunk_id)]
-                    .fetch_max(u64::from(loc.offset) + buf.len() as u64, Ordering::AcqRel);
+                self.write_chunk(loc.chunk_id, loc.offset, &buf)?;
             }
             Ok(())
         })
-    }
-
-    pub(crate) fn write_meta(&self, offset: u64, bytes: &[u8], op: &'static str) -> Result<()> {
-        self.storage
-            .write_at(FileId::Meta, offset, bytes)
-            .map_err(|e| Error::io(self.meta_path(), op, e))
     }
 
     fn full(&self, extra: usize, what: &'static str, limit: u64) -> Error {

@@ -12,33 +12,36 @@
 //! the job. The price is copying the moved records twice. `docs/FORMAT.md`
 //! walks through what a crash at each step leaves.
 
-use std::sync::atomic::Ordering;
-
-use loaderx_format::{Header, MAX_CHUNKS, RecordLoc, entry_offset};
+use loaderx_format::{Header, MAX_CHUNKS, RecordLoc};
 
 use crate::{
     Codec, Error, Result, Store,
     storage::{FileId, Storage},
-    store::pack_tail,
 };
 
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Reclaims the space left behind by `delete`. Needs exclusive access: in
     /// this process `&mut self`, across processes an exclusive advisory lock
     /// (fails with [`Error::Locked`] while another handle has the store open).
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::Locked`], [`Error::Full`] when there is no
+    /// chunk id left to stage the moved records in, a damaged entry or file,
+    /// or an I/O failure (the store then still holds every record, and
+    /// compacting again finishes the job).
     pub fn compact(&mut self) -> Result<()> {
         self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
-                path: self.path.clone(),
+                path: self.path().to_owned(),
                 op: "compact",
             });
         }
-        if let Some(lock) = &self._lock {
-            lock.exclusive(&self.path)?;
+        if let Some(lock) = &self.lock {
+            lock.exclusive(self.files.dir())?;
         }
         let result = self.compact_locked();
-        if let Some(lock) = &self._lock {
+        if let Some(lock) = &self.lock {
             lock.shared();
         }
         result
@@ -52,7 +55,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // lengths measured now may replace the known ones.
         for id in 0..=header.tail_chunk {
             let len = self.current_chunk_len(id)?;
-            self.chunk_lens[usize::from(id)].store(len, Ordering::Release);
+            self.chunk_lens.set(u32::from(id), len);
         }
         let mut order: Vec<(u32, RecordLoc)> = Vec::with_capacity(header.length as usize);
         for i in 0..header.length {
@@ -86,15 +89,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     what: "chunk (compaction needs room to stage the records it moves)",
                 });
             }
-            for id in u32::from(header.tail_chunk) + 1..=stage_chunk {
-                let file = FileId::Chunk(id);
-                let len = self
-                    .storage
-                    .open_file(file, true, 0)
-                    .map_err(|e| Error::io(self.file_path(file), "create", e))?
-                    .unwrap_or(0);
-                self.chunk_lens[id as usize].store(len, Ordering::Release);
-            }
+            self.create_chunks(u32::from(header.tail_chunk) + 1..=stage_chunk)?;
             self.copy_records(moving.iter().map(|(_, l)| l).zip(&staged))?;
             self.sync_chunks(u32::from(header.tail_chunk) + 1..=stage_chunk)?;
             let staging_header = Header {
@@ -114,7 +109,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
 
         // Move the frontier down, then drop what lies past it.
-        let old_tail = u32::from(self.header().tail_chunk);
+        let old_tail = u32::from(self.frontier.tail_chunk());
         let new = Header {
             tail_chunk: final_chunk as u16,
             tail_offset: final_offset as u32,
@@ -125,24 +120,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // Past the old frontier there may also be staging chunks that an
         // interrupted compaction left behind.
         let mut past: Vec<u32> = (final_chunk + 1..=old_tail).collect();
-        let listed = self
-            .storage
-            .chunk_ids()
-            .map_err(|e| Error::io(&self.path, "list chunk files", e))?;
+        let listed = self.files.chunk_ids()?;
         past.extend(listed.into_iter().filter(|&id| id > old_tail));
         for id in past {
-            let file = FileId::Chunk(id);
-            self.storage
-                .remove(file)
-                .map_err(|e| Error::io(self.file_path(file), "remove", e))?;
-            self.chunk_lens[id as usize].store(0, Ordering::Release);
+            self.files.remove(FileId::Chunk(id))?;
+            self.chunk_lens.set(id, 0);
         }
-        let tail_file = FileId::Chunk(final_chunk);
-        if self.chunk_lens[final_chunk as usize].load(Ordering::Acquire) > final_offset {
-            self.storage
-                .truncate(tail_file, final_offset)
-                .map_err(|e| Error::io(self.file_path(tail_file), "truncate", e))?;
-            self.chunk_lens[final_chunk as usize].store(final_offset, Ordering::Release);
+        if self.chunk_lens.get(final_chunk) > final_offset {
+            self.files
+                .truncate(FileId::Chunk(final_chunk), final_offset)?;
+            self.chunk_lens.set(final_chunk, final_offset);
         }
         Ok(())
     }
@@ -156,14 +143,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         for (from, to) in moves {
             let src = FileId::Chunk(u32::from(from.chunk_id));
             staging.resize(from.phys_length as usize, 0);
-            self.storage
-                .read_at(src, u64::from(from.offset), &mut staging)
-                .map_err(|e| Error::io(self.file_path(src), "read", e))?;
-            let dst = FileId::Chunk(u32::from(to.chunk_id));
-            self.storage
-                .write_at(dst, u64::from(to.offset), &staging)
-                .map_err(|e| Error::io(self.file_path(dst), "write", e))?;
-            self.chunk_lens[usize::from(to.chunk_id)].fetch_max(to.end(), Ordering::AcqRel);
+            self.files
+                .read(src, u64::from(from.offset), &mut staging, "read")?;
+            self.write_chunk(to.chunk_id, to.offset, &staging)?;
         }
         Ok(())
     }
@@ -171,35 +153,24 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Rewrites the table entries of the given records.
     fn point_entries<'a>(&self, entries: impl Iterator<Item = (u32, &'a RecordLoc)>) -> Result<()> {
         for (index, loc) in entries {
-            self.write_meta(entry_offset(index), &loc.encode(), "write table")?;
+            self.files.write_entry(index, loc, "write table")?;
         }
         Ok(())
     }
 
     /// Writes `header` and publishes its frontier to readers.
     fn publish_tail(&self, header: &Header) -> Result<()> {
-        self.write_meta(0, &header.encode(), "write header")?;
-        self.tail.store(
-            pack_tail(header.tail_chunk, header.tail_offset),
-            Ordering::Release,
-        );
+        self.files.write_header(header, "write header")?;
+        self.frontier.publish_tail(header);
         Ok(())
     }
 
     fn sync_chunks(&self, ids: std::ops::RangeInclusive<u32>) -> Result<()> {
-        for id in ids {
-            let file = FileId::Chunk(id);
-            self.storage
-                .sync(file)
-                .map_err(|e| Error::io(self.file_path(file), "sync", e))?;
-        }
-        Ok(())
+        self.files.sync_all(ids.map(FileId::Chunk))
     }
 
     fn sync_meta(&self) -> Result<()> {
-        self.storage
-            .sync(FileId::Meta)
-            .map_err(|e| Error::io(self.meta_path(), "sync", e))
+        self.files.sync(FileId::Meta)
     }
 }
 

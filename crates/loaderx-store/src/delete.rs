@@ -2,15 +2,11 @@
 //! index space stays dense. Only the table changes; bytes stay until `compact`.
 //! All-or-nothing through the undo log (`undo.rs`).
 
-use std::{collections::BTreeMap, sync::atomic::Ordering};
+use std::collections::BTreeMap;
 
-use loaderx_format::{Header, RecordLoc, entry_offset};
+use loaderx_format::{Header, RecordLoc, UndoLog};
 
-use crate::{
-    Codec, Error, Result, Store,
-    storage::{FileId, Storage},
-    undo::UndoLog,
-};
+use crate::{Codec, Error, Result, Store, storage::Storage, undo};
 
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Removes the records at `idxs` (any order, duplicates allowed).
@@ -21,11 +17,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// checked before anything changes, and a delete interrupted by an I/O
     /// error or a crash is rolled back (now, or when the store is next opened
     /// for writing).
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], [`Error::IndexOutOfRange`] (nothing deleted), or an
+    /// I/O failure (the delete is rolled back).
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
         self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
-                path: self.path.clone(),
+                path: self.path().to_owned(),
                 op: "delete",
             });
         }
@@ -51,7 +51,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             if idx != length {
                 let moved = match filled.get(&length) {
                     Some(loc) => *loc,
-                    None => self.raw_entry(length)?,
+                    None => self.files.read_entry(length)?,
                 };
                 filled.insert(idx, moved);
             }
@@ -59,7 +59,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         filled.retain(|&slot, _| slot < length);
         let mut originals = Vec::with_capacity(filled.len());
         for &slot in filled.keys() {
-            originals.push((slot, self.raw_entry(slot)?));
+            originals.push((slot, self.files.read_entry(slot)?));
         }
         let log = UndoLog {
             header,
@@ -70,14 +70,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let new = Header { length, ..header };
         let applied = filled
             .iter()
-            .try_for_each(|(&slot, loc)| {
-                self.write_meta(entry_offset(slot), &loc.encode(), "write table")
-            })
-            .and_then(|()| self.write_meta(0, &new.encode(), "write header"));
+            .try_for_each(|(&slot, loc)| self.files.write_entry(slot, loc, "write table"))
+            .and_then(|()| self.files.write_header(&new, "write header"));
         if let Err(e) = applied {
             // Put back what was overwritten; if even that fails, the undo log
             // on disk will do it at the next writable open.
-            if self.roll_back(&log).is_ok() && self.remove_undo().is_ok() {
+            if undo::roll_back(&self.files, &log).is_ok() && self.remove_undo().is_ok() {
                 return Err(e);
             }
             self.poison();
@@ -88,38 +86,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             self.poison();
             return Err(e);
         }
-        self.len.store(length, Ordering::Release);
+        self.frontier.publish_len(length);
         Ok(())
-    }
-
-    fn write_undo(&mut self, log: &UndoLog) -> Result<()> {
-        let path = self.file_path(FileId::Undo);
-        let written = self
-            .storage
-            .open_file(FileId::Undo, true, 0)
-            .and_then(|_| self.storage.truncate(FileId::Undo, 0))
-            .and_then(|()| self.storage.write_at(FileId::Undo, 0, &log.encode()))
-            .and_then(|()| self.storage.sync(FileId::Undo));
-        if let Err(e) = written {
-            // Nothing in the table changed; a torn log is ignored on open.
-            let _ = self.storage.remove(FileId::Undo);
-            return Err(Error::io(path, "write undo log", e));
-        }
-        Ok(())
-    }
-
-    fn remove_undo(&mut self) -> Result<()> {
-        let path = self.file_path(FileId::Undo);
-        self.storage
-            .remove(FileId::Undo)
-            .map_err(|e| Error::io(path, "remove undo log", e))
-    }
-
-    /// Writes back the entries and header an undo log recorded.
-    pub(crate) fn roll_back(&self, log: &UndoLog) -> Result<()> {
-        for (slot, loc) in &log.entries {
-            self.write_meta(entry_offset(*slot), &loc.encode(), "roll back table")?;
-        }
-        self.write_meta(0, &log.header.encode(), "roll back header")
     }
 }

@@ -10,40 +10,75 @@ use loaderx_format::FormatError;
 #[non_exhaustive]
 pub enum Error {
     /// An allocation the operation needed could not be made. Code -1.
-    OutOfMemory { bytes: u64 },
+    OutOfMemory {
+        /// Bytes the allocation asked for.
+        bytes: u64,
+    },
     /// A file operation failed. Code -2.
     Io {
+        /// The file (or directory) operated on.
         path: PathBuf,
+        /// What was being done (`"write table"`, `"sync"`, …).
         op: &'static str,
+        /// The operating system's error.
         source: io::Error,
     },
     /// The store was opened read-only and the operation writes. Code -2.
-    ReadOnly { path: PathBuf, op: &'static str },
+    ReadOnly {
+        /// The store's directory.
+        path: PathBuf,
+        /// The refused operation.
+        op: &'static str,
+    },
     /// An earlier write on this handle failed halfway and could not be
     /// undone in place; reopening the store recovers it. Code -2.
-    Poisoned { path: PathBuf },
+    Poisoned {
+        /// The store's directory.
+        path: PathBuf,
+    },
     /// Another process holds the store's lock. Code -2.
-    Locked { path: PathBuf, holder: &'static str },
+    Locked {
+        /// The store's directory.
+        path: PathBuf,
+        /// Who holds the lock, and what to do about it.
+        holder: &'static str,
+    },
     /// An index is not below the store's length. Code -3.
-    IndexOutOfRange { index: u64, len: u64 },
+    IndexOutOfRange {
+        /// The index asked for.
+        index: u64,
+        /// The store's length when it was asked.
+        len: u64,
+    },
     /// A record to append is empty or over 1 MiB (`position` is its place in the batch). Code -4.
     RecordSize {
+        /// The record's place in the batch.
         position: usize,
+        /// Its length.
         len: u64,
+        /// The largest record allowed.
         limit: u32,
     },
     /// The store cannot take `extra` more records, or ran out of chunk files. Code -5.
     Full {
+        /// Records the store holds.
         len: u64,
+        /// Records the operation would add.
         extra: u64,
+        /// The limit in the way.
         limit: u64,
+        /// Which limit (`"record"`, `"chunk"`, …).
         what: &'static str,
     },
     /// A destination or source does not fit the requested geometry. Code -6.
     BufferTooSmall {
+        /// Which buffer or slot.
         what: &'static str,
+        /// The item of the batch that does not fit.
         position: usize,
+        /// Bytes it needs (the end of its range).
         need: u64,
+        /// Bytes there are.
         have: u64,
     },
     /// A gather that needs every record to be exactly `expected` bytes
@@ -58,26 +93,43 @@ pub enum Error {
         found: u32,
     },
     /// Two ragged destination ranges overlap. Code -6.
-    OverlappingDestinations { first: usize, second: usize },
+    OverlappingDestinations {
+        /// The earlier item of the batch.
+        first: usize,
+        /// The later item, whose range overlaps the earlier one's.
+        second: usize,
+    },
     /// Argument lists disagree in length (e.g. `offsets` and `idxs`). Code -6.
     LengthMismatch {
+        /// The argument whose length is off.
         what: &'static str,
+        /// The length it must have.
         expected: usize,
+        /// The length it has.
         found: usize,
     },
     /// A stored record or table entry is damaged. Code -7.
     Corrupt {
+        /// The damaged file.
         path: PathBuf,
+        /// The table entry (record index) concerned.
         entry: u64,
+        /// What is wrong with it.
         reason: String,
     },
     /// The directory is not a store, or is one of an unsupported version. Code -8.
-    NotAStore { path: PathBuf, reason: String },
+    NotAStore {
+        /// The directory or file concerned.
+        path: PathBuf,
+        /// Why it is refused.
+        reason: String,
+    },
 }
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+<<<<<<< HEAD
 /// The stable kinds of store failure, each with the negative number that
 /// identifies it across versions (loaderx 0.5.x used the same numbers) and
 /// in the Python package (`ZrecordError.code`).
@@ -134,6 +186,12 @@ impl ErrorCode {
 
     /// A stable identifier (`"INDEX_OUT_OF_RANGE"`), for bindings that name codes.
     pub fn name(self) -> &'static str {
+=======
+impl Error {
+    /// The stable code of the Python `ZrecordError` (see `PYTHON_API.md`).
+    #[must_use]
+    pub fn code(&self) -> i32 {
+>>>>>>> arch-store
         match self {
             ErrorCode::OutOfMemory => "OUT_OF_MEMORY",
             ErrorCode::Io => "IO",

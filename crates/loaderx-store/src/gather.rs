@@ -40,6 +40,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Every index and destination range is validated before anything is
     /// written; then records are decoded in parallel (small batches on the
     /// calling thread) with no intermediate copy.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`], [`Error::BufferTooSmall`] when a record does
+    /// not fit its slot or `dst`, [`Error::Corrupt`] for a damaged entry or
+    /// record; `dst` is untouched unless every check passed.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         self.gather_placed(idxs, dst, Placement::Strided(stride))
     }
@@ -56,6 +61,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]` for every `i`.
     /// Destination ranges must lie inside `dst` and must not overlap.
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather), plus [`Error::LengthMismatch`] and
+    /// [`Error::OverlappingDestinations`].
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
         if offsets.len() != idxs.len() {
             return Err(Error::LengthMismatch {
@@ -82,7 +91,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let mut work = 0u64;
         for (i, &idx) in idxs.iter().enumerate() {
             let loc = self.entry(idx, &header)?;
-            let len = loc.logic_length as u64;
+            let len = u64::from(loc.logic_length);
             let at = match place {
                 Placement::Strided(stride) => {
                     if len > stride as u64 {
@@ -153,13 +162,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
     fn check_chunks_still_hold(&self, idxs: &[u64], locs: &[(usize, RecordLoc)]) -> Result<()> {
         let mut seen: Vec<(u16, u64)> = Vec::new();
         for (i, (_, loc)) in locs.iter().enumerate() {
-            let len = match seen.iter().find(|(c, _)| *c == loc.chunk_id) {
-                Some(&(_, len)) => len,
-                None => {
-                    let len = self.current_chunk_len(loc.chunk_id)?;
-                    seen.push((loc.chunk_id, len));
-                    len
-                }
+            let len = if let Some(&(_, len)) = seen.iter().find(|(c, _)| *c == loc.chunk_id) {
+                len
+            } else {
+                let len = self.current_chunk_len(loc.chunk_id)?;
+                seen.push((loc.chunk_id, len));
+                len
             };
             if loc.end() > len {
                 return Err(Error::Corrupt {

@@ -4,20 +4,24 @@
 //!
 //! * [`Store`] is the engine: `open`, `append_fixed`/`append_ragged`,
 //!   `gather`/`gather_exact`/`gather_ragged`, `lengths`, `delete`, `compact`, `stats`,
-//!   `sync`, `verify`.
+//!   `sync`, `verify`. Errors are one [`Error`] enum that names what went
+//!   wrong and where.
 //! * [`Codec`] is a per-record compression scheme ([`Raw`], [`Deflate`] — the
 //!   default —, [`Zstd`], [`Lz4`]); [`CodecId`] picks one at run time. Reads
 //!   dispatch on each record's own tag.
 //! * [`Storage`](storage::Storage) is where the bytes live: memory-mapped
-//!   files ([`FileStorage`](storage::FileStorage)) or memory
-//!   ([`MemStorage`](storage::MemStorage), for crash and fault tests).
+//!   files ([`FileStorage`](storage::FileStorage)), or, with the test-only
+//!   cargo feature `testing`, memory (`storage::MemStorage`, which can fail
+//!   an operation on purpose and show what a crash or power loss leaves).
 //!
-//! An append encodes records in parallel, places them serially, writes them
-//! in parallel, then commits (table entries, then the header), so a killed
+//! Data flow: an append encodes records in parallel, places them serially,
+//! writes them in parallel, then commits (table entries, then the header,
+//! laid out by [`loaderx_format`], re-exported as `format`), so a killed
 //! process leaves a store holding a prefix of what was appended. A gather
 //! validates every index and destination range, then decodes in parallel
-//! into the caller's buffer with no intermediate copy. The crate never
-//! interprets record bytes and knows nothing of Python.
+//! into the caller's buffer with no intermediate copy. The crate never interprets record bytes and knows
+//! nothing of Python. Files are read through memory maps: see the rule in
+//! [`Store::open`].
 //!
 //! ```
 //! use loaderx_store::{Store, Deflate};
@@ -33,14 +37,23 @@
 //! assert!(batch.iter().all(|&b| b == 7));
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![warn(clippy::pedantic)]
+// Narrowing casts only ever apply to values the format's limits bound (2^24
+// records, 2^12 chunks, 2^32-byte chunks, 1 MiB records), checked before the
+// cast; the crate maps 4 GiB chunk extents, so it targets 64-bit platforms.
+#![allow(clippy::cast_possible_truncation)]
 
 mod append;
 mod codec;
 mod compact;
 mod delete;
 mod error;
+mod files;
+mod frontier;
 mod gather;
 mod lock;
+mod open;
 mod parallel;
 pub mod storage;
 mod store;
@@ -50,4 +63,5 @@ pub use codec::{Codec, CodecId, DecodeError, Deflate, Lz4, Raw, Zstd};
 pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;
 pub use loaderx_format::{MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS};
-pub use store::{OpenOptions, Stats, Store};
+pub use open::OpenOptions;
+pub use store::{Stats, Store};

@@ -51,7 +51,9 @@ static POOL: Mutex<Option<Pool>> = Mutex::new(None);
 /// The process's pool, built on first use and rebuilt after a fork.
 pub(crate) fn pool() -> Arc<ThreadPool> {
     let pid = std::process::id();
-    let mut slot = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slot = POOL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(p) = slot.as_ref()
         && p.pid == pid
     {
@@ -62,7 +64,7 @@ pub(crate) fn pool() -> Arc<ThreadPool> {
         // joined. Leak it.
         std::mem::forget(stale.pool);
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let pool = Arc::new(
         ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -123,6 +125,8 @@ where
     // pointer is dereferenced only by whoever claims a part below `parts`
     // (`Shared::run`), and this function returns only once every claimed part
     // has finished (`done == parts`), so no dereference outlives `body`.
+    // (A pointer cast cannot lengthen a trait object's lifetime; a transmute can.)
+    #[allow(clippy::transmute_ptr_to_ptr)]
     let body: *const (dyn Fn(usize) + Sync + 'static) = unsafe {
         std::mem::transmute::<
             *const (dyn Fn(usize) + Sync + '_),
@@ -147,13 +151,15 @@ where
         finished = shared
             .wake
             .wait(finished)
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
     }
     drop(finished);
     if let Some(payload) = lock(&panicked).take() {
         panic::resume_unwind(payload);
     }
-    let mut errors = errors.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut errors = errors
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     errors.sort_by_key(|(part, _)| *part);
     match errors.into_iter().next() {
         Some((_, e)) => Err(e),
@@ -202,7 +208,7 @@ impl Shared {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs `work` on every part, in parallel unless `bytes` of work is too
@@ -301,9 +307,7 @@ mod tests {
         let finished = AtomicU64::new(0);
         let caught = panic::catch_unwind(AssertUnwindSafe(|| {
             for_ranges(64, u64::MAX, |range| {
-                if range.contains(&10) {
-                    panic!("boom");
-                }
+                assert!(!range.contains(&10), "boom");
                 finished.fetch_add(range.len() as u64, Ordering::Relaxed);
                 Ok(())
             })

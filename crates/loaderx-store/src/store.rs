@@ -1,62 +1,27 @@
-//! The [`Store`] type: opening, the published state readers see, and the
-//! small accessors (`len`, `lengths`, `stats`, `sync`, `verify`).
+//! The [`Store`] type: its state, and the read-side accessors (`len`,
+//! `lengths`, `stats`, `sync`, `verify`) with the entry checks every read
+//! path shares. Opening is `open.rs`; appends, gathers, deletes and
+//! compaction have a file each.
 
 use std::{
-    fs,
     marker::PhantomData,
     path::{Path, PathBuf},
     sync::{
         Mutex,
-        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
 };
 
-use loaderx_format::{
-    CHUNK_CAPACITY, ENTRY_LEN, FormatError, HEADER_LEN, Header, MAX_CHUNKS, MAX_RECORDS, META_LEN,
-    RecordLoc, entry_offset,
-};
+use loaderx_format::{FormatError, Header, RecordLoc};
 
 use crate::{
     Codec, CodecId, Deflate, Error, Result,
+    files::Files,
+    frontier::{ChunkLens, Frontier},
     lock::StoreLock,
     parallel,
     storage::{FileId, FileStorage, Storage},
-    undo::UndoLog,
 };
-
-/// How to open a store.
-#[derive(Debug, Clone, Copy)]
-pub struct OpenOptions {
-    /// Refuse every write, and never create or modify anything on disk.
-    pub read_only: bool,
-    /// Create the directory and an empty store when absent (ignored when read-only).
-    pub create: bool,
-    /// Bytes a chunk file holds before appends roll over to the next one.
-    /// Always 4 GiB in real stores; smaller values exist so tests can exercise
-    /// rollover without writing gigabytes.
-    pub chunk_capacity: u64,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        OpenOptions {
-            read_only: false,
-            create: true,
-            chunk_capacity: CHUNK_CAPACITY,
-        }
-    }
-}
-
-impl OpenOptions {
-    /// Options for a read-only open.
-    pub fn read_only() -> OpenOptions {
-        OpenOptions {
-            read_only: true,
-            create: false,
-            ..OpenOptions::default()
-        }
-    }
-}
 
 /// Storage usage, as reported by [`Store::stats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,170 +47,30 @@ pub struct Stats {
 /// `compact` take `&mut self`.
 #[derive(Debug)]
 pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
-    pub(crate) storage: S,
-    pub(crate) path: PathBuf,
+    pub(crate) files: Files<S>,
+    /// Bytes a chunk holds before appends roll over (`OpenOptions::chunk_capacity`).
     pub(crate) capacity: u64,
-    /// Published `length`: entries below it are committed.
-    pub(crate) len: AtomicU32,
-    /// Published frontier: `tail_chunk << 32 | tail_offset`.
-    pub(crate) tail: AtomicU64,
-    /// Bytes known to exist in each chunk file (measured at open, grown by
-    /// our writes); reads never go past them, so a short file cannot SIGBUS.
-    pub(crate) chunk_lens: Box<[AtomicU64]>,
+    /// The published header readers trust.
+    pub(crate) frontier: Frontier,
+    /// Bytes known to exist in each chunk file.
+    pub(crate) chunk_lens: ChunkLens,
+    /// Serialises appends (and the writers' view of the frontier).
     pub(crate) append_lock: Mutex<()>,
     /// Set when a write failed halfway and could not be undone in place: the
     /// bytes on disk are recovered by the next open, not by this handle.
     pub(crate) poisoned: AtomicBool,
-    pub(crate) _lock: Option<StoreLock>,
-    _codec: PhantomData<C>,
-}
-
-impl<C: Codec> Store<C, FileStorage> {
-    /// Opens the store at `path`, creating the directory and an empty store
-    /// when absent.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        Self::open_with(path, OpenOptions::default())
-    }
-
-    /// Opens an existing store for reading only: nothing on disk is created
-    /// or modified, so this works on read-only media.
-    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
-        Self::open_with(path, OpenOptions::read_only())
-    }
-
-    /// Opens the store at `path` with `options`.
-    pub fn open_with(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
-        let path = path.as_ref();
-        match fs::metadata(path) {
-            Ok(md) if md.is_dir() => {}
-            Ok(_) => {
-                return Err(Error::NotAStore {
-                    path: path.to_owned(),
-                    reason: "the path is a file, not a store directory".into(),
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if options.read_only || !options.create {
-                    return Err(Error::NotAStore {
-                        path: path.to_owned(),
-                        reason: "no such directory".into(),
-                    });
-                }
-                fs::create_dir_all(path).map_err(|e| Error::io(path, "create directory", e))?;
-            }
-            Err(e) => return Err(Error::io(path, "stat", e)),
-        }
-        let mut store = Self::open_in(FileStorage::new(path, options.read_only), options)?;
-        store._lock = StoreLock::acquire(path, options.read_only)?;
-        Ok(store)
-    }
+    /// The advisory lock between processes (`None` for stores not on files,
+    /// or where the file system has no `flock`).
+    pub(crate) lock: Option<StoreLock>,
+    pub(crate) _codec: PhantomData<C>,
 }
 
 impl<C: Codec, S: Storage> Store<C, S> {
-    /// Opens the store held by `storage`. O(1) in the number of records:
-    /// only the header is read; table entries are checked when touched.
-    pub fn open_in(mut storage: S, options: OpenOptions) -> Result<Self> {
-        let path = storage.location().to_owned();
-        let meta_path = path.join(loaderx_format::META_FILE);
-        let read_only = options.read_only || storage.is_read_only();
-        if options.chunk_capacity == 0 || options.chunk_capacity > CHUNK_CAPACITY {
-            return Err(Error::NotAStore {
-                path,
-                reason: format!(
-                    "chunk capacity {} is outside 1..=2^32",
-                    options.chunk_capacity
-                ),
-            });
-        }
-        let create = options.create && !read_only;
-        let existing = storage
-            .open_file(FileId::Meta, false, 0)
-            .map_err(|e| Error::io(&meta_path, "open", e))?;
-        if existing.is_some() {
-            recover_undo(&mut storage, &path, read_only)?;
-        }
-        let (header, meta_len) = match existing {
-            Some(meta_len) => (read_header(&storage, &meta_path, meta_len)?, meta_len),
-            None if create => {
-                // Chunk files without a meta.zr are a damaged store, not an
-                // empty directory: creating over them would lose their bytes.
-                let orphans = storage
-                    .chunk_ids()
-                    .map_err(|e| Error::io(&path, "list chunk files", e))?;
-                if let Some(id) = orphans.first() {
-                    return Err(Error::NotAStore {
-                        path: path.clone(),
-                        reason: format!(
-                            "meta.zr is missing but chunk file {id}.zr exists; refusing to create a new store over it"
-                        ),
-                    });
-                }
-                storage
-                    .open_file(FileId::Meta, true, META_LEN)
-                    .map_err(|e| Error::io(&meta_path, "create", e))?;
-                storage
-                    .open_file(FileId::Chunk(0), true, 0)
-                    .map_err(|e| Error::io(path.join("0.zr"), "create", e))?;
-                let header = Header::default();
-                storage
-                    .write_at(FileId::Meta, 0, &header.encode())
-                    .map_err(|e| Error::io(&meta_path, "write header", e))?;
-                (header, META_LEN)
-            }
-            None => {
-                return Err(Error::NotAStore {
-                    path,
-                    reason: "meta.zr is missing".into(),
-                });
-            }
-        };
-        let need = HEADER_LEN as u64 + u64::from(header.length) * ENTRY_LEN as u64;
-        if meta_len < need {
-            return Err(Error::format(
-                &meta_path,
-                FormatError::Truncated {
-                    need,
-                    have: meta_len,
-                },
-            ));
-        }
-        let chunk_lens: Box<[AtomicU64]> = (0..MAX_CHUNKS).map(|_| AtomicU64::new(0)).collect();
-        for id in 0..=u32::from(header.tail_chunk) {
-            let file = FileId::Chunk(id);
-            let chunk_path = path.join(file.file_name());
-            match storage.open_file(file, false, 0) {
-                Ok(Some(len)) => chunk_lens[id as usize].store(len, Ordering::Relaxed),
-                Ok(None) => {
-                    return Err(Error::NotAStore {
-                        path: chunk_path,
-                        reason: format!(
-                            "chunk file is missing (the header says chunks 0..={} exist)",
-                            header.tail_chunk
-                        ),
-                    });
-                }
-                Err(e) => return Err(Error::io(chunk_path, "open", e)),
-            }
-        }
-        Ok(Store {
-            storage,
-            path,
-            capacity: options.chunk_capacity,
-            len: AtomicU32::new(header.length),
-            tail: AtomicU64::new(pack_tail(header.tail_chunk, header.tail_offset)),
-            chunk_lens,
-            append_lock: Mutex::new(()),
-            poisoned: AtomicBool::new(false),
-            _lock: None,
-            _codec: PhantomData,
-        })
-    }
-
     /// Refuses to work on a handle whose last write failed halfway.
     pub(crate) fn check_usable(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned {
-                path: self.path.clone(),
+                path: self.path().to_owned(),
             });
         }
         Ok(())
@@ -257,7 +82,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// The store's directory.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.files.dir()
     }
 
     /// The codec appends use unless told otherwise.
@@ -267,12 +92,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Whether writes are refused.
     pub fn is_read_only(&self) -> bool {
-        self.storage.is_read_only()
+        self.files.is_read_only()
     }
 
     /// Number of live records; the index space is `0..len()`.
     pub fn len(&self) -> u64 {
-        u64::from(self.len.load(Ordering::Acquire))
+        u64::from(self.frontier.len())
     }
 
     /// Whether the store holds no records.
@@ -282,39 +107,27 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// The storage the store lives on.
     pub fn storage(&self) -> &S {
-        &self.storage
+        self.files.storage()
     }
 
     /// The published header: what a reader that starts now sees.
     pub(crate) fn header(&self) -> Header {
-        let length = self.len.load(Ordering::Acquire);
-        let (tail_chunk, tail_offset) = unpack_tail(self.tail.load(Ordering::Acquire));
-        Header {
-            tail_chunk,
-            tail_offset,
-            length,
-        }
+        self.frontier.header()
     }
 
-    pub(crate) fn meta_path(&self) -> PathBuf {
-        self.path.join(loaderx_format::META_FILE)
-    }
-
+    /// Where `file` lives, for error messages.
     pub(crate) fn file_path(&self, file: FileId) -> PathBuf {
-        self.path.join(file.file_name())
+        self.files.path(file)
     }
 
     /// Checks that `meta.zr` still holds the table `header` describes: a file
     /// truncated behind our back must give an error, not a SIGBUS.
     pub(crate) fn check_meta_len(&self, header: &Header) -> Result<()> {
-        let need = HEADER_LEN as u64 + u64::from(header.length) * ENTRY_LEN as u64;
-        let have = self
-            .storage
-            .current_len(FileId::Meta)
-            .map_err(|e| Error::io(self.meta_path(), "stat", e))?;
+        let need = header.table_end();
+        let have = self.files.current_len(FileId::Meta)?;
         if have < need {
             return Err(Error::format(
-                self.meta_path(),
+                self.file_path(FileId::Meta),
                 FormatError::Truncated { need, have },
             ));
         }
@@ -327,22 +140,29 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// may be growing the file between the `stat` and the store, and lowering
     /// the shared value then would hide its records from later readers.
     pub(crate) fn current_chunk_len(&self, id: u16) -> Result<u64> {
-        let known = self.chunk_lens[usize::from(id)].load(Ordering::Acquire);
-        let file = FileId::Chunk(u32::from(id));
-        let now = self
-            .storage
-            .current_len(file)
-            .map_err(|e| Error::io(self.file_path(file), "stat", e))?;
+        let known = self.chunk_lens.get(u32::from(id));
+        let now = self.files.current_len(FileId::Chunk(u32::from(id)))?;
         Ok(known.min(now))
     }
 
-    /// Reads table entry `index` without judging it.
-    pub(crate) fn raw_entry(&self, index: u32) -> Result<RecordLoc> {
-        let mut buf = [0u8; ENTRY_LEN];
-        self.storage
-            .read_at(FileId::Meta, entry_offset(index), &mut buf)
-            .map_err(|e| Error::io(self.meta_path(), "read table", e))?;
-        Ok(RecordLoc::decode(&buf))
+    /// Creates the chunk files `ids` (new ones past the frontier) and records
+    /// their lengths.
+    pub(crate) fn create_chunks(&self, ids: std::ops::RangeInclusive<u32>) -> Result<()> {
+        for id in ids {
+            let len = self.files.create(FileId::Chunk(id), 0)?;
+            self.chunk_lens.set(id, len);
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` at `offset` of chunk `chunk` and records that the file
+    /// now reaches their end.
+    pub(crate) fn write_chunk(&self, chunk: u16, offset: u32, bytes: &[u8]) -> Result<()> {
+        let file = FileId::Chunk(u32::from(chunk));
+        self.files.write(file, u64::from(offset), bytes, "write")?;
+        self.chunk_lens
+            .grow(u32::from(chunk), u64::from(offset) + bytes.len() as u64);
+        Ok(())
     }
 
     /// Reads and validates the entry of live record `index` against `header`.
@@ -353,15 +173,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 len: u64::from(header.length),
             });
         }
-        let loc = self.raw_entry(index as u32)?;
-        let file_len = self.chunk_lens[usize::from(loc.chunk_id) % MAX_CHUNKS as usize]
-            .load(Ordering::Acquire);
-        loaderx_format::validate_entry(index as u32, &loc, header, file_len)
-            .map_err(|e| Error::format(self.meta_path(), e))?;
+        let index = index as u32;
+        let loc = self.files.read_entry(index)?;
+        let file_len = self.chunk_lens.get(u32::from(loc.chunk_id));
+        loaderx_format::validate_entry(index, &loc, header, file_len)
+            .map_err(|e| Error::format(self.file_path(FileId::Meta), e))?;
         Ok(loc)
     }
 
     /// Logical size of each record in `idxs`, written to `out`.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `out` and `idxs` differ in length,
+    /// [`Error::IndexOutOfRange`], or a damaged entry or file.
     pub fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
         if out.len() != idxs.len() {
             return Err(Error::LengthMismatch {
@@ -380,25 +204,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Storage usage. Scans the table, so it is a diagnostic, not a per-batch call.
+    ///
+    /// # Errors
+    /// When `meta.zr` cannot be read or was cut short.
     pub fn stats(&self) -> Result<Stats> {
-        let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self
+            .append_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check_usable()?;
         let header = self.header();
         self.check_meta_len(&header)?;
         let mut live_bytes = 0u64;
-        let table_len = u64::from(header.length) * ENTRY_LEN as u64;
-        self.storage
-            .with_bytes(
-                FileId::Meta,
-                HEADER_LEN as u64,
-                table_len as usize,
-                |table| {
-                    for e in table.chunks_exact(ENTRY_LEN) {
-                        live_bytes += u64::from(u32::from_le_bytes([e[4], e[5], e[6], e[7]]));
-                    }
-                },
-            )
-            .map_err(|e| Error::io(self.meta_path(), "read table", e))?;
+        self.files.for_each_entry(header.length, |loc| {
+            live_bytes += u64::from(loc.phys_length);
+        })?;
         let chunk_bytes =
             u64::from(header.tail_chunk) * self.capacity + u64::from(header.tail_offset);
         Ok(Stats {
@@ -410,41 +230,41 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Makes everything appended so far durable: chunk files first, then `meta.zr`.
+    ///
+    /// # Errors
+    /// When a file cannot be synced.
     pub fn sync(&self) -> Result<()> {
         if self.is_read_only() {
             return Ok(());
         }
-        let _writer = self.append_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.sync_all()
-    }
-
-    pub(crate) fn sync_all(&self) -> Result<()> {
-        let (tail_chunk, _) = unpack_tail(self.tail.load(Ordering::Acquire));
-        for id in 0..=u32::from(tail_chunk) {
-            let file = FileId::Chunk(id);
-            self.storage
-                .sync(file)
-                .map_err(|e| Error::io(self.file_path(file), "sync", e))?;
-        }
-        self.storage
-            .sync(FileId::Meta)
-            .map_err(|e| Error::io(self.meta_path(), "sync", e))
+        let _writer = self
+            .append_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let chunks = (0..=u32::from(self.frontier.tail_chunk())).map(FileId::Chunk);
+        self.files.sync_all(chunks.chain([FileId::Meta]))
     }
 
     /// Checks the whole store: every table entry against the format's rules
     /// and the chunk files' lengths, and that every record decodes.
+    ///
+    /// # Errors
+    /// The first problem found: [`Error::Corrupt`] naming the entry, or
+    /// [`Error::NotAStore`] for a damaged header.
     pub fn verify(&self) -> Result<()> {
         let header = self.header();
-        let lens: Vec<u64> = (0..=usize::from(header.tail_chunk))
-            .map(|c| self.chunk_lens[c].load(Ordering::Acquire))
+        let lens: Vec<u64> = (0..=u32::from(header.tail_chunk))
+            .map(|c| self.chunk_lens.get(c))
             .collect();
-        let need = HEADER_LEN + header.length as usize * ENTRY_LEN;
-        self.storage
-            .with_bytes(FileId::Meta, 0, need, |image| {
-                loaderx_format::parse_index(image, &lens).map(|_| ())
-            })
-            .map_err(|e| Error::io(self.meta_path(), "read table", e))?
-            .map_err(|e| Error::format(self.meta_path(), e))?;
+        self.files
+            .with_bytes(
+                FileId::Meta,
+                0,
+                header.table_end() as usize,
+                "read table",
+                |image| loaderx_format::parse_index(image, &lens).map(|_| ()),
+            )?
+            .map_err(|e| Error::format(self.file_path(FileId::Meta), e))?;
         let n = header.length as usize;
         parallel::for_ranges(n, u64::MAX, |range| {
             let mut scratch = Vec::new();
@@ -462,104 +282,18 @@ impl<C: Codec, S: Storage> Store<C, S> {
     pub(crate) fn decode_into(&self, index: u64, loc: &RecordLoc, out: &mut [u8]) -> Result<()> {
         let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
         let file = FileId::Chunk(u32::from(loc.chunk_id));
-        self.storage
+        self.files
             .with_bytes(
                 file,
                 u64::from(loc.offset),
                 loc.phys_length as usize,
+                "read",
                 |src| codec.decode(src, out),
-            )
-            .map_err(|e| Error::io(self.file_path(file), "read", e))?
+            )?
             .map_err(|e| Error::Corrupt {
                 path: self.file_path(file),
                 entry: index,
                 reason: format!("{codec} record: {e}"),
             })
     }
-}
-
-pub(crate) fn pack_tail(chunk: u16, offset: u32) -> u64 {
-    (u64::from(chunk) << 32) | u64::from(offset)
-}
-
-pub(crate) fn unpack_tail(packed: u64) -> (u16, u32) {
-    ((packed >> 32) as u16, packed as u32)
-}
-
-/// Rolls back a delete that an undo log says did not finish (see `undo.rs`).
-fn recover_undo<S: Storage>(storage: &mut S, path: &Path, read_only: bool) -> Result<()> {
-    let undo_path = path.join(FileId::Undo.file_name());
-    let Some(len) = storage
-        .open_file(FileId::Undo, false, 0)
-        .map_err(|e| Error::io(&undo_path, "open", e))?
-    else {
-        return Ok(());
-    };
-    let log = storage
-        .with_bytes(FileId::Undo, 0, len as usize, UndoLog::decode)
-        .map_err(|e| Error::io(&undo_path, "read", e))?;
-    let meta_path = path.join(loaderx_format::META_FILE);
-    match (log, read_only) {
-        (None, true) => Ok(()),
-        (Some(_), true) => Err(Error::NotAStore {
-            path: path.to_owned(),
-            reason:
-                "an interrupted delete must be rolled back first: open the store for writing once"
-                    .into(),
-        }),
-        (log, false) => {
-            if let Some(log) = log {
-                for (slot, loc) in &log.entries {
-                    storage
-                        .write_at(FileId::Meta, entry_offset(*slot), &loc.encode())
-                        .map_err(|e| Error::io(&meta_path, "roll back table", e))?;
-                }
-                storage
-                    .write_at(FileId::Meta, 0, &log.header.encode())
-                    .map_err(|e| Error::io(&meta_path, "roll back header", e))?;
-                storage
-                    .sync(FileId::Meta)
-                    .map_err(|e| Error::io(&meta_path, "sync", e))?;
-            }
-            storage
-                .remove(FileId::Undo)
-                .map_err(|e| Error::io(&undo_path, "remove", e))
-        }
-    }
-}
-
-fn read_header<S: Storage>(storage: &S, meta_path: &Path, meta_len: u64) -> Result<Header> {
-    if meta_len < HEADER_LEN as u64 {
-        return Err(Error::format(
-            meta_path,
-            FormatError::Truncated {
-                need: HEADER_LEN as u64,
-                have: meta_len,
-            },
-        ));
-    }
-    let mut buf = [0u8; HEADER_LEN];
-    storage
-        .read_at(FileId::Meta, 0, &mut buf)
-        .map_err(|e| Error::io(meta_path, "read header", e))?;
-    let header = Header::decode(&buf).map_err(|e| Error::format(meta_path, e))?;
-    if header.length > MAX_RECORDS {
-        return Err(Error::format(
-            meta_path,
-            FormatError::TooManyRecords {
-                length: header.length,
-                limit: MAX_RECORDS,
-            },
-        ));
-    }
-    if u32::from(header.tail_chunk) >= MAX_CHUNKS {
-        return Err(Error::format(
-            meta_path,
-            FormatError::TooManyChunks {
-                tail_chunk: header.tail_chunk,
-                limit: MAX_CHUNKS,
-            },
-        ));
-    }
-    Ok(header)
 }

@@ -1,17 +1,22 @@
 //! Crash consistency with real processes: a child process appends (or
-//! compacts) and is killed with SIGKILL at random instants; after each kill
-//! the store must open, hold a prefix of what was appended with every record
-//! intact, and lose nothing that had been synced.
+//! compacts) and is killed with SIGKILL while it is inside that operation;
+//! after each kill the store must open, hold a prefix of what was appended
+//! with every record intact, and lose nothing that had been synced.
 //!
 //! The child is this test binary itself, re-run with `--exact` on the
 //! `#[ignore]`d entry points below and told what to do through environment
-//! variables.
+//! variables. It writes `enter N` to its stdout (a pipe) right before
+//! operation N and `leave N` right after it returns; the parent kills it
+//! only after reading `enter N`, and counts the kill as landed only if no
+//! `leave N` reached the pipe before the child died. Each test requires a
+//! minimum number of landed kills.
 
 use std::{
     env,
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write},
+    os::unix::process::ExitStatusExt,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::mpsc,
     thread,
     time::Duration,
@@ -21,6 +26,12 @@ use loaderx_store::{CodecId, Deflate, Store};
 
 const STORE_ENV: &str = "LOADERX_KILL_TEST_STORE";
 
+/// Kills that must land inside the operation under test, and the most
+/// attempts allowed to get them: a kill that comes after the operation
+/// returned proves nothing and does not count.
+const LANDED: usize = 16;
+const ATTEMPTS: usize = 64;
+
 /// Record `i`: its length and bytes are a function of `i` alone.
 fn expected(i: u64) -> Vec<u8> {
     let len = 200 + (i * 7919 % 3000) as usize;
@@ -29,8 +40,86 @@ fn expected(i: u64) -> Vec<u8> {
         .collect()
 }
 
-fn spawn_child(entry: &str, store: &Path) -> Child {
-    Command::new(env::current_exe().unwrap())
+/// What a child reports on stdout, one line each, written to the pipe
+/// before the child moves on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    /// `enter N`: about to start operation N.
+    Enter(u64),
+    /// `leave N`: operation N returned.
+    Leave(u64),
+    /// `synced N`: the first N records are durable.
+    Synced(u64),
+}
+
+impl Marker {
+    /// The marker a line ends with (the test harness may have printed its
+    /// own text before the first one, on the same line).
+    fn parse(line: &str) -> Option<Marker> {
+        let mut words = line.split_whitespace().rev();
+        let n = words.next()?.parse().ok()?;
+        let what = words.next()?;
+        match what {
+            "enter" => Some(Marker::Enter(n)),
+            "leave" => Some(Marker::Leave(n)),
+            "synced" => Some(Marker::Synced(n)),
+            _ => None,
+        }
+    }
+
+    /// Writes the marker and flushes it into the pipe.
+    fn report(self) {
+        let line = match self {
+            Marker::Enter(n) => format!("enter {n}\n"),
+            Marker::Leave(n) => format!("leave {n}\n"),
+            Marker::Synced(n) => format!("synced {n}\n"),
+        };
+        let mut out = std::io::stdout().lock();
+        out.write_all(line.as_bytes()).unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// What the parent saw of one killed child.
+struct Kill {
+    markers: Vec<Marker>,
+    /// Whether our SIGKILL is what ended it.
+    by_signal: bool,
+}
+
+impl Kill {
+    /// Whether our kill ended the child inside an operation: its last
+    /// `enter`/`leave` marker is an `enter`.
+    fn landed_inside(&self) -> bool {
+        if !self.by_signal {
+            return false;
+        }
+        let last = self
+            .markers
+            .iter()
+            .rev()
+            .find(|m| !matches!(m, Marker::Synced(_)));
+        matches!(last, Some(Marker::Enter(_)))
+    }
+
+    /// Records the child reported durable.
+    fn synced(&self) -> u64 {
+        self.markers
+            .iter()
+            .filter_map(|m| match m {
+                Marker::Synced(n) => Some(*n),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Runs child `entry` on `store`, waits until it enters operation `op`, lets
+/// it run for `delay`, kills it with SIGKILL, and collects every marker it
+/// wrote.
+fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
+    let mut child = Command::new(env::current_exe().unwrap())
         .args([
             "--exact",
             entry,
@@ -42,71 +131,155 @@ fn spawn_child(entry: &str, store: &Path) -> Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
-}
-
-/// Reads the child's "synced N" lines on a thread; returns the channel.
-fn watch(child: &mut Child) -> mpsc::Receiver<u64> {
+        .unwrap();
     let out = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
+    let reader = thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Some(n) = line.strip_prefix("synced ") {
-                let _ = tx.send(n.trim().parse().unwrap());
+            if let Some(m) = Marker::parse(&line) {
+                let _ = tx.send(m);
             }
         }
     });
-    rx
+    let mut markers = Vec::new();
+    loop {
+        let m = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("child {entry} never entered operation {op}: {e}"));
+        markers.push(m);
+        if matches!(m, Marker::Enter(k) if k >= op) {
+            break;
+        }
+    }
+    thread::sleep(delay);
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    let by_signal = status.signal() == Some(libc::SIGKILL);
+    assert!(
+        by_signal || status.success(),
+        "child {entry} failed on its own: {status}"
+    );
+    // The pipe closes with the child; the reader drains it, then ends.
+    reader.join().unwrap();
+    markers.extend(rx.try_iter());
+    Kill { markers, by_signal }
+}
+
+/// Pseudo-random kill delays (deterministic, so a failure reproduces) below
+/// a bound that shrinks each time a kill comes too late, so the kills keep
+/// landing inside operations however fast this machine runs them; and the
+/// count of kills that landed.
+struct Aim {
+    state: u64,
+    max_delay_us: u64,
+    /// The operation under test, for messages.
+    what: &'static str,
+    landed: usize,
+    attempts: usize,
+}
+
+impl Aim {
+    fn new(what: &'static str, seed: u64, max_delay_us: u64) -> Aim {
+        Aim {
+            state: seed,
+            max_delay_us,
+            what,
+            landed: 0,
+            attempts: 0,
+        }
+    }
+
+    /// Whether another kill is needed; fails the test once [`ATTEMPTS`]
+    /// attempts have not given [`LANDED`] landed kills.
+    fn more(&mut self) -> bool {
+        let (landed, attempts, what) = (self.landed, self.attempts, self.what);
+        if landed >= LANDED {
+            eprintln!("{landed} of {attempts} kills landed inside {what}");
+            return false;
+        }
+        assert!(
+            attempts < ATTEMPTS,
+            "only {landed} of {attempts} kills landed inside {what}"
+        );
+        self.attempts += 1;
+        true
+    }
+
+    /// Counts `kill` if it landed inside the operation; aims earlier if not.
+    fn tally(&mut self, kill: &Kill) {
+        if kill.landed_inside() {
+            self.landed += 1;
+        } else {
+            self.max_delay_us = (self.max_delay_us * 3 / 4).max(50);
+        }
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state % bound
+    }
+
+    fn delay(&mut self) -> Duration {
+        Duration::from_micros(self.below(self.max_delay_us + 1))
+    }
 }
 
 fn check_prefix(store: &Store<Deflate>) {
     store.verify().unwrap();
-    let n = store.len();
-    let idxs: Vec<u64> = (0..n).collect();
-    let mut lens = vec![0u32; n as usize];
-    store.lengths(&idxs, &mut lens).unwrap();
-    for (i, &len) in lens.iter().enumerate() {
-        let mut out = vec![0u8; len as usize];
-        store.gather(&[i as u64], &mut out, len as usize).unwrap();
+    for (i, record) in contents(store).iter().enumerate() {
         assert!(
-            out == expected(i as u64),
+            *record == expected(i as u64),
             "record {i} is not what was appended"
         );
     }
 }
 
-/// Deterministic "random" delays, so a failure reproduces.
-fn delays(count: usize) -> Vec<u64> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..count)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            5 + x % 60
+fn contents(store: &Store<Deflate>) -> Vec<Vec<u8>> {
+    (0..store.len())
+        .map(|i| {
+            let mut len = [0u32];
+            store.lengths(&[i], &mut len).unwrap();
+            let mut out = vec![0u8; len[0] as usize];
+            store.gather(&[i], &mut out, len[0] as usize).unwrap();
+            out
         })
         .collect()
 }
 
+/// `recs` as one ragged append's source, offsets and lengths.
+fn ragged(recs: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>, Vec<u32>) {
+    let lens: Vec<u32> = recs.iter().map(|r| r.len() as u32).collect();
+    let offsets = lens
+        .iter()
+        .scan(0u64, |at, &l| {
+            let here = *at;
+            *at += u64::from(l);
+            Some(here)
+        })
+        .collect();
+    (recs.concat(), offsets, lens)
+}
+
 #[test]
-fn appends_survive_sigkill_at_random_instants() {
+fn appends_survive_sigkill_inside_an_append() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
+    let mut aim = Aim::new("an append", 0x2545_f491_4f6c_dd1d, 3000);
     let mut synced_floor = 0u64;
-    for (round, delay) in delays(24).into_iter().enumerate() {
-        let mut child = spawn_child("append_child", &path);
-        let synced = watch(&mut child);
-        thread::sleep(Duration::from_millis(delay));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        for n in synced.try_iter() {
-            synced_floor = synced_floor.max(n);
-        }
+    while aim.more() {
+        let attempts = aim.attempts;
+        // Kill during one of the first few appends, somewhere inside it.
+        let op = aim.below(4);
+        let kill = kill_during("append_child", &path, op, aim.delay());
+        aim.tally(&kill);
+        synced_floor = synced_floor.max(kill.synced());
         let store: Store<Deflate> = Store::open(&path)
-            .unwrap_or_else(|e| panic!("round {round}: the store did not reopen: {e}"));
+            .unwrap_or_else(|e| panic!("attempt {attempts}: the store did not reopen: {e}"));
         assert!(
             store.len() >= synced_floor,
-            "round {round}: {} records, but {synced_floor} had been synced",
+            "attempt {attempts}: {} records, but {synced_floor} had been synced",
             store.len()
         );
         check_prefix(&store);
@@ -116,7 +289,7 @@ fn appends_survive_sigkill_at_random_instants() {
 }
 
 #[test]
-fn compaction_survives_sigkill_and_finishes_on_rerun() {
+fn compaction_survives_sigkill_inside_a_compaction_and_finishes_on_rerun() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     // Each record carries its own identity in its first 8 bytes.
@@ -125,52 +298,52 @@ fn compaction_survives_sigkill_and_finishes_on_rerun() {
         r[..8].copy_from_slice(&id.to_le_bytes());
         r
     };
-    let mut expect: Vec<Vec<u8>> = {
-        let mut store: Store<Deflate> = Store::open(&path).unwrap();
+    {
+        let store: Store<Deflate> = Store::open(&path).unwrap();
         for batch in 0..40u64 {
             let recs: Vec<Vec<u8>> = (batch * 100..batch * 100 + 100).map(tagged).collect();
-            let lens: Vec<u32> = recs.iter().map(|r| r.len() as u32).collect();
-            let mut offsets = vec![0u64];
-            for l in &lens[..lens.len() - 1] {
-                offsets.push(offsets.last().unwrap() + u64::from(*l));
-            }
+            let (src, offsets, lens) = ragged(&recs);
             let codec = if batch % 2 == 0 {
                 CodecId::Deflate
             } else {
                 CodecId::Raw
             };
             store
-                .append_ragged_with(codec, &recs.concat(), &offsets, &lens)
+                .append_ragged_with(codec, &src, &offsets, &lens)
                 .unwrap();
         }
-        let doomed: Vec<u64> = (0..4000).filter(|i| i % 3 == 0 || i % 7 == 0).collect();
-        store.delete(&doomed).unwrap();
-        store.sync().unwrap();
-        contents(&store)
-    };
-    for (round, delay) in delays(20).into_iter().enumerate() {
-        let mut child = spawn_child("compact_child", &path);
-        thread::sleep(Duration::from_millis(delay / 2));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let store: Store<Deflate> = Store::open(&path)
-            .unwrap_or_else(|e| panic!("round {round}: the store did not reopen: {e}"));
-        store.verify().unwrap();
-        assert!(contents(&store) == expect, "round {round}: records changed");
-        // Leave the next child something to compact: more holes, more records.
-        drop(store);
-        let mut store: Store<Deflate> = Store::open(&path).unwrap();
-        let n = store.len();
-        let doomed: Vec<u64> = (0..n)
-            .filter(|i| (i + round as u64).is_multiple_of(11))
-            .collect();
-        store.delete(&doomed).unwrap();
-        let id = 100_000 + round as u64;
-        let extra = tagged(id);
-        store.append_fixed(&extra, 1, extra.len()).unwrap();
-        store.sync().unwrap();
-        expect = contents(&store);
     }
+    let mut aim = Aim::new("a compaction", 0x9e37_79b9_7f4a_7c15, 20_000);
+    while aim.more() {
+        let attempts = aim.attempts;
+        // Give the child bytes to move: holes from a delete, then a record
+        // appended at the frontier, past every hole, so a compaction must
+        // move it (it is never a no-op).
+        let expect = {
+            let mut store: Store<Deflate> = Store::open(&path).unwrap();
+            let n = store.len();
+            let doomed: Vec<u64> = (0..n)
+                .filter(|i| (i + attempts as u64).is_multiple_of(13))
+                .collect();
+            assert!(!doomed.is_empty());
+            store.delete(&doomed).unwrap();
+            let extra = tagged(100_000 + attempts as u64);
+            store.append_fixed(&extra, 1, extra.len()).unwrap();
+            store.sync().unwrap();
+            assert!(store.stats().unwrap().reclaimable > 0);
+            contents(&store)
+        };
+        let kill = kill_during("compact_child", &path, 0, aim.delay());
+        aim.tally(&kill);
+        let store: Store<Deflate> = Store::open(&path)
+            .unwrap_or_else(|e| panic!("attempt {attempts}: the store did not reopen: {e}"));
+        store.verify().unwrap();
+        assert!(
+            contents(&store) == expect,
+            "attempt {attempts}: records changed"
+        );
+    }
+    let expect = contents(&Store::<Deflate>::open(&path).unwrap());
     let mut store: Store<Deflate> = Store::open(&path).unwrap();
     store.compact().unwrap();
     assert!(contents(&store) == expect);
@@ -193,54 +366,41 @@ fn compaction_survives_sigkill_and_finishes_on_rerun() {
     );
 }
 
-fn contents(store: &Store<Deflate>) -> Vec<Vec<u8>> {
-    (0..store.len())
-        .map(|i| {
-            let mut len = [0u32];
-            store.lengths(&[i], &mut len).unwrap();
-            let mut out = vec![0u8; len[0] as usize];
-            store.gather(&[i], &mut out, len[0] as usize).unwrap();
-            out
-        })
-        .collect()
-}
-
-/// Child: appends batches forever, syncing every third one and reporting it.
+/// Child: appends batches forever, syncing every third one, with markers
+/// around each append.
 #[test]
-#[ignore = "child process of appends_survive_sigkill_at_random_instants"]
+#[ignore = "child process of appends_survive_sigkill_inside_an_append"]
 fn append_child() {
     let Some(path) = env::var_os(STORE_ENV) else {
         return;
     };
     let store: Store<Deflate> = Store::open(path).unwrap();
-    for batch in 0.. {
+    for batch in 0u64.. {
         let first = store.len();
-        let recs: Vec<Vec<u8>> = (first..first + 16).map(expected).collect();
-        let lens: Vec<u32> = recs.iter().map(|r| r.len() as u32).collect();
-        let mut offsets = vec![0u64];
-        for l in &lens[..15] {
-            offsets.push(offsets.last().unwrap() + u64::from(*l));
-        }
-        let codec = CodecId::ALL[batch % 4];
+        let recs: Vec<Vec<u8>> = (first..first + 128).map(expected).collect();
+        let (src, offsets, lens) = ragged(&recs);
+        let codec = CodecId::ALL[batch as usize % 4];
+        Marker::Enter(batch).report();
         store
-            .append_ragged_with(codec, &recs.concat(), &offsets, &lens)
+            .append_ragged_with(codec, &src, &offsets, &lens)
             .unwrap();
         if batch % 3 == 2 {
             store.sync().unwrap();
-            println!("synced {}", store.len());
+            Marker::Synced(store.len()).report();
         }
+        Marker::Leave(batch).report();
     }
 }
 
-/// Child: compacts the store (and keeps compacting, to be killed at any step).
+/// Child: one compaction, with markers around it.
 #[test]
-#[ignore = "child process of compaction_survives_sigkill_and_finishes_on_rerun"]
+#[ignore = "child process of compaction_survives_sigkill_inside_a_compaction_and_finishes_on_rerun"]
 fn compact_child() {
     let Some(path) = env::var_os(STORE_ENV) else {
         return;
     };
     let mut store: Store<Deflate> = Store::open(path).unwrap();
-    loop {
-        store.compact().unwrap();
-    }
+    Marker::Enter(0).report();
+    store.compact().unwrap();
+    Marker::Leave(0).report();
 }

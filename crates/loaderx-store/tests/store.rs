@@ -6,7 +6,7 @@ mod common;
 use std::fs;
 
 use common::{contents, image_like, small_chunks};
-use loaderx_store::{CodecId, Deflate, Error, OpenOptions, Raw, Store, Zstd};
+use loaderx_store::{CodecId, Deflate, Error, OpenOptions, Raw, Store, Zstd, format::entry_offset};
 
 fn fixed_batch(n: usize, len: usize, seed: u64) -> Vec<u8> {
     (0..n)
@@ -376,7 +376,8 @@ fn damaged_stores_are_refused_with_the_right_code() {
     // An entry with an unknown codec: the store opens (O(1)), the gather that
     // touches the entry fails naming it, the others still work.
     let mut bad = meta.clone();
-    bad[16 + 16 + 14] = 9;
+    // The codec byte (offset 14) of entry 1.
+    bad[entry_offset(1) as usize + 14] = 9;
     fs::write(path.join("meta.zr"), &bad).unwrap();
     let store = reopen().unwrap();
     let err = store.gather(&[1], &mut [0u8; 1000], 1000).unwrap_err();
@@ -515,7 +516,7 @@ fn every_kind_of_bad_entry_is_named() {
             .unwrap();
     }
     let meta = fs::read(path.join("meta.zr")).unwrap();
-    let entry = |i: usize| 16 + 16 * i;
+    let entry = |i: u32| entry_offset(i) as usize;
     let put = |f: &dyn Fn(&mut Vec<u8>)| {
         let mut m = meta.clone();
         f(&mut m);

@@ -1,4 +1,4 @@
-//! LZ4, one block per record (no frame), through lz4_flex's safe codec.
+//! LZ4, one block per record (no frame), through `lz4_flex`'s safe codec.
 
 use std::cell::RefCell;
 

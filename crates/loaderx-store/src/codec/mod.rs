@@ -54,6 +54,9 @@ pub trait Codec: Send + Sync + Default + fmt::Debug + 'static {
 
     /// Decodes `src` into `dst`, which is exactly the record's logical size.
     /// Bytes that decode to any other size are an error.
+    ///
+    /// # Errors
+    /// When `src` is not a valid encoding of exactly `dst.len()` bytes.
     fn decode(&self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError>;
 }
 
@@ -75,6 +78,7 @@ impl CodecId {
     pub const ALL: [CodecId; 4] = [CodecId::Raw, CodecId::Deflate, CodecId::Zstd, CodecId::Lz4];
 
     /// The on-disk tag.
+    #[must_use]
     pub fn tag(self) -> CodecTag {
         match self {
             CodecId::Raw => CodecTag::RAW,
@@ -85,16 +89,22 @@ impl CodecId {
     }
 
     /// The codec a tag names, if format v1 defines it.
+    #[must_use]
     pub fn from_tag(tag: CodecTag) -> Option<CodecId> {
         CodecId::ALL.into_iter().find(|c| c.tag() == tag)
     }
 
     /// The name the Python API uses (`raw`, `flate`, `zstd`, `lz4`).
+    ///
+    /// # Panics
+    /// Never: format v1 names every tag a `CodecId` has.
+    #[must_use]
     pub fn name(self) -> &'static str {
         self.tag().name().expect("every CodecId has a name")
     }
 
     /// The codec called `name` in the Python API.
+    #[must_use]
     pub fn from_name(name: &str) -> Option<CodecId> {
         CodecId::ALL.into_iter().find(|c| c.name() == name)
     }
@@ -110,6 +120,9 @@ impl CodecId {
     }
 
     /// Decodes with this codec; see [`Codec::decode`].
+    ///
+    /// # Errors
+    /// As [`Codec::decode`].
     pub fn decode(self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
         match self {
             CodecId::Raw => Raw.decode(src, dst),
@@ -133,35 +146,32 @@ mod tests {
 
     fn round_trip(codec: CodecId, data: &[u8]) {
         let mut packed = vec![0u8; data.len().saturating_sub(1)];
-        match codec.encode(data, &mut packed) {
-            Some(n) => {
+        if let Some(n) = codec.encode(data, &mut packed) {
+            assert!(
+                n < data.len(),
+                "{codec} claimed {n} bytes for {}",
+                data.len()
+            );
+            let mut out = vec![0u8; data.len()];
+            codec.decode(&packed[..n], &mut out).unwrap();
+            assert_eq!(out, data, "{codec}");
+            // One byte short or long is an error, never a partial success.
+            if data.len() > 1 {
+                let mut short = vec![0u8; data.len() - 1];
                 assert!(
-                    n < data.len(),
-                    "{codec} claimed {n} bytes for {}",
-                    data.len()
-                );
-                let mut out = vec![0u8; data.len()];
-                codec.decode(&packed[..n], &mut out).unwrap();
-                assert_eq!(out, data, "{codec}");
-                // One byte short or long is an error, never a partial success.
-                if data.len() > 1 {
-                    let mut short = vec![0u8; data.len() - 1];
-                    assert!(
-                        codec.decode(&packed[..n], &mut short).is_err(),
-                        "{codec} short"
-                    );
-                }
-                let mut long = vec![0u8; data.len() + 1];
-                assert!(
-                    codec.decode(&packed[..n], &mut long).is_err(),
-                    "{codec} long"
+                    codec.decode(&packed[..n], &mut short).is_err(),
+                    "{codec} short"
                 );
             }
-            None => {
-                let mut out = vec![0u8; data.len()];
-                Raw.decode(data, &mut out).unwrap();
-                assert_eq!(out, data);
-            }
+            let mut long = vec![0u8; data.len() + 1];
+            assert!(
+                codec.decode(&packed[..n], &mut long).is_err(),
+                "{codec} long"
+            );
+        } else {
+            let mut out = vec![0u8; data.len()];
+            Raw.decode(data, &mut out).unwrap();
+            assert_eq!(out, data);
         }
     }
 

@@ -1,15 +1,5 @@
 //! Files in a directory: reads through shared read-only memory maps, writes
-//! with positioned writes (`pwrite`).
-//!
-//! # The mmap contract
-//! A file changed underneath a mapping by someone else (truncated, rewritten)
-//! is undefined behaviour for any reader of that mapping; a read past the end
-//! of the file raises SIGBUS. The engine upholds its side: it reads only
-//! ranges it has validated against the file lengths it knows (measured at open,
-//! grown by its own writes), and its own writes touch only bytes no reader can
-//! reach (past the committed frontier) until they are committed. Other
-//! processes must not write to a store that is open; `docs/ARCHITECTURE.md`
-//! states this for users.
+//! with positioned writes (`pwrite`). The mmap contract is on [`FileStorage`].
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -22,7 +12,7 @@ use std::{
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::{FileId, Storage, read_only_error};
-use loaderx_format::{CHUNK_CAPACITY, MAX_CHUNKS, META_LEN};
+use loaderx_format::{CHUNK_CAPACITY, MAX_CHUNKS, META_LEN, UNDO_MAX_LEN};
 
 /// An open file and a read-only shared map of its whole possible extent.
 #[derive(Debug)]
@@ -32,6 +22,34 @@ struct Mapped {
 }
 
 /// A store's files in a directory on the local file system.
+///
+/// Each file is mapped read-only and shared over its whole possible extent
+/// (4 GiB per chunk, the full size of `meta.zr`), so a growing file never
+/// needs a remap; writes go through `pwrite`, which the page cache makes
+/// visible to the maps.
+///
+/// # The mmap contract
+/// A file changed underneath a mapping by another program (truncated,
+/// rewritten, replaced) is undefined behaviour for every reader of that
+/// mapping, and a read of a mapped page past the end of the file raises
+/// `SIGBUS`. Users uphold their side by not modifying a store's files from
+/// outside loaderx while it is open. The engine upholds its side and
+/// contains what it can:
+///
+/// * [`with_bytes`](Storage::with_bytes) is only asked for ranges validated
+///   against the file lengths the engine knows (measured at open, grown by
+///   its own writes), and every gather, `lengths` call and append first
+///   re-checks the lengths of `meta.zr` and of the chunk files it touches
+///   with `fstat`, so a file cut short behind its back is reported as an
+///   error rather than read past its end;
+/// * its own writes touch only bytes no reader can reach (past the committed
+///   frontier) until they are committed, and delete and compaction need
+///   exclusive access (`&mut Store`);
+/// * across processes every handle holds a shared `flock` on `meta.zr`, and
+///   compaction, which moves bytes other processes may have mapped, runs only
+///   once it holds that lock exclusively.
+///
+/// A rewrite in place that keeps a file's length cannot be detected.
 #[derive(Debug)]
 pub struct FileStorage {
     dir: PathBuf,
@@ -78,8 +96,7 @@ impl FileStorage {
     fn extent(file: FileId) -> u64 {
         match file {
             FileId::Meta => META_LEN,
-            // 2^24 entries of 20 bytes, with room to spare.
-            FileId::Undo => 1 << 29,
+            FileId::Undo => UNDO_MAX_LEN,
             FileId::Chunk(_) => CHUNK_CAPACITY,
         }
     }

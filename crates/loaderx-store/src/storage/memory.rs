@@ -46,6 +46,7 @@ impl Default for MemStorage {
 
 impl MemStorage {
     /// Empty storage.
+    #[must_use]
     pub fn new() -> MemStorage {
         MemStorage {
             state: Arc::default(),
@@ -55,6 +56,7 @@ impl MemStorage {
     }
 
     /// A read-only handle on the same files.
+    #[must_use]
     pub fn read_only(&self) -> MemStorage {
         MemStorage {
             read_only: true,
@@ -63,7 +65,9 @@ impl MemStorage {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Makes every mutating operation (write, sync, create, truncate, remove)
@@ -88,26 +92,22 @@ impl MemStorage {
     }
 
     /// Mutating operations performed so far (to aim `fail_after`).
+    #[must_use]
     pub fn ops(&self) -> u64 {
         self.lock().ops
     }
 
     /// Independent storage holding what a process crash would leave:
     /// everything written so far.
+    #[must_use]
     pub fn after_process_crash(&self) -> MemStorage {
         let files = self.lock().files.clone();
-        MemStorage {
-            state: Arc::new(Mutex::new(State {
-                files,
-                ..State::default()
-            })),
-            path: self.path.clone(),
-            read_only: false,
-        }
+        self.survivor(files)
     }
 
     /// Independent storage holding what power loss would leave: only what
     /// `sync` made durable (a file never synced is gone).
+    #[must_use]
     pub fn after_power_loss(&self) -> MemStorage {
         let files = self
             .lock()
@@ -125,6 +125,12 @@ impl MemStorage {
                 ))
             })
             .collect();
+        self.survivor(files)
+    }
+
+    /// Independent, writable storage holding `files` (what survived a crash),
+    /// with no faults armed.
+    fn survivor(&self, files: BTreeMap<FileId, MemFile>) -> MemStorage {
         MemStorage {
             state: Arc::new(Mutex::new(State {
                 files,
@@ -136,6 +142,7 @@ impl MemStorage {
     }
 
     /// The whole content of `file` (zeros for sparse parts), if it exists.
+    #[must_use]
     pub fn contents(&self, file: FileId) -> Option<Vec<u8>> {
         let st = self.lock();
         let f = st.files.get(&file)?;

@@ -2,19 +2,20 @@
 //!
 //! The engine talks to its files only through [`Storage`]. [`FileStorage`]
 //! is the real thing (files in a directory, read through memory maps, written
-//! with positioned writes); [`MemStorage`] keeps the bytes in memory and can
-//! simulate a crash (keep only what `sync` made durable) or fail an I/O
-//! operation on purpose, which is what the crash and fault tests need.
+//! with positioned writes). With the test-only cargo feature `testing`,
+//! `MemStorage` keeps the bytes in memory and can simulate a crash (keep only
+//! what `sync` made durable) or fail an I/O operation on purpose, which is
+//! what the crash and fault tests need.
 
 mod file;
+#[cfg(feature = "testing")]
 mod memory;
 
 use std::{fmt, io, path::Path};
 
-pub use self::{file::FileStorage, memory::MemStorage};
-
-/// Name of the undo log an unfinished delete leaves behind.
-pub const UNDO_FILE: &str = "meta.zr.undo";
+pub use self::file::FileStorage;
+#[cfg(feature = "testing")]
+pub use self::memory::MemStorage;
 
 /// One file of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -23,17 +24,19 @@ pub enum FileId {
     Meta,
     /// `<id>.zr`: record bytes.
     Chunk(u32),
-    /// `meta.zr.undo`: what an unfinished delete overwrote (see `undo.rs`).
+    /// `meta.zr.undo`: what an unfinished delete overwrote
+    /// ([`UndoLog`](loaderx_format::UndoLog)).
     Undo,
 }
 
 impl FileId {
     /// The file's name inside the store directory.
+    #[must_use]
     pub fn file_name(self) -> String {
         match self {
             FileId::Meta => loaderx_format::META_FILE.to_owned(),
             FileId::Chunk(id) => loaderx_format::chunk_file_name(id),
-            FileId::Undo => UNDO_FILE.to_owned(),
+            FileId::Undo => loaderx_format::UNDO_FILE.to_owned(),
         }
     }
 }
@@ -56,14 +59,23 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Opens `file` for reading and writing (or reading only), creating it
     /// with length `create_len` when it is absent and `create` is set.
     /// Returns its length, or `None` when it is absent and not created.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>>;
 
     /// The current length of an open `file`, as the file system reports it
     /// now (someone else may have truncated it since it was opened).
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn current_len(&self, file: FileId) -> io::Result<u64>;
 
     /// Calls `f` with `len` bytes of an open `file` starting at `offset`.
     /// The caller guarantees the range lies inside the file's real length.
+    ///
+    /// # Errors
+    /// The underlying I/O error, or a range outside what the file can hold.
     fn with_bytes<R>(
         &self,
         file: FileId,
@@ -73,24 +85,42 @@ pub trait Storage: Send + Sync + fmt::Debug {
     ) -> io::Result<R>;
 
     /// Copies bytes of an open `file` into `buf` (same contract as `with_bytes`).
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.with_bytes(file, offset, buf.len(), |b| buf.copy_from_slice(b))
     }
 
     /// Writes `bytes` at `offset` of an open `file`, growing it as needed.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()>;
 
     /// Makes everything written to `file` durable.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn sync(&self, file: FileId) -> io::Result<()>;
 
     /// Cuts an open `file` down to `len` bytes.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn truncate(&mut self, file: FileId, len: u64) -> io::Result<()>;
 
     /// Closes and deletes `file`; absent files are not an error.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn remove(&mut self, file: FileId) -> io::Result<()>;
 
     /// Ids of every chunk file present, open or not (to find files an
     /// interrupted compaction left past the frontier).
+    ///
+    /// # Errors
+    /// The underlying I/O error.
     fn chunk_ids(&self) -> io::Result<Vec<u32>>;
 }
 
