@@ -16,10 +16,12 @@ use std::{
     io,
     path::Path,
     sync::{
-        Barrier,
+        Mutex,
         atomic::{AtomicBool, Ordering},
+        mpsc::{Receiver, Sender, channel},
     },
     thread,
+    time::Duration,
 };
 
 use common::small_chunks;
@@ -28,26 +30,43 @@ use loaderx_store::{
     storage::{FileId, MemStorage, Storage},
 };
 
+/// How long either side waits for the other before the test fails (instead
+/// of hanging) because the race was not replayed.
+const PATIENCE: Duration = Duration::from_secs(60);
+
 /// Storage that, once armed, holds the next `stat` of chunk 0 after the
 /// length is measured and before it is returned, until the test lets it go.
 #[derive(Debug)]
 struct StatPause {
     inner: MemStorage,
     armed: AtomicBool,
-    /// Met by the paused `stat` (its length is taken) and the test.
-    measured: Barrier,
-    /// Met by the test (the append is done) and the paused `stat`.
-    release: Barrier,
+    /// Tells the test that the paused `stat` has measured the length.
+    measured: Mutex<Sender<()>>,
+    /// Where the test says the paused `stat` may return.
+    release: Mutex<Receiver<()>>,
+}
+
+/// The test's ends of the two signals.
+struct Controls {
+    measured: Receiver<()>,
+    release: Sender<()>,
 }
 
 impl StatPause {
-    fn new() -> StatPause {
-        StatPause {
+    fn new() -> (StatPause, Controls) {
+        let (measured_tx, measured_rx) = channel();
+        let (release_tx, release_rx) = channel();
+        let storage = StatPause {
             inner: MemStorage::new(),
             armed: AtomicBool::new(false),
-            measured: Barrier::new(2),
-            release: Barrier::new(2),
-        }
+            measured: Mutex::new(measured_tx),
+            release: Mutex::new(release_rx),
+        };
+        let controls = Controls {
+            measured: measured_rx,
+            release: release_tx,
+        };
+        (storage, controls)
     }
 }
 
@@ -67,8 +86,12 @@ impl Storage for StatPause {
     fn current_len(&self, file: FileId) -> io::Result<u64> {
         let len = self.inner.current_len(file)?;
         if file == FileId::Chunk(0) && self.armed.swap(false, Ordering::SeqCst) {
-            self.measured.wait();
-            self.release.wait();
+            self.measured.lock().unwrap().send(()).unwrap();
+            self.release
+                .lock()
+                .unwrap()
+                .recv_timeout(PATIENCE)
+                .expect("the test never released the stat");
         }
         Ok(len)
     }
@@ -106,8 +129,8 @@ impl Storage for StatPause {
 
 #[test]
 fn a_stat_racing_an_append_does_not_hide_the_appended_records() {
-    let store: Store<Raw, StatPause> =
-        Store::open_in(StatPause::new(), small_chunks(1 << 20)).unwrap();
+    let (storage, controls) = StatPause::new();
+    let store: Store<Raw, StatPause> = Store::open_in(storage, small_chunks(1 << 20)).unwrap();
     let storage = store.storage();
     let old: Vec<u8> = (0..4u8).flat_map(|k| [k; 100]).collect();
     store.append_fixed(&old, 4, 100).unwrap();
@@ -122,16 +145,15 @@ fn a_stat_racing_an_append_does_not_hide_the_appended_records() {
             store.gather(&[3], &mut out, 100).unwrap();
             assert_eq!(out, [3u8; 100]);
         });
-        storage.measured.wait();
+        controls
+            .measured
+            .recv_timeout(PATIENCE)
+            .expect("the reader never stat'ed chunk 0");
         // Meanwhile the writer appends four records to chunk 0 (800 bytes).
         assert_eq!(store.append_fixed(&new, 4, 100).unwrap(), 4);
-        storage.release.wait();
+        controls.release.send(()).unwrap();
         reader.join().unwrap();
     });
-    assert!(
-        !storage.armed.load(Ordering::SeqCst),
-        "the reader never stat'ed chunk 0, so the race was not replayed"
-    );
 
     // The reader's stale measurement must not have hidden the new records.
     let mut out = vec![0u8; 400];
