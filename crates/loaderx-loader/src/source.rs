@@ -72,6 +72,10 @@ pub trait Source: Send + Sync + fmt::Debug {
     /// Writes record `idxs[i]` to `dst[i · item_len ..]` for every `i`,
     /// refusing the whole call when any record is not exactly `item_len`
     /// bytes ([`Store::gather_exact`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`gather`](Source::gather), plus the store's record-length error.
     fn gather_exact(
         &self,
         idxs: &[u64],

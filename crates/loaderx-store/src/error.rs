@@ -86,10 +86,15 @@ pub enum Error {
     /// not: record `index`, item `position` of the batch, is `found` bytes.
     /// Code -6.
     RecordLength {
+        /// The store.
         path: PathBuf,
+        /// The record.
         index: u64,
+        /// Its item in the batch.
         position: usize,
+        /// Bytes every record of the gather must have.
         expected: usize,
+        /// Bytes it has.
         found: u32,
     },
     /// Two ragged destination ranges overlap. Code -6.
@@ -129,7 +134,6 @@ pub enum Error {
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-<<<<<<< HEAD
 /// The stable kinds of store failure, each with the negative number that
 /// identifies it across versions (loaderx 0.5.x used the same numbers) and
 /// in the Python package (`ZrecordError.code`).
@@ -173,11 +177,13 @@ impl ErrorCode {
     ];
 
     /// The stable number.
+    #[must_use]
     pub fn value(self) -> i32 {
         self as i32
     }
 
     /// The code with number `value`, if there is one.
+    #[must_use]
     pub fn from_value(value: i32) -> Option<ErrorCode> {
         ErrorCode::ALL
             .into_iter()
@@ -185,13 +191,8 @@ impl ErrorCode {
     }
 
     /// A stable identifier (`"INDEX_OUT_OF_RANGE"`), for bindings that name codes.
-    pub fn name(self) -> &'static str {
-=======
-impl Error {
-    /// The stable code of the Python `ZrecordError` (see `PYTHON_API.md`).
     #[must_use]
-    pub fn code(&self) -> i32 {
->>>>>>> arch-store
+    pub fn name(self) -> &'static str {
         match self {
             ErrorCode::OutOfMemory => "OUT_OF_MEMORY",
             ErrorCode::Io => "IO",
@@ -206,6 +207,7 @@ impl Error {
 
     /// What the code means, in a few words: the message of an error that
     /// carries no other (every [`Error`] message starts with it or says more).
+    #[must_use]
     pub fn meaning(self) -> &'static str {
         match self {
             ErrorCode::OutOfMemory => "out of memory",
@@ -242,6 +244,7 @@ impl fmt::Display for ErrorCode {
 
 impl Error {
     /// The stable code of this error (the Python `ZrecordError.code`).
+    #[must_use]
     pub fn code(&self) -> ErrorCode {
         match self {
             Error::OutOfMemory { .. } => ErrorCode::OutOfMemory,
@@ -397,8 +400,8 @@ mod tests {
 
     #[test]
     fn codes_are_distinct_and_round_trip() {
-        for (k, code) in ErrorCode::ALL.into_iter().enumerate() {
-            assert_eq!(code.value(), -(k as i32) - 1, "{code:?}");
+        for (k, code) in (1..).zip(ErrorCode::ALL) {
+            assert_eq!(code.value(), -k, "{code:?}");
             assert_eq!(ErrorCode::from_value(code.value()), Some(code));
             assert!(!code.meaning().is_empty() && !code.name().is_empty());
         }

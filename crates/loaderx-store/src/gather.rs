@@ -55,6 +55,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// (code -6) before anything is written, so a typed batch never holds a
     /// half-filled or stale item. Sizes are checked while the batch is
     /// validated, at no extra cost over [`gather`](Store::gather).
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather), plus [`Error::RecordLength`].
     pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
         self.gather_placed(idxs, dst, Placement::Exact(item_len))
     }
