@@ -36,6 +36,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Store>()?;
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;
+    m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
+    m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
     m.add("MAX_RECORD_LEN", loaderx_store::MAX_RECORD_LEN)?;
     let codecs = PyDict::new(py);
     for codec in loaderx_store::CodecId::ALL {
