@@ -147,6 +147,6 @@ class Sampler:
     def __repr__(self) -> str:
         return (
             f"Sampler(length={self.length}, batch_size={self.batch_size}, "
-            f"mode={type(self).__name__}.Mode.{self.mode.name}, seed={self.seed}, rank={self.rank}, "
-            f"world_size={self.world_size})"
+            f"mode={type(self).__name__}.Mode.{self.mode.name}, seed={self.seed}, "
+            f"rank={self.rank}, world_size={self.world_size})"
         )

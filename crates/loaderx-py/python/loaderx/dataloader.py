@@ -215,14 +215,15 @@ class DataLoader(_Closing):
     :class:`~loaderx.Dataset` (served by Python threads: slower).
     """
 
-    def __init__(self, streams: Any, *args: Any, **kwargs: Any) -> None:
-        named = isinstance(streams, Mapping)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        first = args[0] if args else kwargs.get("streams", kwargs.get("dataset"))
+        named = isinstance(first, Mapping)
         call = _NAMED_CALL if named else _PAIR_CALL
         try:
-            bound = call.bind(streams, *args, **kwargs)
+            bound = call.bind(*args, **kwargs)
         except TypeError as exc:
-            shape = "DataLoader(streams_dict, ...)" if named else "DataLoader(dataset, labelset, ...)"
-            raise TypeError(f"{shape}: {exc}") from None
+            shape = "streams_dict, ..." if named else "dataset, labelset, ..."
+            raise TypeError(f"DataLoader({shape}): {exc}") from None
         bound.apply_defaults()
         opts = bound.arguments
         transform = opts["transform"]
@@ -233,7 +234,7 @@ class DataLoader(_Closing):
             if len(given) > 1:
                 raise TypeError("give transform_workers or num_workers, not both")
             workers = opts[given[0]] if given else 4
-            self.streams: dict[str, Any] = dict(streams)
+            self.streams: dict[str, Any] = dict(opts["streams"])
             length = _check_streams(self.streams)
             rank, world_size = resolve_world(opts["rank"], opts["world_size"])
         else:
