@@ -338,3 +338,14 @@ def test_mismatched_state_names_the_mismatch(store_paths: dict[str, str]) -> Non
             other.load_state_dict(Sampler(N, B, 2).state_dict())
     image.close()
     label.close()
+
+
+def test_dataset_pickles_as_its_path(store_paths: dict[str, str]) -> None:
+    import pickle
+
+    with Dataset(store_paths["image"]) as ds:
+        back = pickle.loads(pickle.dumps(ds))
+        assert back.path == ds.path and np.array_equal(back[[3, 1]], ds[[3, 1]])
+        back.close()
+    with pytest.raises(ValueError, match="closed"):
+        pickle.dumps(ds)
