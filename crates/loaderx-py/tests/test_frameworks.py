@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -116,3 +117,39 @@ def test_jax_example_trains_on_one_device(tmp_path: Path) -> None:
 def test_jax_example_shards_over_two_host_devices(tmp_path: Path) -> None:
     out = run([str(EXAMPLES / "train_jax.py"), "--out", str(tmp_path), "--host-devices", "2"])
     assert "sharded over 2 devices" in out
+
+
+@needs("jax")
+def test_rank_and_world_size_come_from_jax_processes(tmp_path: Path) -> None:
+    labels = tmp_path / "labels"
+    Dataset.write(labels, np.arange(64, dtype=np.int64)).close()
+    with socket.socket() as probe:  # a free port for the coordinator
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = textwrap.dedent("""
+        import json, sys
+        import jax
+        jax.distributed.initialize(
+            coordinator_address=sys.argv[2], num_processes=2, process_id=int(sys.argv[1])
+        )
+        from loaderx import Dataset
+        from loaderx.dataloader import DataLoader
+        with DataLoader({"label": Dataset(sys.argv[3])}, batch_size=8, mode=0) as loader:
+            print(json.dumps([loader.rank, loader.world_size, next(loader)["label"].tolist()]))
+        jax.distributed.shutdown()
+        """)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(rank), f"127.0.0.1:{port}", str(labels)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    assert results == [[0, 2, [0, 1, 2, 3]], [1, 2, [4, 5, 6, 7]]]
