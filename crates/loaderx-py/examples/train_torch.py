@@ -6,10 +6,12 @@
    fixed random hyperplane) and converts it with ``Dataset.write`` into two
    stores, ``x`` and ``y``.
 2. **loaderx's own loader** feeds the training loop: a named-stream
-   ``DataLoader`` gathers both stores in Rust threads, and
-   ``torch.from_numpy`` turns each batch into tensors without a copy. Half
-   way, the loader's ``state_dict()`` goes into the checkpoint (next to the
-   model's); a fresh loader restored from it continues the same stream.
+   ``DataLoader`` gathers both stores in Rust threads, and its ``transform``
+   (run on a stage thread, ahead of the loop) turns each batch into tensors
+   with ``torch.from_numpy`` (no copy), pinned for a fast copy to the GPU
+   when there is one. Half way, the loader's ``state_dict()`` goes into the
+   checkpoint (next to the model's); a fresh loader restored from it
+   continues the same stream.
 3. **Map-style inside torch.utils.data.DataLoader**: the stores are plain
    map-style datasets (``__len__``, ``__getitems__``); torch's worker
    processes (``--start fork`` or ``spawn``) receive them pickled, which
@@ -58,13 +60,23 @@ def accuracy(model: torch.nn.Module, x: Dataset, y: Dataset) -> float:
         return float((logits.argmax(1) == torch.from_numpy(y[everything])).float().mean())
 
 
+def to_tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """The loader's transform: tensors over the loader's buffers (no copy);
+    pinned when a GPU will receive them (pinning copies, off the loop's thread)."""
+    tensors = {name: torch.from_numpy(array) for name, array in batch.items()}
+    if torch.cuda.is_available():
+        tensors = {name: t.pin_memory() for name, t in tensors.items()}
+    return tensors
+
+
 def train_with_loaderx(x: Dataset, y: Dataset, steps: int) -> float:
     model, opt = model_and_optimizer()
-    loader = DataLoader({"x": x, "y": y}, batch_size=64, transform_workers=2, seed=1)
+    streams = {"x": x, "y": y}
+    loader = DataLoader(streams, batch_size=64, transform_workers=2, seed=1, transform=to_tensors)
     checkpoint = None
     for step in range(steps):
         batch = next(loader)
-        xb, yb = torch.from_numpy(batch["x"]), torch.from_numpy(batch["y"])  # no copy
+        xb, yb = batch["x"], batch["y"]  # on a GPU: .to("cuda", non_blocking=True)
         loss = torch.nn.functional.cross_entropy(model(xb), yb)
         opt.zero_grad()
         loss.backward()
@@ -77,13 +89,13 @@ def train_with_loaderx(x: Dataset, y: Dataset, steps: int) -> float:
     loader.close()
     # Resume from the checkpoint (in a real job: in a new process, maybe with
     # another number of workers or hosts).
-    resumed = DataLoader({"x": x, "y": y}, batch_size=64, transform_workers=4, seed=1)
+    resumed = DataLoader(streams, batch_size=64, transform_workers=4, seed=1, transform=to_tensors)
     resumed.load_state_dict(json.loads(checkpoint["loader"]))
     for _ in range(steps - steps // 2 - 1):
         next(resumed)
     again = next(resumed)
     resumed.close()
-    assert all(np.array_equal(following[k], again[k]) for k in ("x", "y")), "resume diverged"
+    assert all(torch.equal(following[k], again[k]) for k in streams), "resume diverged"
     return accuracy(model, x, y)
 
 
