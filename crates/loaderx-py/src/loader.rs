@@ -4,8 +4,10 @@
 //! Workers gather with no Python involvement (no GIL) into `Vec<u8>`
 //! buffers; `next()` moves each buffer into a NumPy array
 //! (`PyArray1::from_vec` adopts the allocation) and the Python layer views
-//! it with the dataset's dtype and shape. `next()` waits with the GIL
-//! released, waking every 100 ms to let Ctrl-C through.
+//! it with the stream's dtype and shape. `next()` waits with the GIL
+//! released, waking every 100 ms to let Ctrl-C through. Its state is a
+//! loader state: the sampler's, plus the stream names, which a restore
+//! checks.
 
 use std::time::Duration;
 
