@@ -81,11 +81,13 @@ def test_rank_and_world_size_come_from_torch_distributed(tmp_path: Path) -> None
         from loaderx.zsampler import Sampler
         rank, init = int(sys.argv[1]), sys.argv[2]
         dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+        dist.barrier()  # both ranks connected before either can leave
         with DataLoader({"label": Dataset(sys.argv[3])}, batch_size=8, mode=0) as loader:
             first = next(loader)["label"].tolist()
             seen = [loader.rank, loader.world_size, first]
         s = Sampler(64, 8, Sampler.Mode.SEQUENTIAL)
         print(json.dumps(seen + [s.rank, s.world_size, s.next().tolist()]))
+        dist.barrier()
         dist.destroy_process_group()
         """)
     init = f"file://{tmp_path / 'rendezvous'}"
@@ -98,11 +100,10 @@ def test_rank_and_world_size_come_from_torch_distributed(tmp_path: Path) -> None
         )
         for rank in range(2)
     ]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        results.append(json.loads(out))
+    finished = [proc.communicate(timeout=300) for proc in procs]
+    for rank, (proc, (_out, err)) in enumerate(zip(procs, finished)):
+        assert proc.returncode == 0, f"rank {rank}: {err}"
+    results = [json.loads(out) for out, _err in finished]
     assert results[0] == [0, 2, [0, 1, 2, 3], 0, 2, [0, 1, 2, 3]]
     assert results[1] == [1, 2, [4, 5, 6, 7], 1, 2, [4, 5, 6, 7]]
 
