@@ -349,3 +349,29 @@ def test_dataset_pickles_as_its_path(store_paths: dict[str, str]) -> None:
         back.close()
     with pytest.raises(ValueError, match="closed"):
         pickle.dumps(ds)
+
+
+class FlatOffsets(RaggedBytes):
+    """A ragged stream whose batches are ``(flat, offsets)``: what a stream's
+    own ``native_batch`` makes of the gathered column."""
+
+    def native_batch(self, data: np.ndarray, offsets: np.ndarray | None) -> Any:
+        return data, offsets
+
+
+def test_native_batch_hook_shapes_the_column(tmp_path: Path) -> None:
+    raw = Zrecord(tmp_path / "r", codec="lz4")
+    records = [np.full(i % 7 + 1, i, dtype=np.uint8) for i in range(30)]
+    lens = np.array([len(r) for r in records], dtype=np.uint64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.uint64)
+    raw.append_var(np.concatenate(records), starts, lens)
+    label = Dataset.write(tmp_path / "l", np.arange(30, dtype=np.int64))
+    with DataLoader({"r": FlatOffsets(raw), "label": label}, batch_size=6, mode=1) as loader:
+        for _ in range(5):
+            batch = next(loader)
+            flat, offsets = batch["r"]
+            assert offsets.dtype == np.uint64 and len(offsets) == 7 and offsets[-1] == len(flat)
+            for k, i in enumerate(batch["label"]):
+                assert np.array_equal(flat[offsets[k] : offsets[k + 1]], records[i])
+    raw.close()
+    label.close()
