@@ -19,6 +19,14 @@ const TOOLS: &[(&str, &str)] = &[
     ("mypy", "mypy"),
 ];
 
+/// The training frameworks the example tests run (CPU is enough). PyPI's
+/// Linux torch wheel pulls in its CUDA libraries (about 2.8 GB of wheels,
+/// 5 GB installed; a few minutes on a fresh venv, nothing on a rerun) and
+/// the CPU-only index may be unreachable, so they are installed after
+/// `TOOLS` and a failure only warns: their tests then skip, saying why.
+/// `LOADERX_NO_FRAMEWORKS=1` skips installing them.
+const FRAMEWORKS: &[(&str, &str)] = &[("torch", "torch"), ("jax", "jax")];
+
 /// Prints the requirement specifiers of `TOOLS` that are missing or outside
 /// their version range, one per line. Runs inside the venv.
 const PROBE: &str = r#"
@@ -114,7 +122,37 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
         cmd.args(["-m", "pip", "install", "--quiet"]).args(&missing);
         steps::run("pip install tools into .venv", &mut cmd)?;
     }
+    if env::var_os("LOADERX_NO_FRAMEWORKS").is_some_and(|v| v == "1") {
+        println!("--- {STEP}: LOADERX_NO_FRAMEWORKS=1, not installing torch and jax");
+    } else {
+        install_frameworks(&venv);
+    }
     Ok(venv)
+}
+
+/// Installs whatever of `FRAMEWORKS` the venv lacks; a failure is reported
+/// and left to the tests that need them (they skip).
+fn install_frameworks(venv: &Venv) {
+    let mut probe = venv.python();
+    probe.args(["-c", PROBE]);
+    probe.args(
+        FRAMEWORKS
+            .iter()
+            .map(|(name, spec)| format!("{name}={spec}")),
+    );
+    let missing = steps::capture(&mut probe).unwrap_or_default();
+    let missing: Vec<&str> = missing.split_whitespace().collect();
+    if missing.is_empty() {
+        return;
+    }
+    let mut cmd = venv.python();
+    cmd.args(["-m", "pip", "install", "--quiet"]).args(&missing);
+    if let Err(failure) = steps::run("pip install torch and jax into .venv", &mut cmd) {
+        println!(
+            "--- warning: {missing:?} could not be installed ({}); their tests will skip",
+            failure.reason
+        );
+    }
 }
 
 /// The interpreter that seeds the venv: `$PYTHON`, else `python3`, which must

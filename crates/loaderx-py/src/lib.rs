@@ -2,8 +2,9 @@
 //!
 //! It is the single source of the contract the Python layer exposes: the
 //! package version (from Cargo), the record limit, the codec names, the
-//! error codes and their meanings (`ERROR_CODES`), and the keys of a
-//! sampler state (built and read here, as a dict).
+//! error codes and their meanings (`ERROR_CODES`), and the layout of a
+//! sampler state and of a loader state (the sampler's plus the stream
+//! names), both built, read and checked here, as dicts.
 //!
 //! Three thin classes (private modules, so named rather than linked):
 //! `store::Store` wraps a [`loaderx_store::Store`], `sampler::Sampler` a
@@ -36,6 +37,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Store>()?;
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;
+    m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
+    m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
     m.add("MAX_RECORD_LEN", loaderx_store::MAX_RECORD_LEN)?;
     let codecs = PyDict::new(py);
     for codec in loaderx_store::CodecId::ALL {

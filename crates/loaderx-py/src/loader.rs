@@ -4,8 +4,10 @@
 //! Workers gather with no Python involvement (no GIL) into `Vec<u8>`
 //! buffers; `next()` moves each buffer into a NumPy array
 //! (`PyArray1::from_vec` adopts the allocation) and the Python layer views
-//! it with the dataset's dtype and shape. `next()` waits with the GIL
-//! released, waking every 100 ms to let Ctrl-C through.
+//! it with the stream's dtype and shape. `next()` waits with the GIL
+//! released, waking every 100 ms to let Ctrl-C through. Its state is a
+//! loader state: the sampler's, plus the stream names, which a restore
+//! checks.
 
 use std::time::Duration;
 
@@ -32,6 +34,9 @@ type PyBatch<'py> = (u64, Bound<'py, PyArray1<u64>>, Vec<PyColumn<'py>>);
 pub(crate) struct Loader {
     /// `None` only while being dropped.
     inner: Option<loaderx_loader::Loader<VecPool>>,
+    /// The stream names, in stream order: part of every state, checked on
+    /// restore.
+    names: Vec<String>,
     /// A child created by `fork()` inherits this object but not the worker
     /// threads: there it must neither wait for batches nor join workers.
     created_by: u32,
@@ -89,6 +94,7 @@ impl Loader {
     ) -> PyResult<Self> {
         let sampler =
             crate::sampler::build_sampler(length, batch_size, mode, seed, rank, world_size)?;
+        let names = streams.iter().map(|(name, _, _)| name.clone()).collect();
         let streams: Vec<Stream> = streams
             .iter()
             .map(|(name, store, item_len)| {
@@ -109,6 +115,7 @@ impl Loader {
         let inner = built.map_err(|err| loader_error(py, err))?;
         Ok(Loader {
             inner: Some(inner),
+            names,
             created_by: std::process::id(),
         })
     }
@@ -144,15 +151,15 @@ impl Loader {
     }
 
     /// The sampler state of the batch `next()` returns next, as the dict
-    /// `Sampler.state()` returns.
+    /// `Sampler.state()` returns, plus `"streams"`: the stream names.
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::sampler::state_dict(py, &self.live()?.state())
+        crate::sampler::loader_state_dict(py, &self.live()?.state(), &self.names)
     }
 
-    /// Continues from a `state()`: drops what was prefetched; the next batch
-    /// is the state's step.
+    /// Continues from a `state()` of a loader over the same stream names:
+    /// drops what was prefetched; the next batch is the state's step.
     fn restore(&self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
-        let state = crate::sampler::state_from(state)?;
+        let state = crate::sampler::loader_state_from(state, &self.names)?;
         let inner = self.live()?;
         py.detach(|| inner.restore(&state))
             .map_err(|err| loader_error(py, err))

@@ -7,7 +7,7 @@ use loaderx_sampler::{Mode, SamplerState};
 use numpy::PyReadwriteArray1;
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt};
+use pyo3::types::{PyDict, PyInt, PyList};
 
 use crate::errors::{not_contiguous, sampler_error};
 
@@ -22,6 +22,14 @@ const STATE_KEYS: [&str; 7] = [
     "rank",
     "world_size",
 ];
+
+/// The key of the state layout's version; its value is
+/// [`SamplerState::VERSION`]. A state without it is read as version 1 (the
+/// layout before the key existed).
+const VERSION_KEY: &str = "version";
+
+/// The key of a loader state's stream names (a sampler state has none).
+const STREAMS_KEY: &str = "streams";
 
 /// A sampler from the arguments Python passes (mode as its number), with
 /// every error mapped to the Python exception it becomes.
@@ -43,6 +51,7 @@ pub(crate) fn build_sampler(
 /// [`STATE_KEYS`].
 pub(crate) fn state_dict<'py>(py: Python<'py>, s: &SamplerState) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
+    dict.set_item(VERSION_KEY, SamplerState::VERSION)?;
     let [seed, mode, length, batch_size, step, rank, world_size] = STATE_KEYS;
     dict.set_item(seed, s.seed)?;
     dict.set_item(mode, s.mode.as_u8())?;
@@ -56,9 +65,23 @@ pub(crate) fn state_dict<'py>(py: Python<'py>, s: &SamplerState) -> PyResult<Bou
 
 /// The state a mapping from Python describes (the inverse of
 /// [`state_dict`]). Each value is taken as `int(value)` would; a missing
-/// key is a `ValueError` naming it; extra keys are ignored.
+/// key is a `ValueError` naming it, and so is a version this build does not
+/// read; extra keys are ignored.
 pub(crate) fn state_from(state: &Bound<'_, PyAny>) -> PyResult<SamplerState> {
     let int = state.py().get_type::<PyInt>();
+    match state.get_item(VERSION_KEY) {
+        Ok(value) => {
+            let version: u64 = int.call1((value,))?.extract()?;
+            if version != u64::from(SamplerState::VERSION) {
+                return Err(PyValueError::new_err(format!(
+                    "state has version {version}, but this build reads version {}",
+                    SamplerState::VERSION
+                )));
+            }
+        }
+        Err(err) if err.is_instance_of::<PyKeyError>(state.py()) => {}
+        Err(err) => return Err(err),
+    }
     let entry = |key: &str| -> PyResult<Bound<'_, PyAny>> {
         match state.get_item(key) {
             Ok(value) => int.call1((value,)),
@@ -78,6 +101,75 @@ pub(crate) fn state_from(state: &Bound<'_, PyAny>) -> PyResult<SamplerState> {
         rank: entry(rank)?.extract()?,
         world_size: entry(world_size)?.extract()?,
     })
+}
+
+/// A loader state: the sampler state of the batch `next()` returns next,
+/// plus the names of the loader's streams (`"streams"`, in stream order).
+pub(crate) fn loader_state_dict<'py>(
+    py: Python<'py>,
+    s: &SamplerState,
+    streams: &[String],
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = state_dict(py, s)?;
+    dict.set_item(STREAMS_KEY, PyList::new(py, streams)?)?;
+    Ok(dict)
+}
+
+/// The sampler state inside a loader state, once its stream names are
+/// checked against `streams` (the same names in any order; a missing entry
+/// or another set is a `ValueError` naming both sets).
+pub(crate) fn loader_state_from(
+    state: &Bound<'_, PyAny>,
+    streams: &[String],
+) -> PyResult<SamplerState> {
+    let saved: Vec<String> = match state.get_item(STREAMS_KEY) {
+        Ok(value) => value.extract().map_err(|_| {
+            PyValueError::new_err(format!(
+                "loader state entry '{STREAMS_KEY}' must be a list of stream names"
+            ))
+        })?,
+        Err(err) if err.is_instance_of::<PyKeyError>(state.py()) => {
+            return Err(PyValueError::new_err(format!(
+                "loader state has no '{STREAMS_KEY}' entry (a sampler's state is not a \
+                 loader's)"
+            )));
+        }
+        Err(err) => return Err(err),
+    };
+    let mut sorted_saved = saved.clone();
+    sorted_saved.sort();
+    let mut sorted_ours = streams.to_vec();
+    sorted_ours.sort();
+    if sorted_saved != sorted_ours {
+        return Err(PyValueError::new_err(format!(
+            "loader state was saved for streams {saved:?}, but this loader has streams \
+             {streams:?}"
+        )));
+    }
+    state_from(state)
+}
+
+/// `loader_state(sampler_state, streams)`: the loader state of a loader over
+/// `streams` whose sampler stands at `sampler_state` (for the engines that
+/// draw indices in Python).
+#[pyfunction]
+pub(crate) fn loader_state<'py>(
+    py: Python<'py>,
+    sampler_state: &Bound<'py, PyAny>,
+    streams: Vec<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    loader_state_dict(py, &state_from(sampler_state)?, &streams)
+}
+
+/// `sampler_state_of(loader_state, streams)`: the sampler state inside a
+/// loader state taken over the same `streams` (`ValueError` if not).
+#[pyfunction]
+pub(crate) fn sampler_state_of<'py>(
+    py: Python<'py>,
+    loader_state: &Bound<'py, PyAny>,
+    streams: Vec<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    state_dict(py, &loader_state_from(loader_state, &streams)?)
 }
 
 #[pyclass(module = "loaderx._native", name = "Sampler", frozen)]
@@ -129,7 +221,12 @@ impl Sampler {
         self.lock().step()
     }
 
-    /// `{"seed", "mode", "length", "batch_size", "step", "rank",
+    /// Moves to global batch `step` (forwards or backwards).
+    fn seek(&self, step: u64) {
+        self.lock().set_step(step);
+    }
+
+    /// `{"version", "seed", "mode", "length", "batch_size", "step", "rank",
     /// "world_size"}`, all ints.
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         state_dict(py, &self.lock().state())

@@ -5,7 +5,9 @@
 * :class:`Dataset` is a typed NumPy view over a store (``Dataset.write``
   converts an array, ``ds[idxs]`` reads a batch).
 * :class:`DataLoader` draws index batches from a :class:`Sampler` and hands
-  the training loop ready ``{"data", "label"}`` batches, endlessly.
+  the training loop ready batches, endlessly: ``{"data", "label"}`` from two
+  datasets, or any dict of named streams, sharded over hosts and resumable
+  exactly (``loaderx.zsampler`` has the 2.x spelling of the sampler).
 
 A drop-in replacement for the loaderx 0.5.x Python API; stores are
 compatible both ways for the ``raw`` and ``flate`` codecs.

@@ -1,8 +1,9 @@
 """What the :class:`~loaderx.DataLoader` facade needs of an engine, and the
 thread machinery the two Python-thread engines share.
 
-An engine produces ``{"data": ..., "label": ...}`` batches in sampler order
-and knows where its stream stands. Three implement it: the native engine
+An engine produces batches (a dict of named streams, or what the
+``transform`` made of one) in sampler order and knows where its stream
+stands. Three implement it: the native engine
 (``_nativeengine``), the pure-Python engine for duck-typed datasets
 (``_pyengine``), and the transform stage (``_transform``), which wraps the
 native engine to run a ``transform`` off the consumer's thread. The facade
@@ -25,14 +26,15 @@ FORKED_MESSAGE = (
 
 
 class Engine(Protocol):
-    def next(self) -> dict[str, Any]:
+    def next(self) -> Any:
         """The next batch; ``StopIteration`` once closed; a failed batch
         raises its exception in its place."""
 
-    def state(self) -> dict[str, int]:
-        """The sampler state of the batch ``next()`` returns next."""
+    def state(self) -> dict[str, Any]:
+        """The loader state (built in Rust: the sampler state plus the stream
+        names) of the batch ``next()`` returns next."""
 
-    def restore(self, state: dict[str, int]) -> None:
+    def restore(self, state: dict[str, Any]) -> None:
         """Drop prefetched batches and continue from `state`; on error, keep
         going from where it was."""
 

@@ -6,7 +6,17 @@ from typing import Any, Final, final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Store", "Sampler", "Loader", "MAX_RECORD_LEN", "CODECS", "ERROR_CODES", "__version__"]
+__all__ = [
+    "Store",
+    "Sampler",
+    "Loader",
+    "loader_state",
+    "sampler_state_of",
+    "MAX_RECORD_LEN",
+    "CODECS",
+    "ERROR_CODES",
+    "__version__",
+]
 
 __version__: str
 MAX_RECORD_LEN: Final[int]
@@ -57,9 +67,12 @@ class Sampler:
     def local_batch_size(self) -> int: ...
     @property
     def step(self) -> int: ...
+    def seek(self, step: int) -> None: ...
     def state(self) -> dict[str, int]: ...
     def restore(self, state: Mapping[str, Any]) -> None: ...
 
+def loader_state(sampler_state: Mapping[str, Any], streams: list[str]) -> dict[str, Any]: ...
+def sampler_state_of(loader_state: Mapping[str, Any], streams: list[str]) -> dict[str, int]: ...
 @final
 class Loader:
     def __new__(
@@ -84,7 +97,7 @@ class Loader:
         ]
         | None
     ): ...
-    def state(self) -> dict[str, int]: ...
+    def state(self) -> dict[str, Any]: ...
     def restore(self, state: Mapping[str, Any]) -> None: ...
     @property
     def local_batch_size(self) -> int: ...

@@ -1,33 +1,39 @@
-"""The native engine: two plain :class:`~loaderx.Dataset` objects served by
-``loaderx._native.Loader`` (the ``loaderx-loader`` crate).
+"""The native engine: streams the ``loaderx-loader`` crate gathers itself,
+served by ``loaderx._native.Loader``.
 
-Its worker threads compute each step's indices and gather both stores with
-no GIL, parking finished batches in a reorder window; each buffer reaches
-NumPy without a copy, and this adapter only views it with the dataset's
-dtype and shape.
+Its worker threads compute each step's indices and gather every stream with
+no GIL, parking finished batches in a reorder window; each column's buffer
+reaches NumPy without a copy, and this adapter only hands it to the stream's
+view (a typed reshape for a dense stream, views into the one buffer for a
+ragged one).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from . import _native
 from ._sampler import Sampler
 
+#: Turns one gathered column, ``(bytes, offsets or None)``, into the value a
+#: batch holds for that stream.
+View = Callable[[np.ndarray, "np.ndarray | None"], Any]
+
 
 class NativeEngine:
-    """Batches from the native loader, as typed NumPy views."""
+    """Batches from the native loader, as dicts of stream views."""
 
     def __init__(
         self,
         streams: list[tuple[str, _native.Store, int]],
-        views: list[tuple[np.dtype, tuple[int, ...]]],
+        views: list[View],
         sampler: Sampler,
         workers: int,
         prefetch: int,
     ) -> None:
+        self.names = [name for name, _store, _item_len in streams]
         self.views = views
         self.loader = _native.Loader(
             streams,
@@ -37,35 +43,34 @@ class NativeEngine:
             sampler.seed,
             workers,
             prefetch,
+            sampler.rank,
+            sampler.world_size,
         )
 
-    def next_with_step(self) -> tuple[int, tuple[Any, Any]] | None:
-        """``(step, (data, label))`` of the next batch, or ``None`` once
-        closed; a failed batch raises its error."""
+    def next_with_step(self) -> tuple[int, dict[str, Any]] | None:
+        """``(step, batch)`` of the next batch, or ``None`` once closed; a
+        failed batch raises its error."""
         got = self.loader.next()
         if got is None:
             return None
-        step, idxs, columns = got
-        n = idxs.shape[0]
-        (data_bytes, _), (label_bytes, _) = columns
-        (dtype, shape), (ldtype, lshape) = self.views
-        pair = (
-            data_bytes.view(dtype).reshape((n, *shape)),
-            label_bytes.view(ldtype).reshape((n, *lshape)),
-        )
-        return step, pair
+        step, _idxs, columns = got
+        batch = {
+            name: view(data, offsets)
+            for name, view, (data, offsets) in zip(self.names, self.views, columns)
+        }
+        return step, batch
 
     def next(self) -> dict[str, Any]:
         got = self.next_with_step()
         if got is None:
             raise StopIteration
-        _step, (data, label) = got
-        return {"data": data, "label": label}
+        return got[1]
 
-    def state(self) -> dict[str, int]:
-        return self.loader.state()
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.loader.state()
+        return state
 
-    def restore(self, state: dict[str, int]) -> None:
+    def restore(self, state: dict[str, Any]) -> None:
         self.loader.restore(state)
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 ``__getitems__`` (the slower path of :class:`~loaderx.DataLoader`).
 
 Python worker threads draw each step's indices from the :class:`Sampler`,
-call ``__getitems__`` on both sets and ``transform`` on the pair, and park
+call ``__getitems__`` on every stream and ``transform`` on the batch dict, and park
 the result in a window of ``prefetch`` batches; ``next()`` hands them out in
 sampler order. The engine holds no reference to the DataLoader, so dropping
 the loader runs its finalizer.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from . import _native
 from ._engine import POLL, Threaded
 from ._sampler import Sampler
 
@@ -21,16 +22,15 @@ class PyEngine(Threaded):
 
     def __init__(
         self,
-        dataset: Any,
-        labelset: Any,
+        streams: dict[str, Any],
         sampler: Sampler,
         transform: Callable[[Any], Any],
         prefetch: int,
         workers: int,
     ) -> None:
         super().__init__()
-        self.dataset = dataset
-        self.labelset = labelset
+        self.streams = streams
+        self.names = list(streams)
         self.sampler = sampler
         self.transform = transform
         self.prefetch = prefetch
@@ -74,10 +74,8 @@ class PyEngine(Threaded):
                     continue
                 self.issued += 1
             try:
-                data, label = self.transform(
-                    (self.dataset.__getitems__(idxs), self.labelset.__getitems__(idxs))
-                )
-                item: tuple[bool, Any] = (True, {"data": data, "label": label})
+                batch = {name: s.__getitems__(idxs) for name, s in self.streams.items()}
+                item: tuple[bool, Any] = (True, self.transform(batch))
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 item = (False, exc)
             with cond:
@@ -86,23 +84,22 @@ class PyEngine(Threaded):
                 self.ready[seq] = item
                 cond.notify_all()
 
-    def next(self) -> dict[str, Any]:
-        batch: dict[str, Any] = self._take()
-        return batch
+    def next(self) -> Any:
+        return self._take()
 
-    def state(self) -> dict[str, int]:
+    def state(self) -> dict[str, Any]:
         with self.cond:
             state = self.sampler.state_dict()
             state["step"] = self.base_step + self.delivered
-        return state
+        return _native.loader_state(state, self.names)
 
-    def restore(self, state: dict[str, int]) -> None:
+    def restore(self, state: dict[str, Any]) -> None:
         current = self.state()
         self._stop()
         try:
-            self.sampler.load_state_dict(state)
+            self.sampler.load_state_dict(_native.sampler_state_of(state, self.names))
         except BaseException:
-            self.sampler.load_state_dict(current)  # resume where we were
+            self.sampler.load_state_dict(_native.sampler_state_of(current, self.names))
             raise
         finally:
             self._start()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import operator
+import sys
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,32 @@ def _integer(name: str, value: Any, low: int) -> int:
     if number < low:
         raise ValueError(f"{name} must be at least {low}, got {number}")
     return number
+
+
+def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)``: the pair given, else the one the running job
+    reports: ``torch.distributed`` when it is initialised, else JAX when more
+    than one JAX process runs, else ``(0, 1)``.
+
+    Neither framework is imported here: one the program has not imported
+    cannot have been initialised.
+    """
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if rank is not None or world_size is not None:
+        raise TypeError(
+            f"give both rank and world_size or neither, got rank={rank!r}, "
+            f"world_size={world_size!r}"
+        )
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        count = int(jax.process_count())
+        if count > 1:
+            return int(jax.process_index()), count
+    return 0, 1
 
 
 class Sampler:
@@ -62,11 +89,12 @@ class Sampler:
         self.length = _integer("length", length, 1)
         self.batch_size = _integer("batch_size", batch_size, 1)
         try:
-            self.mode = Sampler.Mode(_integer("mode", mode, 0))
+            self.mode = type(self).Mode(_integer("mode", mode, 0))
         except ValueError:
+            modes = type(self).Mode
             raise ValueError(
-                f"mode must be one of {[int(m) for m in Sampler.Mode]} "
-                f"({', '.join(m.name for m in Sampler.Mode)}), got {mode!r}"
+                f"mode must be one of {[int(m) for m in modes]} "
+                f"({', '.join(m.name for m in modes)}), got {mode!r}"
             ) from None
         self.seed = _integer("seed", seed, 0)
         if self.seed >= 1 << 64:
@@ -85,6 +113,11 @@ class Sampler:
         self._native.fill(out)
         return out
 
+    def seek(self, step: int) -> None:
+        """Position the stream at global batch `step` (forwards or backwards):
+        the next ``next()`` returns that batch."""
+        self._native.seek(_integer("step", step, 0))
+
     @property
     def step(self) -> int:
         """Number of batches drawn so far (the next batch's global step)."""
@@ -92,15 +125,16 @@ class Sampler:
 
     def state_dict(self) -> dict[str, int]:
         """A small dict of ints that :meth:`load_state_dict` resumes from:
-        ``seed``, ``mode``, ``length``, ``batch_size``, ``step``, ``rank`` and
-        ``world_size``."""
+        ``version``, ``seed``, ``mode``, ``length``, ``batch_size``, ``step``,
+        ``rank`` and ``world_size`` (JSON-serialisable as it is)."""
         state: dict[str, int] = self._native.state()
         return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume from :meth:`state_dict`: takes its seed and step. Its length,
         batch size and mode must match this sampler's (``ValueError`` if not,
-        or if an entry is missing); its rank and world size may differ."""
+        or if an entry is missing); its rank and world size may differ: the
+        same global stream goes on, split over this sampler's ranks."""
         self._native.restore(state)
         self.seed = self._native.state()["seed"]
 
@@ -113,6 +147,6 @@ class Sampler:
     def __repr__(self) -> str:
         return (
             f"Sampler(length={self.length}, batch_size={self.batch_size}, "
-            f"mode=Sampler.Mode.{self.mode.name}, seed={self.seed}, rank={self.rank}, "
-            f"world_size={self.world_size})"
+            f"mode={type(self).__name__}.Mode.{self.mode.name}, seed={self.seed}, "
+            f"rank={self.rank}, world_size={self.world_size})"
         )

@@ -57,8 +57,8 @@ class TransformStage(Threaded):
                 got = self.source.next_with_step()
                 if got is None:  # the native loader was closed
                     return
-                step, pair = got
-                item: tuple[int, bool, Any] = (step, True, self.transform(pair))
+                step, batch = got
+                item: tuple[int, bool, Any] = (step, True, self.transform(batch))
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 item = (step, False, exc)
             with cond:
@@ -67,17 +67,16 @@ class TransformStage(Threaded):
                 self.items.append(item)
                 cond.notify_all()
 
-    def next(self) -> dict[str, Any]:
-        data, label = self._take()
-        return {"data": data, "label": label}
+    def next(self) -> Any:
+        return self._take()
 
-    def state(self) -> dict[str, int]:
+    def state(self) -> dict[str, Any]:
         state = self.source.state()
         with self.cond:
             state["step"] = self.next_step
         return state
 
-    def restore(self, state: dict[str, int]) -> None:
+    def restore(self, state: dict[str, Any]) -> None:
         current = self.state()
         self._stop()
         try:

@@ -1,13 +1,33 @@
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 class DataLoader:
     dataset: Any
     labelset: Any
+    streams: dict[str, Any]
     batch_size: int
     num_workers: int
     prefetch_size: int
+    rank: int
+    world_size: int
+    local_batch_size: int
+    @overload
+    def __init__(
+        self,
+        streams: Mapping[str, Any],
+        transform_workers: int | None = None,
+        batch_size: int = 256,
+        prefetch_size: int = 4,
+        mode: int = 2,
+        seed: int = 42,
+        transform: Callable[[dict[str, Any]], Any] = ...,
+        *,
+        num_workers: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None: ...
+    @overload
     def __init__(
         self,
         dataset: Any,
@@ -18,12 +38,15 @@ class DataLoader:
         mode: int = 1,
         seed: int = 42,
         transform: Callable[[tuple[Any, Any]], tuple[Any, Any]] = ...,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> DataLoader: ...
-    def __next__(self) -> dict[str, Any]: ...
-    def state_dict(self) -> dict[str, int]: ...
-    def load_state_dict(self, state: dict[str, int]) -> None: ...
+    def __next__(self) -> Any: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
     def close(self) -> None: ...
     def __enter__(self) -> DataLoader: ...
     def __exit__(

@@ -150,6 +150,12 @@ class Dataset(_Closing):
     def __len__(self) -> int:
         return len(self._live())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its path: unpickling (e.g. in a PyTorch worker started
+        by spawn) reopens the dataset there."""
+        self._live()
+        return (type(self), (str(self.path),))
+
     def __repr__(self) -> str:
         size = "closed" if self._store is None else f"{len(self._store)} samples"
         return (
