@@ -108,7 +108,8 @@ impl StoreLock {
         let was_writer = held.writer.is_some();
         self.take_writer(&mut held)?;
         let result = self.exclusive_held(&mut held, f);
-        if !stay_writer && !was_writer {
+        // A refused attempt leaves the handle as it was.
+        if !was_writer && (!stay_writer || result.is_err()) {
             held.writer = None;
         }
         result

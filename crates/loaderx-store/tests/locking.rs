@@ -61,18 +61,24 @@ fn delete_and_compact_need_the_store_to_themselves() {
 fn a_refused_compaction_keeps_its_handle_visible() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let mut a = filled(&path, 8);
-    a.delete(&[0, 1, 2]).unwrap();
+    {
+        let mut writer = filled(&path, 8);
+        writer.delete(&[0, 1, 2]).unwrap();
+    }
+    let mut a: Store<Deflate> = Store::open(&path).unwrap();
     let b: Store<Deflate> = Store::open(&path).unwrap();
     assert!(locked(a.compact()), "b has it open");
-    drop(a);
-    // `b` is still open, so a third handle must not compact either.
-    let mut c: Store<Deflate> = Store::open(&path).unwrap();
-    assert!(locked(c.compact()), "b still has it open");
-    let mut buf = vec![0u8; 100];
-    b.gather(&[0], &mut buf, 100).unwrap();
     drop(b);
+    // `a` is still open (and reading), so another handle must not compact.
+    let mut c: Store<Deflate> = Store::open(&path).unwrap();
+    let err = c.compact().unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("have the store open"), "{err}");
+    let mut buf = vec![0u8; 100];
+    a.gather(&[0], &mut buf, 100).unwrap();
+    drop(a);
     c.compact().unwrap();
+    assert_eq!(c.len(), 5);
 }
 
 /// Finding: an undo log found at open used to be rolled back before any
@@ -118,7 +124,10 @@ fn recovery_waits_for_the_store_to_be_free() {
     )
     .unwrap();
     fs::write(path.join(UNDO_FILE), log.encode()).unwrap();
-    let err = Store::<Deflate>::open(&path).unwrap_err();
+    let err = match Store::<Deflate>::open(&path) {
+        Ok(_) => panic!("opened and recovered while another handle had the store open"),
+        Err(e) => e,
+    };
     assert!(matches!(err, Error::Locked { .. }), "{err}");
     assert_eq!(prefix(&meta), bytes, "meta.zr rewritten");
     assert!(path.join(UNDO_FILE).exists());

@@ -176,7 +176,7 @@ fn mutator(path: &Path) {
         drop(store);
         thread::sleep(Duration::from_millis(2));
     }
-    println!("mutator: {deletes} deletes, {compactions} compactions, {refused} refused");
+    println!("mutator did {deletes} deletes and {compactions} compactions; {refused} were refused");
 }
 
 fn opener(path: &Path) {
@@ -256,7 +256,10 @@ fn one_writer_many_readers_across_processes() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let summary: Vec<&str> = stdout
             .lines()
-            .filter(|l| l.starts_with(role.trim_end_matches(char::is_numeric)))
+            .filter_map(|l| {
+                let base = role.trim_end_matches(char::is_numeric);
+                l.find(&format!("{base} ")).map(|at| &l[at..])
+            })
             .collect();
         println!("{role}: {:?} {}", out.status, summary.join("; "));
         if !out.status.success() {
