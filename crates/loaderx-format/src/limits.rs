@@ -20,6 +20,9 @@ pub const MAX_RECORDS: u32 = 1 << 24;
 pub const META_LEN: u64 = entry_offset(MAX_RECORDS);
 /// Name of the header-and-table file inside a store directory.
 pub const META_FILE: &str = "meta.zr";
+/// Name of the file the store's writer lock is taken on (its content, the
+/// writer's process id, is informative only; loaderx 0.5.x ignores it).
+pub const LOCK_FILE: &str = "meta.zr.lock";
 
 /// Byte offset of table entry `index` inside `meta.zr`: the one place table
 /// offsets are computed (`entry_offset(length)` is where the table ends).

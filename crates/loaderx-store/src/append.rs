@@ -1,6 +1,7 @@
-//! Appending records: validate, encode in parallel, place serially, write in
-//! parallel, then commit (table entries, then the header) as `docs/FORMAT.md`
-//! describes.
+//! Appending records: validate, encode in parallel, place serially, write
+//! the bytes in parallel, then the table entries, and publish them to this
+//! handle. The header on disk counts them at the next commit
+//! ([`Store::sync`]), as `docs/FORMAT.md` ("Commit protocol") describes.
 
 use loaderx_format::{
     CodecTag, ENTRY_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc,
@@ -179,6 +180,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .append_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(lock) = &self.lock {
+            lock.writer()?;
+        }
         let before = self.header();
         let first = before.length;
         // Writing at a frontier past the tail chunk's real end would leave a
@@ -232,8 +236,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.create_chunks(u32::from(before.tail_chunk) + 1..=chunk)?;
         self.write_payloads(&locs, &payload)?;
 
-        // Commit: entries, then the header (one positioned write of 16 bytes,
-        // so a killed process leaves either the old header or the new one).
+        // Entries next; the header that counts them is written by the next
+        // commit (`sync`), after the bytes and entries are durable.
         let mut table = Vec::new();
         table
             .try_reserve_exact(n * ENTRY_LEN)
@@ -244,7 +248,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
             table.extend_from_slice(&loc.encode());
         }
         self.files.write_entries(first, &table)?;
-        self.files.write_header(&after, "write header")?;
         self.frontier.publish(&after);
         Ok(u64::from(first))
     }

@@ -22,7 +22,8 @@ use crate::{
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Reclaims the space left behind by `delete`. Needs exclusive access: in
     /// this process `&mut self`, across processes an exclusive advisory lock
-    /// (fails with [`Error::Locked`] while another handle has the store open).
+    /// (fails with [`Error::Locked`] while another handle has the store
+    /// open). Pending appends are committed first.
     ///
     /// # Errors
     /// [`Error::ReadOnly`], [`Error::Locked`], [`Error::Full`] when there is no
@@ -37,14 +38,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 op: "compact",
             });
         }
-        if let Some(lock) = &self.lock {
-            lock.exclusive(self.files.dir())?;
-        }
-        let result = self.compact_locked();
-        if let Some(lock) = &self.lock {
-            lock.shared();
-        }
-        result
+        self.exclusively(Self::compact_locked)
     }
 
     fn compact_locked(&mut self) -> Result<()> {
@@ -92,6 +86,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             self.create_chunks(u32::from(header.tail_chunk) + 1..=stage_chunk)?;
             self.copy_records(moving.iter().map(|(_, l)| l).zip(&staged))?;
             self.sync_chunks(u32::from(header.tail_chunk) + 1..=stage_chunk)?;
+            self.files.sync_dir()?;
+            // The frontier that covers the staged copies is durable before
+            // any entry pointing at them can be: an entry past the durable
+            // frontier would make the store unreadable.
             let staging_header = Header {
                 tail_chunk: stage_chunk as u16,
                 tail_offset: stage_offset as u32,
@@ -116,7 +114,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
             length: header.length,
         };
         self.publish_tail(&new)?;
-        self.sync_meta()?;
         // Past the old frontier there may also be staging chunks that an
         // interrupted compaction left behind.
         let mut past: Vec<u32> = (final_chunk + 1..=old_tail).collect();
@@ -131,7 +128,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 .truncate(FileId::Chunk(final_chunk), final_offset)?;
             self.chunk_lens.set(final_chunk, final_offset);
         }
-        Ok(())
+        // Removed chunks that come back after power loss lie past the
+        // frontier, where the next compaction removes them; this only keeps
+        // them from taking space.
+        self.files.sync_dir()
     }
 
     /// Copies each record's stored bytes from `from` to `to`.
@@ -159,9 +159,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Writes `header` and publishes its frontier to readers.
-    fn publish_tail(&self, header: &Header) -> Result<()> {
+    /// Writes `header` and publishes its frontier, then makes it durable
+    /// (the barrier every step of the protocol needs before the next).
+    fn publish_tail(&mut self, header: &Header) -> Result<()> {
         self.files.write_header(header, "write header")?;
         self.frontier.publish_tail(header);
+        self.sync_meta()?;
+        *self
+            .committed
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = *header;
         Ok(())
     }
 

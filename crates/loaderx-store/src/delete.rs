@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 
 use loaderx_format::{Header, RecordLoc, UndoLog};
 
-use crate::{Codec, Error, Result, Store, storage::Storage, undo};
+use crate::{
+    Codec, Error, Result, Store,
+    storage::{FileId, Storage},
+    undo,
+};
 
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Removes the records at `idxs` (any order, duplicates allowed).
@@ -18,9 +22,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// error or a crash is rolled back (now, or when the store is next opened
     /// for writing).
     ///
+    /// Other handles may be reading the entries a delete rewrites, so it
+    /// needs the store to itself: it fails with [`Error::Locked`] while
+    /// another handle, in this or another process, has it open. Pending
+    /// appends are committed first; the delete is durable when it returns.
+    ///
     /// # Errors
-    /// [`Error::ReadOnly`], [`Error::IndexOutOfRange`] (nothing deleted), or an
-    /// I/O failure (the delete is rolled back).
+    /// [`Error::ReadOnly`], [`Error::IndexOutOfRange`] (nothing deleted),
+    /// [`Error::Locked`], or an I/O failure (the delete is rolled back).
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
         self.check_usable()?;
         if self.is_read_only() {
@@ -32,6 +41,18 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if idxs.is_empty() {
             return Ok(());
         }
+        let len = self.len();
+        if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
+            return Err(Error::IndexOutOfRange { index: bad, len });
+        }
+        self.exclusively(|store| store.delete_exclusive(idxs))
+    }
+
+    /// The delete, with the store to ourselves and nothing pending. Each step
+    /// is durable before the next starts: the undo log (and its name), then
+    /// the table and header, then the log's removal (`docs/FORMAT.md`,
+    /// "Delete").
+    fn delete_exclusive(&mut self, idxs: &[u64]) -> Result<()> {
         let header = self.header();
         self.check_meta_len(&header)?;
         let len = u64::from(header.length);
@@ -71,11 +92,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let applied = filled
             .iter()
             .try_for_each(|(&slot, loc)| self.files.write_entry(slot, loc, "write table"))
-            .and_then(|()| self.files.write_header(&new, "write header"));
+            .and_then(|()| self.files.write_header(&new, "write header"))
+            .and_then(|()| self.files.sync(FileId::Meta));
         if let Err(e) = applied {
             // Put back what was overwritten; if even that fails, the undo log
             // on disk will do it at the next writable open.
-            if undo::roll_back(&self.files, &log).is_ok() && self.remove_undo().is_ok() {
+            let undone = undo::roll_back(&self.files, &log)
+                .and_then(|()| self.files.sync(FileId::Meta))
+                .and_then(|()| self.remove_undo());
+            if undone.is_ok() {
                 return Err(e);
             }
             self.poison();
@@ -86,6 +111,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             self.poison();
             return Err(e);
         }
+        *self
+            .committed
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
         self.frontier.publish_len(length);
         Ok(())
     }

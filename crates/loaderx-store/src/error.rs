@@ -36,12 +36,14 @@ pub enum Error {
         /// The store's directory.
         path: PathBuf,
     },
-    /// Another process holds the store's lock. Code -2.
+    /// Another handle, in this or another process, holds a lock the
+    /// operation needs (one writer; exclusive access for delete, compact
+    /// and recovery). Code -2.
     Locked {
         /// The store's directory.
         path: PathBuf,
         /// Who holds the lock, and what to do about it.
-        holder: &'static str,
+        holder: String,
     },
     /// An index is not below the store's length. Code -3.
     IndexOutOfRange {

@@ -127,6 +127,26 @@ impl<S: Storage> Files<S> {
         self.storage.sync(file).map_err(self.fail(file, "sync"))
     }
 
+    /// Whether `file` exists in the directory now.
+    pub(crate) fn exists(&self, file: FileId) -> Result<bool> {
+        self.storage.exists(file).map_err(self.fail(file, "stat"))
+    }
+
+    /// Makes the directory entries of files created or removed so far durable.
+    pub(crate) fn sync_dir(&self) -> Result<()> {
+        self.storage
+            .sync_dir()
+            .map_err(|e| Error::io(&self.dir, "sync directory", e))
+    }
+
+    /// Creates `meta.zr` atomically with `head` at its start; whether this
+    /// call created it (`false`: another creator got there first).
+    pub(crate) fn create_meta(&self, head: &[u8], len: u64) -> Result<bool> {
+        self.storage
+            .create_meta(head, len)
+            .map_err(self.fail(FileId::Meta, "create"))
+    }
+
     /// Makes each of `files` durable, in order.
     pub(crate) fn sync_all(&self, files: impl IntoIterator<Item = FileId>) -> Result<()> {
         files.into_iter().try_for_each(|file| self.sync(file))

@@ -44,6 +44,11 @@
 // cast; the crate maps 4 GiB chunk extents, so it targets 64-bit platforms.
 #![allow(clippy::cast_possible_truncation)]
 
+// Chunk files are mapped whole (4 GiB) and record offsets are used as
+// `usize`: a 32-bit address space cannot hold that.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("loaderx-store needs a 64-bit target (it maps 4 GiB chunk files whole)");
+
 mod append;
 mod codec;
 mod compact;

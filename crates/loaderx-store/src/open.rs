@@ -127,9 +127,11 @@ impl<C: Codec> Store<C, FileStorage> {
             }
             Err(e) => return Err(Error::io(path, "stat", e)),
         }
-        let mut store = Self::open_in(FileStorage::new(path, options.read_only), options)?;
-        store.lock = StoreLock::acquire(path, options.read_only)?;
-        Ok(store)
+        Self::open_locked(
+            FileStorage::new(path, options.read_only),
+            options,
+            Some(path),
+        )
     }
 }
 
@@ -145,6 +147,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// `meta.zr`, a missing chunk file or a pending undo log on a read-only
     /// open; [`Error::Io`] when the storage fails.
     pub fn open_in(storage: S, options: OpenOptions) -> Result<Self> {
+        Self::open_locked(storage, options, None)
+    }
+
+    /// Opens (or creates) the store, taking the locks between handles on
+    /// the files in `lock_dir` when given.
+    fn open_locked(storage: S, options: OpenOptions, lock_dir: Option<&Path>) -> Result<Self> {
         let mut files = Files::new(storage);
         let read_only = options.read_only || files.is_read_only();
         if options.chunk_capacity == 0 || options.chunk_capacity > CHUNK_CAPACITY {
@@ -156,19 +164,30 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 ),
             });
         }
-        let header = match files.open(FileId::Meta)? {
-            Some(meta_len) => {
-                undo::recover(&mut files, read_only)?;
-                read_header(&files, meta_len)?
-            }
-            None if options.create && !read_only => create(&files)?,
-            None => {
+        if !files.exists(FileId::Meta)? {
+            if !options.create || read_only {
                 return Err(Error::NotAStore {
                     path: files.dir().to_owned(),
                     reason: "meta.zr is missing".into(),
                 });
             }
+            // Atomic on its own: no lock needed (and none can be taken on a
+            // file that does not exist yet).
+            create(&files)?;
+        }
+        let lock = match lock_dir {
+            Some(dir) => StoreLock::acquire(dir)?,
+            None => None,
         };
+        if files.open(FileId::Meta)?.is_none() {
+            return Err(Error::NotAStore {
+                path: files.dir().to_owned(),
+                reason: "meta.zr is missing".into(),
+            });
+        }
+        undo::recover(&mut files, read_only, lock.as_ref())?;
+        let meta_len = files.current_len(FileId::Meta)?;
+        let header = read_header(&files, meta_len)?;
         let chunk_lens = ChunkLens::new();
         for id in 0..=u32::from(header.tail_chunk) {
             let file = FileId::Chunk(id);
@@ -187,33 +206,43 @@ impl<C: Codec, S: Storage> Store<C, S> {
             files,
             capacity: options.chunk_capacity,
             frontier: Frontier::new(&header),
+            committed: Mutex::new(header),
+            owner: std::process::id(),
             chunk_lens,
             append_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
-            lock: None,
+            lock,
             _codec: PhantomData,
         })
     }
 }
 
-/// Creates an empty store: `meta.zr` at its full (sparse) size, chunk 0, and
-/// an empty header.
-fn create<S: Storage>(files: &Files<S>) -> Result<Header> {
-    // Chunk files without a meta.zr are a damaged store, not an empty
-    // directory: creating over them would lose their bytes.
-    if let Some(id) = files.chunk_ids()?.first() {
-        return Err(Error::NotAStore {
-            path: files.dir().to_owned(),
-            reason: format!(
-                "meta.zr is missing but chunk file {id}.zr exists; refusing to create a new store over it"
-            ),
-        });
+/// Creates an empty store: chunk 0, then `meta.zr` at its full (sparse)
+/// size with an empty header, published atomically (`Storage::create_meta`).
+/// A crash at any point leaves either no store — at worst an empty `0.zr`,
+/// which the next creation reuses — or a complete empty one; two processes
+/// creating the same store at once both end up opening the one that won.
+fn create<S: Storage>(files: &Files<S>) -> Result<()> {
+    // Chunk files holding bytes without a meta.zr are a damaged store, not an
+    // empty directory: creating over them would lose their bytes. Empty ones
+    // are what an interrupted creation leaves.
+    for id in files.chunk_ids()? {
+        let file = FileId::Chunk(id);
+        if files.open(file)?.unwrap_or(0) > 0 {
+            return Err(Error::NotAStore {
+                path: files.dir().to_owned(),
+                reason: format!(
+                    "meta.zr is missing but chunk file {id}.zr holds bytes; refusing to create a new store over it"
+                ),
+            });
+        }
     }
-    files.create(FileId::Meta, META_LEN)?;
     files.create(FileId::Chunk(0), 0)?;
-    let header = Header::default();
-    files.write_header(&header, "write header")?;
-    Ok(header)
+    files.sync(FileId::Chunk(0))?;
+    // Chunk 0's name is made durable with meta.zr's (create_meta syncs the
+    // directory after linking).
+    files.create_meta(&Header::default().encode(), META_LEN)?;
+    Ok(())
 }
 
 /// Reads the header of an existing `meta.zr` of `meta_len` bytes and checks

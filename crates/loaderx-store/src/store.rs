@@ -43,8 +43,15 @@ pub struct Stats {
 ///
 /// Concurrency: `Store` is `Send + Sync`. Gathers (`&self`) take no lock and
 /// may run on many threads while one append (`&self`, serialised internally)
-/// runs; a record becomes visible only once committed. `delete` and
-/// `compact` take `&mut self`.
+/// runs. `delete` and `compact` take `&mut self`.
+///
+/// Commits: an append is visible to this handle at once, and becomes part
+/// of the store on disk — visible to handles opened later, kept through a
+/// crash or power loss — at the next commit: [`sync`](Store::sync), a
+/// `delete` or `compact`, or dropping the handle. Until then a crash loses
+/// it whole. Across processes there is one writer at a time
+/// ([`Error::Locked`] for the next), and `delete`/`compact` need every
+/// other handle closed (`docs/ARCHITECTURE.md`, "Locking").
 #[derive(Debug)]
 pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     pub(crate) files: Files<S>,
@@ -52,6 +59,13 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     pub(crate) capacity: u64,
     /// The published header readers trust.
     pub(crate) frontier: Frontier,
+    /// The header on disk: what the last commit made durable. Appends past
+    /// it are pending until the next commit. Guarded by `append_lock`'s
+    /// holders (appends and commits) and `&mut self` (delete, compact).
+    pub(crate) committed: Mutex<Header>,
+    /// The process that opened the handle: a forked child's copy must not
+    /// commit its parent's pending appends when it is dropped.
+    pub(crate) owner: u32,
     /// Bytes known to exist in each chunk file.
     pub(crate) chunk_lens: ChunkLens,
     /// Serialises appends (and the writers' view of the frontier).
@@ -229,10 +243,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
         })
     }
 
-    /// Makes everything appended so far durable: chunk files first, then `meta.zr`.
+    /// Commits everything appended so far: makes it durable and visible to
+    /// handles opened from now on. The chunk files are synced first, then
+    /// the new table entries, and only then is the header that counts them
+    /// written and synced, so power loss at any instant leaves either the
+    /// previous commit or this one, never a header naming bytes the disk
+    /// did not get (`docs/FORMAT.md`, "Commit protocol").
     ///
     /// # Errors
-    /// When a file cannot be synced.
+    /// When a file cannot be synced or written.
     pub fn sync(&self) -> Result<()> {
         if self.is_read_only() {
             return Ok(());
@@ -241,8 +260,59 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .append_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let chunks = (0..=u32::from(self.frontier.tail_chunk())).map(FileId::Chunk);
-        self.files.sync_all(chunks.chain([FileId::Meta]))
+        self.commit()
+    }
+
+    /// [`sync`](Self::sync), with the append lock held (or `&mut self`).
+    pub(crate) fn commit(&self) -> Result<()> {
+        self.check_usable()?;
+        let mut committed = self
+            .committed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let header = self.header();
+        if header == *committed {
+            return Ok(());
+        }
+        if let Some(lock) = &self.lock {
+            lock.writer()?;
+        }
+        let first = u32::from(committed.tail_chunk);
+        self.files
+            .sync_all((first..=u32::from(header.tail_chunk)).map(FileId::Chunk))?;
+        if header.tail_chunk > committed.tail_chunk {
+            // New chunk files: their names must be durable before a durable
+            // header names them.
+            self.files.sync_dir()?;
+        }
+        self.files.sync(FileId::Meta)?;
+        self.files.write_header(&header, "write header")?;
+        self.files.sync(FileId::Meta)?;
+        *committed = header;
+        Ok(())
+    }
+
+    /// Runs `f` with every other handle, in any process, shut out (the
+    /// cross-process half of `&mut self`): [`Error::Locked`] while another
+    /// handle has the store open. Pending appends are committed first, so
+    /// `f` starts from a durable state.
+    pub(crate) fn exclusively<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        let lock = self.lock.take();
+        let result = match &lock {
+            Some(lock) => lock.exclusive(|| self.commit().and_then(|()| f(self))),
+            None => self.commit().and_then(|()| f(self)),
+        };
+        self.lock = lock;
+        result
+    }
+
+    /// Whether appends are waiting for a commit.
+    pub(crate) fn has_pending(&self) -> bool {
+        let committed = self
+            .committed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.header() != *committed
     }
 
     /// Checks the whole store: every table entry against the format's rules
@@ -252,24 +322,31 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// The first problem found: [`Error::Corrupt`] naming the entry, or
     /// [`Error::NotAStore`] for a damaged header.
     pub fn verify(&self) -> Result<()> {
+        // The published header, not the bytes on disk (which a concurrent
+        // commit may be rewriting); files measured now, so one cut short
+        // behind our back gives an error, not a SIGBUS.
         let header = self.header();
-        let lens: Vec<u64> = (0..=u32::from(header.tail_chunk))
-            .map(|c| self.chunk_lens.get(c))
-            .collect();
-        self.files
-            .with_bytes(
-                FileId::Meta,
-                0,
-                header.table_end() as usize,
-                "read table",
-                |image| loaderx_format::parse_index(image, &lens).map(|_| ()),
-            )?
-            .map_err(|e| Error::format(self.file_path(FileId::Meta), e))?;
+        self.check_meta_len(&header)?;
+        let lens = (0..=header.tail_chunk)
+            .map(|c| self.current_chunk_len(c))
+            .collect::<Result<Vec<u64>>>()?;
         let n = header.length as usize;
         parallel::for_ranges(n, u64::MAX, |range| {
             let mut scratch = Vec::new();
             for i in range {
                 let loc = self.entry(i as u64, &header)?;
+                let have = lens[usize::from(loc.chunk_id)];
+                if loc.end() > have {
+                    return Err(Error::Corrupt {
+                        path: self.file_path(FileId::Chunk(u32::from(loc.chunk_id))),
+                        entry: i as u64,
+                        reason: format!(
+                            "bytes end at {}, past the end of chunk file {}.zr ({have} bytes)",
+                            loc.end(),
+                            loc.chunk_id
+                        ),
+                    });
+                }
                 scratch.resize(loc.logic_length as usize, 0);
                 self.decode_into(i as u64, &loc, &mut scratch)?;
             }
@@ -295,5 +372,20 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 entry: index,
                 reason: format!("{codec} record: {e}"),
             })
+    }
+}
+
+impl<C: Codec, S: Storage> Drop for Store<C, S> {
+    /// Commits pending appends, like a file's close; errors are lost here, so
+    /// call [`sync`](Store::sync) to see them. A forked child's copy of a
+    /// handle never commits: the appends it would publish are its parent's.
+    fn drop(&mut self) {
+        if self.owner == std::process::id()
+            && !self.is_read_only()
+            && !self.poisoned.load(Ordering::Acquire)
+            && self.has_pending()
+        {
+            let _ = self.commit();
+        }
     }
 }

@@ -125,6 +125,18 @@ impl Storage for StatPause {
     fn chunk_ids(&self) -> io::Result<Vec<u32>> {
         self.inner.chunk_ids()
     }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        self.inner.sync_dir()
+    }
+
+    fn create_meta(&self, head: &[u8], len: u64) -> io::Result<bool> {
+        self.inner.create_meta(head, len)
+    }
+
+    fn exists(&self, file: FileId) -> io::Result<bool> {
+        self.inner.exists(file)
+    }
 }
 
 #[test]

@@ -137,6 +137,11 @@ fn a_failed_delete_changes_nothing() {
                 Err(e) => assert!(matches!(e, loaderx_store::Error::Poisoned { .. }), "{e}"),
             }
             drop(store);
+            // The last step is the directory sync after the undo log's
+            // removal: the delete is complete on disk by then, and only
+            // power loss could still bring the log back and undo it.
+            let either =
+                |got: &Vec<Vec<u8>>| *got == expect || (k + 1 == steps && *got == after_delete);
             // A read-only open refuses a store with a pending undo log
             // rather than show a half-done delete.
             let crashed = storage.after_process_crash();
@@ -144,11 +149,11 @@ fn a_failed_delete_changes_nothing() {
                 crashed.read_only(),
                 loaderx_store::OpenOptions::read_only(),
             ) {
-                assert!(contents(&ro) == expect, "k={k} read-only");
+                assert!(either(&contents(&ro)), "k={k} read-only");
             }
             let store: Store<Raw, MemStorage> = mem_store(&crashed, CAPACITY);
             assert!(
-                contents(&store) == expect,
+                either(&contents(&store)),
                 "k={k} transient={transient} after reopen"
             );
             store.verify().unwrap();
@@ -177,9 +182,11 @@ fn power_loss_keeps_exactly_what_was_synced() {
         let reopened: Store<Raw, MemStorage> = mem_store(&survivor, CAPACITY);
         reopened.verify().unwrap();
         assert!(contents(&reopened) == synced, "round {round}");
-        // A process crash, by contrast, keeps everything appended.
+        // So does a process crash: appends count once committed.
         let crashed: Store<Raw, MemStorage> = mem_store(&storage.after_process_crash(), CAPACITY);
-        assert!(contents(&crashed) == appended, "round {round}");
+        assert!(contents(&crashed) == synced, "round {round}");
+        // The handle itself sees everything it appended.
+        assert!(contents(&store) == appended, "round {round}");
     }
 }
 

@@ -353,7 +353,10 @@ fn compaction_survives_sigkill_inside_a_compaction_and_finishes_on_rerun() {
     let on_disk: u64 = std::fs::read_dir(&path)
         .unwrap()
         .map(|e| e.unwrap())
-        .filter(|e| e.file_name() != "meta.zr")
+        .filter(|e| {
+            let name = e.file_name();
+            name != loaderx_store::format::META_FILE && name != loaderx_store::format::LOCK_FILE
+        })
         .map(|e| e.metadata().unwrap().len())
         .sum();
     let names: Vec<_> = std::fs::read_dir(&path)

@@ -6,7 +6,10 @@ use std::{
     io,
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
-    sync::OnceLock,
+    sync::{
+        OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -199,11 +202,62 @@ impl Storage for FileStorage {
         }
     }
 
+    fn sync_dir(&self) -> io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        sync_dir(&self.dir)
+    }
+
+    fn create_meta(&self, head: &[u8], len: u64) -> io::Result<bool> {
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let meta = self.dir.join(FileId::Meta.file_name());
+        let temp = self.dir.join(format!(
+            "{}.{}-{}.new",
+            FileId::Meta.file_name(),
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let made = (|| {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&temp)?;
+            f.set_len(len)?;
+            f.write_all_at(head, 0)?;
+            f.sync_all()?;
+            // A hard link never replaces an existing name: of two creators,
+            // exactly one wins, and the loser opens the winner's store.
+            match fs::hard_link(&temp, &meta) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(e),
+            }
+        })();
+        let removed = fs::remove_file(&temp);
+        let created = made?;
+        removed?;
+        sync_dir(&self.dir)?;
+        Ok(created)
+    }
+
     fn truncate(&mut self, file: FileId, len: u64) -> io::Result<()> {
         if self.read_only {
             return Err(read_only_error());
         }
         self.mapped(file)?.file.set_len(len)
+    }
+
+    fn exists(&self, file: FileId) -> io::Result<bool> {
+        match fs::symlink_metadata(self.dir.join(file.file_name())) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn chunk_ids(&self) -> io::Result<Vec<u32>> {
@@ -240,5 +294,16 @@ impl Storage for FileStorage {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+/// Makes the entries of `dir` durable. Checked on Linux; on Windows a
+/// directory cannot be opened as a file and NTFS journals its entries, so
+/// there is nothing to do.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    if cfg!(unix) {
+        File::open(dir)?.sync_all()
+    } else {
+        Ok(())
     }
 }

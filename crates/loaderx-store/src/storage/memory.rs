@@ -9,18 +9,106 @@ use std::{
 
 use super::{FileId, Storage, read_only_error};
 
+/// Granularity of the power-loss model: a page of a file reaches the disk
+/// whole or not at all, in any order with the file's other pages.
+pub const PAGE: usize = 4096;
+
+/// The bytes and length of a file, as the page cache or the disk holds them.
 #[derive(Debug, Clone, Default)]
-struct MemFile {
+struct Image {
     /// Logical length; bytes past `data.len()` read as zeros (sparse).
     len: u64,
     data: Vec<u8>,
-    /// What the last `sync` made durable; `None` if never synced.
-    durable: Option<(u64, Vec<u8>)>,
+}
+
+impl Image {
+    fn page(&self, index: u64) -> Vec<u8> {
+        let start = (index as usize * PAGE).min(self.data.len());
+        let end = (start + PAGE).min(self.data.len());
+        let mut page = self.data[start..end].to_vec();
+        page.resize(PAGE, 0);
+        page
+    }
+
+    fn put_page(&mut self, index: u64, page: &[u8]) {
+        let start = index as usize * PAGE;
+        if self.data.len() < start + PAGE {
+            self.data.resize(start + PAGE, 0);
+        }
+        self.data[start..start + PAGE].copy_from_slice(page);
+    }
+
+    fn set_len(&mut self, len: u64) {
+        self.len = len;
+        self.data.truncate(len as usize);
+    }
+}
+
+/// A change since the file's last `sync`, as the disk could receive it.
+#[derive(Debug, Clone)]
+enum Change {
+    /// Page `index` as it was right after a write.
+    Page { index: u64, bytes: Vec<u8> },
+    /// The file's length right after a write or a truncation.
+    Len(u64),
+}
+
+#[derive(Debug, Clone, Default)]
+struct MemFile {
+    /// What readers see (the page cache).
+    now: Image,
+    /// What the disk holds: the state at the last `sync`.
+    disk: Image,
+    /// Changes since the last `sync`, oldest first.
+    pending: Vec<Change>,
+    /// Whether the file's directory entry is durable.
+    named: bool,
+}
+
+impl MemFile {
+    fn new(len: u64) -> MemFile {
+        MemFile {
+            now: Image {
+                len,
+                data: Vec::new(),
+            },
+            disk: Image::default(),
+            pending: vec![Change::Len(len)],
+            named: false,
+        }
+    }
+
+    /// What the disk may hold after power loss, one `choose(n)` (an index
+    /// in `0..n`, 0 being the durable state) per page changed and one for
+    /// the length.
+    fn survivor(&self, choose: &mut dyn FnMut(usize) -> usize) -> Image {
+        let mut pages: BTreeMap<u64, Vec<&[u8]>> = BTreeMap::new();
+        let mut lens = vec![self.disk.len];
+        for change in &self.pending {
+            match change {
+                Change::Page { index, bytes } => pages.entry(*index).or_default().push(bytes),
+                Change::Len(len) => lens.push(*len),
+            }
+        }
+        let mut image = self.disk.clone();
+        for (index, versions) in pages {
+            let pick = choose(versions.len() + 1);
+            if pick > 0 {
+                image.put_page(index, versions[pick - 1]);
+            }
+        }
+        let len = lens[choose(lens.len())];
+        image.set_len(len);
+        image
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
     files: BTreeMap<FileId, MemFile>,
+    /// Files removed since the last `sync_dir`, as the disk last held them:
+    /// power loss may bring them back.
+    ghosts: BTreeMap<FileId, Image>,
     /// Mutating operations left before every further one fails.
     fail_after: Option<u64>,
     /// Whether only that one operation fails (a transient error).
@@ -98,39 +186,80 @@ impl MemStorage {
     }
 
     /// Independent storage holding what a process crash would leave:
-    /// everything written so far.
+    /// everything written so far (the page cache survives).
     #[must_use]
     pub fn after_process_crash(&self) -> MemStorage {
-        let files = self.lock().files.clone();
-        self.survivor(files)
-    }
-
-    /// Independent storage holding what power loss would leave: only what
-    /// `sync` made durable (a file never synced is gone).
-    #[must_use]
-    pub fn after_power_loss(&self) -> MemStorage {
         let files = self
             .lock()
             .files
             .iter()
-            .filter_map(|(id, f)| {
-                let (len, data) = f.durable.clone()?;
-                Some((
-                    *id,
-                    MemFile {
-                        len,
-                        data: data.clone(),
-                        durable: Some((len, data)),
-                    },
-                ))
-            })
+            .map(|(id, f)| (*id, f.now.clone()))
             .collect();
         self.survivor(files)
     }
 
+    /// Independent storage holding what power loss leaves when the disk got
+    /// none of the unsynced changes: only what `sync` made durable, and only
+    /// files whose directory entry `sync_dir` made durable.
+    #[must_use]
+    pub fn after_power_loss(&self) -> MemStorage {
+        self.after_power_loss_with(&mut |_| 0)
+    }
+
+    /// Independent storage holding one of the states power loss may leave.
+    /// Every page written since its file's last `sync` may or may not have
+    /// reached the disk, in any version it had, independently of the others;
+    /// so may each length change, and each creation or removal since the
+    /// last `sync_dir`. `choose(n)` picks one of `n` possibilities (0 is
+    /// always "nothing since the last sync survived"); calling this with
+    /// every sequence of choices enumerates every state a real disk could
+    /// leave, at page granularity.
+    #[must_use]
+    pub fn after_power_loss_with(&self, choose: &mut dyn FnMut(usize) -> usize) -> MemStorage {
+        let st = self.lock();
+        let mut files = BTreeMap::new();
+        let ids: std::collections::BTreeSet<FileId> =
+            st.files.keys().chain(st.ghosts.keys()).copied().collect();
+        for id in ids {
+            let ghost = st.ghosts.get(&id);
+            let survivor = match st.files.get(&id) {
+                Some(f) if f.named => Some(f.survivor(choose)),
+                Some(f) => {
+                    // The creation may be lost, bringing back what was
+                    // removed before it, if anything.
+                    match choose(2) {
+                        0 => ghost.cloned(),
+                        _ => Some(f.survivor(choose)),
+                    }
+                }
+                None => match choose(2) {
+                    0 => None,
+                    _ => ghost.cloned(),
+                },
+            };
+            if let Some(image) = survivor {
+                files.insert(id, image);
+            }
+        }
+        drop(st);
+        self.survivor(files)
+    }
+
     /// Independent, writable storage holding `files` (what survived a crash),
-    /// with no faults armed.
-    fn survivor(&self, files: BTreeMap<FileId, MemFile>) -> MemStorage {
+    /// all durable, with no faults armed.
+    fn survivor(&self, files: BTreeMap<FileId, Image>) -> MemStorage {
+        let files = files
+            .into_iter()
+            .map(|(id, image)| {
+                let file = MemFile {
+                    now: image.clone(),
+                    disk: image,
+                    pending: Vec::new(),
+                    named: true,
+                };
+                (id, file)
+            })
+            .collect();
         MemStorage {
             state: Arc::new(Mutex::new(State {
                 files,
@@ -146,19 +275,25 @@ impl MemStorage {
     pub fn contents(&self, file: FileId) -> Option<Vec<u8>> {
         let st = self.lock();
         let f = st.files.get(&file)?;
-        let mut out = f.data.clone();
-        out.resize(f.len as usize, 0);
+        let mut out = f.now.data.clone();
+        out.resize(f.now.len as usize, 0);
         Some(out)
     }
 
-    /// Replaces `file` with `bytes` (for building damaged stores in tests).
+    /// Replaces `file` with `bytes`, durably (for building damaged stores
+    /// in tests).
     pub fn put(&self, file: FileId, bytes: &[u8]) {
+        let image = Image {
+            len: bytes.len() as u64,
+            data: bytes.to_vec(),
+        };
         self.lock().files.insert(
             file,
             MemFile {
-                len: bytes.len() as u64,
-                data: bytes.to_vec(),
-                durable: None,
+                now: image.clone(),
+                disk: image,
+                pending: Vec::new(),
+                named: true,
             },
         );
     }
@@ -202,19 +337,13 @@ impl Storage for MemStorage {
     fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>> {
         let mut st = self.lock();
         if let Some(f) = st.files.get(&file) {
-            return Ok(Some(f.len));
+            return Ok(Some(f.now.len));
         }
         if !create || self.read_only {
             return Ok(None);
         }
         self.mutate(&mut st, "create")?;
-        st.files.insert(
-            file,
-            MemFile {
-                len: create_len,
-                ..MemFile::default()
-            },
-        );
+        st.files.insert(file, MemFile::new(create_len));
         Ok(Some(create_len))
     }
 
@@ -222,7 +351,7 @@ impl Storage for MemStorage {
         let st = self.lock();
         st.files
             .get(&file)
-            .map(|f| f.len)
+            .map(|f| f.now.len)
             .ok_or_else(|| missing(file))
     }
 
@@ -234,7 +363,7 @@ impl Storage for MemStorage {
         f: impl FnOnce(&[u8]) -> R,
     ) -> io::Result<R> {
         let st = self.lock();
-        let mf = st.files.get(&file).ok_or_else(|| missing(file))?;
+        let mf = &st.files.get(&file).ok_or_else(|| missing(file))?.now;
         let end = offset.saturating_add(len as u64);
         if end > mf.len {
             return Err(io::Error::new(
@@ -259,11 +388,22 @@ impl Storage for MemStorage {
         self.mutate(&mut st, "write")?;
         let mf = st.files.get_mut(&file).ok_or_else(|| missing(file))?;
         let end = offset as usize + bytes.len();
-        if mf.data.len() < end {
-            mf.data.resize(end, 0);
+        if mf.now.data.len() < end {
+            mf.now.data.resize(end, 0);
         }
-        mf.data[offset as usize..end].copy_from_slice(bytes);
-        mf.len = mf.len.max(end as u64);
+        mf.now.data[offset as usize..end].copy_from_slice(bytes);
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let (first, last) = (offset / PAGE as u64, (end as u64 - 1) / PAGE as u64);
+        for index in first..=last {
+            let bytes = mf.now.page(index);
+            mf.pending.push(Change::Page { index, bytes });
+        }
+        if end as u64 > mf.now.len {
+            mf.now.len = end as u64;
+            mf.pending.push(Change::Len(end as u64));
+        }
         Ok(())
     }
 
@@ -274,17 +414,67 @@ impl Storage for MemStorage {
         }
         self.mutate(&mut st, "sync")?;
         let mf = st.files.get_mut(&file).ok_or_else(|| missing(file))?;
-        mf.durable = Some((mf.len, mf.data.clone()));
+        mf.disk = mf.now.clone();
+        mf.pending.clear();
         Ok(())
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        if self.read_only {
+            return Ok(());
+        }
+        self.mutate(&mut st, "sync directory")?;
+        for f in st.files.values_mut() {
+            f.named = true;
+        }
+        st.ghosts.clear();
+        Ok(())
+    }
+
+    fn create_meta(&self, head: &[u8], len: u64) -> io::Result<bool> {
+        let mut st = self.lock();
+        if self.read_only {
+            return Err(read_only_error());
+        }
+        self.mutate(&mut st, "create meta.zr")?;
+        if st.files.contains_key(&FileId::Meta) {
+            return Ok(false);
+        }
+        // Written and synced under a temporary name, linked, then the
+        // directory synced: atomic and durable as a whole.
+        let mut image = Image {
+            len,
+            data: head.to_vec(),
+        };
+        image.data.truncate(len as usize);
+        st.files.insert(
+            FileId::Meta,
+            MemFile {
+                now: image.clone(),
+                disk: image,
+                pending: Vec::new(),
+                named: true,
+            },
+        );
+        for f in st.files.values_mut() {
+            f.named = true;
+        }
+        st.ghosts.clear();
+        Ok(true)
     }
 
     fn truncate(&mut self, file: FileId, len: u64) -> io::Result<()> {
         let mut st = self.lock();
         self.mutate(&mut st, "truncate")?;
         let mf = st.files.get_mut(&file).ok_or_else(|| missing(file))?;
-        mf.len = len;
-        mf.data.truncate(len as usize);
+        mf.now.set_len(len);
+        mf.pending.push(Change::Len(len));
         Ok(())
+    }
+
+    fn exists(&self, file: FileId) -> io::Result<bool> {
+        Ok(self.lock().files.contains_key(&file))
     }
 
     fn chunk_ids(&self) -> io::Result<Vec<u32>> {
@@ -302,7 +492,13 @@ impl Storage for MemStorage {
     fn remove(&mut self, file: FileId) -> io::Result<()> {
         let mut st = self.lock();
         self.mutate(&mut st, "remove")?;
-        st.files.remove(&file);
+        // A file whose creation was never made durable leaves no ghost of
+        // its own (an older removed one may still come back).
+        if let Some(f) = st.files.remove(&file)
+            && f.named
+        {
+            st.ghosts.insert(file, f.disk);
+        }
         Ok(())
     }
 }

@@ -98,11 +98,30 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// The underlying I/O error.
     fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()>;
 
-    /// Makes everything written to `file` durable.
+    /// Makes everything written to `file` durable (its bytes and its
+    /// length; not its directory entry: see [`sync_dir`](Storage::sync_dir)).
     ///
     /// # Errors
     /// The underlying I/O error.
     fn sync(&self, file: FileId) -> io::Result<()>;
+
+    /// Makes the directory entries of every file created or removed so far
+    /// durable: until then, power loss may undo a creation or a removal.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
+    fn sync_dir(&self) -> io::Result<()>;
+
+    /// Creates `meta.zr` atomically: a file of `len` bytes starting with
+    /// `head`, made durable under a temporary name and only then given its
+    /// name, unless a `meta.zr` exists by then (another creator won). The
+    /// new name is durable when this returns. Returns whether this call
+    /// created it. A crash at any point leaves either no `meta.zr` or a
+    /// complete one (plus, at worst, a stray temporary file).
+    ///
+    /// # Errors
+    /// The underlying I/O error.
+    fn create_meta(&self, head: &[u8], len: u64) -> io::Result<bool>;
 
     /// Cuts an open `file` down to `len` bytes.
     ///
@@ -115,6 +134,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// # Errors
     /// The underlying I/O error.
     fn remove(&mut self, file: FileId) -> io::Result<()>;
+
+    /// Whether `file` exists in the directory now (open or not; a file this
+    /// storage has open but someone removed does not).
+    ///
+    /// # Errors
+    /// The underlying I/O error.
+    fn exists(&self, file: FileId) -> io::Result<bool>;
 
     /// Ids of every chunk file present, open or not (to find files an
     /// interrupted compaction left past the frontier).

@@ -1,0 +1,289 @@
+//! Many processes on one store at once: one writer appending, three readers
+//! gathering and checking every byte, one process trying `delete` and
+//! `compact`, one opening and closing. Every process must finish cleanly; no
+//! read may be torn or wrong; the only errors allowed are `Locked`.
+//!
+//! Records describe themselves (their id, their length and a pattern derived
+//! from the id), so a reader can check any record it gathers without knowing
+//! which index a delete moved it to.
+//!
+//! The children are this test binary, re-run with `--exact` on the
+//! `#[ignore]`d entry point and told their role through the environment.
+//! `LOADERX_STRESS_SCALE` (default 1) multiplies every process's operation
+//! count; `cargo xtask stress` runs it long.
+
+use std::{
+    env,
+    path::Path,
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+use loaderx_store::{Deflate, Error, Store};
+
+const STORE_ENV: &str = "LOADERX_MP_STORE";
+const ROLE_ENV: &str = "LOADERX_MP_ROLE";
+const SCALE_ENV: &str = "LOADERX_STRESS_SCALE";
+
+fn scale() -> u64 {
+    env::var(SCALE_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Record `id`: 12 header bytes (id, length) then a pattern from the id.
+fn record(id: u64) -> Vec<u8> {
+    let len = 16 + (id * 7919 % 2000) as usize;
+    let mut bytes = Vec::with_capacity(len);
+    bytes.extend_from_slice(&id.to_le_bytes());
+    bytes.extend_from_slice(&(len as u32).to_le_bytes());
+    bytes.extend((12..len).map(|k| pattern(id, k)));
+    bytes
+}
+
+fn pattern(id: u64, k: usize) -> u8 {
+    ((id.wrapping_mul(31) + k as u64 * 7) % 251) as u8 ^ 0x5a
+}
+
+/// Checks that `bytes` is exactly some record; returns its id.
+fn check(bytes: &[u8]) -> Result<u64, String> {
+    if bytes.len() < 12 {
+        return Err(format!("record of {} bytes is too short", bytes.len()));
+    }
+    let id = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    if len != bytes.len() {
+        return Err(format!(
+            "record {id} says {len} bytes but {} were read",
+            bytes.len()
+        ));
+    }
+    if let Some(k) = (12..len).find(|&k| bytes[k] != pattern(id, k)) {
+        return Err(format!("record {id} is wrong at byte {k}"));
+    }
+    Ok(id)
+}
+
+fn locked(e: &Error) -> bool {
+    matches!(e, Error::Locked { .. })
+}
+
+/// Opens the store, retrying while someone holds it exclusively.
+fn open(path: &Path) -> Store<Deflate> {
+    for _ in 0..2000 {
+        match Store::open(path) {
+            Ok(s) => return s,
+            Err(e) if locked(&e) => thread::sleep(Duration::from_millis(2)),
+            Err(e) => panic!("open failed: {e}"),
+        }
+    }
+    panic!("store stayed locked for seconds");
+}
+
+fn writer(path: &Path) {
+    let mut next = 0u64;
+    for _session in 0..20 * scale() {
+        let store = open(path);
+        for _batch in 0..5 {
+            let records: Vec<Vec<u8>> = (next..next + 16).map(record).collect();
+            let mut src = Vec::new();
+            let mut offsets = Vec::new();
+            let mut lens = Vec::new();
+            for r in &records {
+                offsets.push(src.len() as u64);
+                lens.push(r.len() as u32);
+                src.extend_from_slice(r);
+            }
+            match store.append_ragged(&src, &offsets, &lens) {
+                Ok(_) => next += 16,
+                Err(e) if locked(&e) => break,
+                Err(e) => panic!("append failed: {e}"),
+            }
+            match store.sync() {
+                Ok(()) => {}
+                Err(e) if locked(&e) => break,
+                Err(e) => panic!("sync failed: {e}"),
+            }
+        }
+        drop(store);
+        thread::sleep(Duration::from_millis(3));
+    }
+    println!("writer appended {next} records");
+}
+
+fn reader(path: &Path, seed: u64) {
+    let mut rng = seed | 1;
+    let mut checked = 0u64;
+    for _session in 0..40 * scale() {
+        let store = open(path);
+        for _ in 0..10 {
+            let len = store.len();
+            if len == 0 {
+                break;
+            }
+            let idxs: Vec<u64> = (0..32)
+                .map(|_| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng % len
+                })
+                .collect();
+            let mut lens = vec![0u32; idxs.len()];
+            store.lengths(&idxs, &mut lens).expect("lengths");
+            let mut offsets = Vec::with_capacity(idxs.len());
+            let mut total = 0u64;
+            for &l in &lens {
+                offsets.push(total);
+                total += u64::from(l);
+            }
+            let mut dst = vec![0u8; total as usize];
+            store
+                .gather_ragged(&idxs, &mut dst, &offsets)
+                .expect("gather");
+            for (i, &off) in offsets.iter().enumerate() {
+                let bytes = &dst[off as usize..off as usize + lens[i] as usize];
+                if let Err(why) = check(bytes) {
+                    panic!("index {}: {why}", idxs[i]);
+                }
+                checked += 1;
+            }
+        }
+        drop(store);
+        thread::sleep(Duration::from_millis(1));
+    }
+    println!("reader checked {checked} records");
+}
+
+fn mutator(path: &Path) {
+    let (mut deletes, mut compactions, mut refused) = (0, 0, 0);
+    for round in 0..200 * scale() {
+        let mut store = open(path);
+        let len = store.len();
+        let outcome = if round % 2 == 0 && len > 0 {
+            store.delete(&[round % len, len / 2]).map(|()| deletes += 1)
+        } else {
+            store.compact().map(|()| compactions += 1)
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(e) if locked(&e) => refused += 1,
+            Err(e) => panic!("delete/compact failed: {e}"),
+        }
+        drop(store);
+        thread::sleep(Duration::from_millis(2));
+    }
+    println!("mutator did {deletes} deletes and {compactions} compactions; {refused} were refused");
+}
+
+fn opener(path: &Path) {
+    for _ in 0..300 * scale() {
+        let store = open(path);
+        let _ = store.len();
+        drop(store);
+    }
+}
+
+#[test]
+#[ignore = "child process of one_writer_many_readers_across_processes"]
+fn multiprocess_child() {
+    let (Ok(path), Ok(role)) = (env::var(STORE_ENV), env::var(ROLE_ENV)) else {
+        return;
+    };
+    let path = Path::new(&path);
+    match role.as_str() {
+        "writer" => writer(path),
+        "reader0" => reader(path, 0x9e37_79b9),
+        "reader1" => reader(path, 0x85eb_ca6b),
+        "reader2" => reader(path, 0xc2b2_ae35),
+        "mutator" => mutator(path),
+        "opener" => opener(path),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn one_writer_many_readers_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    {
+        // Seed it so readers have something from the start.
+        let store: Store<Deflate> = Store::open(&path).unwrap();
+        let records: Vec<u8> = (0..64).flat_map(|id| record(10_000_000 + id)).collect();
+        let lens: Vec<u32> = (0..64)
+            .map(|id| record(10_000_000 + id).len() as u32)
+            .collect();
+        let offsets: Vec<u64> = lens
+            .iter()
+            .scan(0u64, |at, &l| {
+                let o = *at;
+                *at += u64::from(l);
+                Some(o)
+            })
+            .collect();
+        store.append_ragged(&records, &offsets, &lens).unwrap();
+        store.sync().unwrap();
+    }
+    let roles = [
+        "writer", "reader0", "reader1", "reader2", "mutator", "opener",
+    ];
+    let children: Vec<_> = roles
+        .iter()
+        .map(|role| {
+            let child = Command::new(env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "multiprocess_child",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(STORE_ENV, &path)
+                .env(ROLE_ENV, role)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (role, child)
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for (role, child) in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let summary: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| {
+                let base = role.trim_end_matches(char::is_numeric);
+                l.find(&format!("{base} ")).map(|at| &l[at..])
+            })
+            .collect();
+        println!("{role}: {:?} {}", out.status, summary.join("; "));
+        if !out.status.success() {
+            failures.push(format!(
+                "{role} failed ({:?}):\n{}\n{}",
+                out.status,
+                stdout,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The survivors are all intact and distinct.
+    let store: Store<Deflate> = Store::open(&path).unwrap();
+    store.verify().unwrap();
+    let len = store.len();
+    let idxs: Vec<u64> = (0..len).collect();
+    let mut lens = vec![0u32; idxs.len()];
+    store.lengths(&idxs, &mut lens).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for (i, &l) in lens.iter().enumerate() {
+        let mut buf = vec![0u8; l as usize];
+        store.gather_ragged(&[i as u64], &mut buf, &[0]).unwrap();
+        let id = check(&buf).unwrap_or_else(|why| panic!("index {i}: {why}"));
+        assert!(seen.insert(id), "record {id} appears twice");
+    }
+}
