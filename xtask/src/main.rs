@@ -22,6 +22,9 @@
 //! * `fuzz [SECONDS]` — every fuzz target (each file in `fuzz/fuzz_targets/`)
 //!   for SECONDS each (default 120) through `fuzz/run.sh`, under
 //!   AddressSanitizer; `test` runs them for a few seconds each too.
+//! * `stress [SCALE]` — the store's multi-process stress test and random
+//!   power-loss histories, SCALE times longer than in `test` (default 40:
+//!   minutes).
 //! * `dist` — not yet available (exit 2).
 
 #![forbid(unsafe_code)]
@@ -51,6 +54,8 @@ commands:
                   tables of docs/BENCHMARKS.md and README.md from it
   fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);
                   installs cargo-fuzz if missing
+  stress [SCALE]  the store's multi-process stress test and random power-loss
+                  histories, SCALE times as long as in `test` (default 40)
   dist            (not yet available)
 
 environment:
@@ -69,6 +74,7 @@ fn main() -> ExitCode {
         "test" => no_args(command, rest).and_then(|()| run_test()),
         "demo" => no_args(command, rest).and_then(|()| run_demo()),
         "bench" => no_args(command, rest).and_then(|()| run_bench()),
+        "stress" => stress_scale(rest).and_then(run_stress),
         "fuzz" => fuzz::seconds(rest)
             .and_then(|s| Workspace::locate().and_then(|ws| fuzz::run_all(&ws, s))),
         "dist" => return not_yet(command),
@@ -185,6 +191,39 @@ fn run_demo() -> Result<(), Failure> {
     python::develop(&ws, &venv)?;
     python::demo(&ws, &venv)?;
     steps::banner("xtask demo: done");
+    Ok(())
+}
+
+/// The store tests whose length `LOADERX_STRESS_SCALE` multiplies.
+const STRESS_TESTS: &[&str] = &["multiprocess", "powerloss"];
+
+fn stress_scale(rest: &[String]) -> Result<u32, Failure> {
+    match rest {
+        [] => Ok(40),
+        [n] => n.parse().map_err(|_| {
+            Failure::new(
+                "arguments",
+                format!("`stress` takes a whole number, got {n:?}"),
+            )
+        }),
+        _ => Err(Failure::new(
+            "arguments",
+            format!("`stress` takes at most one argument, got {rest:?}"),
+        )),
+    }
+}
+
+fn run_stress(scale: u32) -> Result<(), Failure> {
+    let ws = Workspace::locate()?;
+    let mut args = vec!["test", "-p", "loaderx-store", "--release"];
+    for test in STRESS_TESTS {
+        args.extend_from_slice(&["--test", test]);
+    }
+    args.extend_from_slice(&["--", "--nocapture"]);
+    let mut cmd = ws.cargo_command(&args);
+    cmd.env("LOADERX_STRESS_SCALE", scale.to_string());
+    steps::run(&format!("store stress tests at scale {scale}"), &mut cmd)?;
+    steps::banner("xtask stress: done");
     Ok(())
 }
 

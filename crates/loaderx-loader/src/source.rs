@@ -3,7 +3,7 @@
 //! The loader never names a concrete store type: it sees a stream's records
 //! through this trait, so a binding can put its own handle in front of a
 //! [`Store`] (for instance one behind an `RwLock`, so that `delete` and
-//! `compact` get exclusive access) by forwarding five methods.
+//! `compact` get exclusive access) by forwarding six methods.
 
 use std::{fmt, sync::Arc};
 
@@ -49,6 +49,9 @@ use loaderx_store::{Codec, Store, storage::Storage};
 ///     }
 ///     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
 ///         self.read().lengths(idxs, out)
+///     }
+///     fn with_view(&self, f: &mut dyn FnMut(&dyn Source) -> Result<()>) -> Result<()> {
+///         f(&*self.read())
 ///     }
 /// }
 /// ```
@@ -101,6 +104,19 @@ pub trait Source: Send + Sync + fmt::Debug {
     ///
     /// The store's error for an index out of range or a damaged table entry.
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()>;
+
+    /// Calls `f` with a view of the records that no `delete` or `close`
+    /// can change while `f` runs, so sizes read with
+    /// [`lengths`](Source::lengths) still hold when `f` gathers. A source
+    /// nothing changes behind the loader's back is its own view.
+    ///
+    /// # Errors
+    ///
+    /// `f`'s error, or the source's own (a closed store).
+    fn with_view(
+        &self,
+        f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
+    ) -> loaderx_store::Result<()>;
 }
 
 impl<C: Codec, S: Storage> Source for Store<C, S> {
@@ -132,6 +148,13 @@ impl<C: Codec, S: Storage> Source for Store<C, S> {
 
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
         Store::lengths(self, idxs, out)
+    }
+
+    fn with_view(
+        &self,
+        f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
+    ) -> loaderx_store::Result<()> {
+        f(self)
     }
 }
 
@@ -166,5 +189,12 @@ impl<T: Source + ?Sized> Source for Arc<T> {
 
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
         (**self).lengths(idxs, out)
+    }
+
+    fn with_view(
+        &self,
+        f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
+    ) -> loaderx_store::Result<()> {
+        (**self).with_view(f)
     }
 }

@@ -115,60 +115,74 @@ fn gather_column<A: BufferAllocator>(
         step,
         source,
     };
-    let (len, layout) = match stream.kind {
-        // The store checks every record's size while it validates the batch
-        // (`gather_exact`): a shorter record would leave stale bytes in a
-        // reused buffer.
-        StreamKind::Fixed { item_len } => (
-            indices.len().checked_mul(item_len),
-            Layout::Fixed { item_len },
-        ),
-        StreamKind::Ragged => {
-            let lengths = &mut scratch.lengths;
-            lengths.clear();
-            lengths.resize(indices.len(), 0);
-            stream
-                .source
-                .lengths(indices, lengths)
-                .map_err(gather_error)?;
-            let mut offsets = Vec::with_capacity(indices.len() + 1);
-            let mut end = 0u64;
-            offsets.push(end);
-            for &l in lengths.iter() {
-                end += u64::from(l);
-                offsets.push(end);
-            }
-            (usize::try_from(end).ok(), Layout::Ragged { offsets })
-        }
-    };
     let out_of_memory = |bytes| Error::OutOfMemory {
         stream: Arc::clone(&stream.name),
         bytes,
     };
-    let len = len.ok_or_else(|| out_of_memory(u64::MAX))?;
-    let mut data = shared
-        .allocator
-        .allocate(number, len)
-        .ok_or_else(|| out_of_memory(len as u64))?;
-    assert_eq!(
-        data.as_ref().len(),
-        len,
-        "the allocator returned a buffer of the wrong size"
-    );
-    let gathered = match &layout {
-        Layout::Fixed { item_len } => stream
-            .source
-            .gather_exact(indices, data.as_mut(), *item_len),
-        Layout::Ragged { offsets } => {
+    let allocate = |len: usize| {
+        let data = shared.allocator.allocate(number, len)?;
+        assert_eq!(
+            data.as_ref().len(),
+            len,
+            "the allocator returned a buffer of the wrong size"
+        );
+        Some(data)
+    };
+    let (data, layout) = match stream.kind {
+        // The store checks every record's size while it validates the batch
+        // (`gather_exact`): a shorter record would leave stale bytes in a
+        // reused buffer.
+        StreamKind::Fixed { item_len } => {
+            let len = indices
+                .len()
+                .checked_mul(item_len)
+                .ok_or_else(|| out_of_memory(u64::MAX))?;
+            let mut data = allocate(len).ok_or_else(|| out_of_memory(len as u64))?;
+            if let Err(e) = stream.source.gather_exact(indices, data.as_mut(), item_len) {
+                shared.allocator.recycle(number, data);
+                return Err(gather_error(e));
+            }
+            (data, Layout::Fixed { item_len })
+        }
+        // Sizes and bytes through one view, so no delete can come between
+        // them and leave a record shorter than its slot.
+        StreamKind::Ragged => {
+            let lengths = &mut scratch.lengths;
+            let mut gathered = None;
+            let mut short_of = None;
             stream
                 .source
-                .gather_ragged(indices, data.as_mut(), &offsets[..indices.len()])
+                .with_view(&mut |view| {
+                    lengths.clear();
+                    lengths.resize(indices.len(), 0);
+                    view.lengths(indices, lengths)?;
+                    let mut offsets = Vec::with_capacity(indices.len() + 1);
+                    let mut end = 0u64;
+                    offsets.push(end);
+                    for &l in lengths.iter() {
+                        end += u64::from(l);
+                        offsets.push(end);
+                    }
+                    let Some(mut data) = usize::try_from(end).ok().and_then(allocate) else {
+                        short_of = Some(end);
+                        return Ok(());
+                    };
+                    if let Err(e) =
+                        view.gather_ragged(indices, data.as_mut(), &offsets[..indices.len()])
+                    {
+                        shared.allocator.recycle(number, data);
+                        return Err(e);
+                    }
+                    gathered = Some((data, Layout::Ragged { offsets }));
+                    Ok(())
+                })
+                .map_err(gather_error)?;
+            if let Some(bytes) = short_of {
+                return Err(out_of_memory(bytes));
+            }
+            gathered.expect("the view ran")
         }
     };
-    if let Err(e) = gathered {
-        shared.allocator.recycle(number, data);
-        return Err(gather_error(e));
-    }
     Ok(Column {
         name: Arc::clone(&stream.name),
         stream: number,

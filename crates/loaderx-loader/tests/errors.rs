@@ -121,6 +121,13 @@ impl Source for Panicky {
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
         self.inner.lengths(idxs, out)
     }
+
+    fn with_view(
+        &self,
+        f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
+    ) -> loaderx_store::Result<()> {
+        f(self)
+    }
 }
 
 #[test]

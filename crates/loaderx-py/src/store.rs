@@ -106,6 +106,14 @@ impl Source for Handle {
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
         self.read(|engine| engine.lengths(idxs, out))
     }
+
+    /// One shared lock for the sizes and the bytes of a ragged batch.
+    fn with_view(
+        &self,
+        f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
+    ) -> loaderx_store::Result<()> {
+        self.read(|engine| f(engine))
+    }
 }
 
 fn codec_id(name: &str) -> PyResult<CodecId> {

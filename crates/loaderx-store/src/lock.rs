@@ -159,7 +159,10 @@ impl StoreLock {
 
     /// The held locks, re-taken through fresh descriptors in a forked child.
     fn held(&self) -> Result<MutexGuard<'_, Held>> {
-        let mut held = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let pid = std::process::id();
         if held.pid != pid {
             let Some(file) = presence(&self.dir)? else {
@@ -215,7 +218,7 @@ impl StoreLock {
 
 /// How long a lock attempt keeps retrying before it reports
 /// [`Error::Locked`]. Another thread of this process forking a child (a
-/// `subprocess`, a PyTorch worker) lends that child every open descriptor,
+/// `subprocess`, a `PyTorch` worker) lends that child every open descriptor,
 /// locks included, until it calls `exec`: such a hold is transient, a real
 /// holder is not.
 const GRACE: Duration = Duration::from_millis(200);

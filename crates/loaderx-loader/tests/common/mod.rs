@@ -279,4 +279,11 @@ impl Source for Gated {
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
         self.inner.lengths(idxs, out)
     }
+
+    fn with_view(
+        &self,
+        f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
+    ) -> loaderx_store::Result<()> {
+        f(self)
+    }
 }

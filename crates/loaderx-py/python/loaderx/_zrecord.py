@@ -8,9 +8,11 @@ negative `.code` (see the table below) and a message saying what and where.
 
 from __future__ import annotations
 
+import atexit
 import operator
 import os
 import sys
+import weakref
 from typing import Any, TypeVar
 
 import numpy as np
@@ -58,6 +60,20 @@ class _Closing:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
+            pass
+
+
+# Open handles, closed (so their pending appends are committed) when the
+# interpreter exits: finalizers are not guaranteed to run then.
+_OPEN: weakref.WeakSet[Zrecord] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for zr in list(_OPEN):
+        try:
+            zr.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
             pass
 
 
@@ -236,6 +252,7 @@ class Zrecord(_Closing):
         self.codec = _check_codec(codec)
         self.path = os.fspath(path)
         self._store: _native.Store | None = _native.Store(self.path)
+        _OPEN.add(self)
 
     def _live(self) -> _native.Store:
         store = self._store
@@ -251,7 +268,8 @@ class Zrecord(_Closing):
         return f"Zrecord({self.path!r}, codec={self.codec!r}) <{state}>"
 
     def sync(self) -> None:
-        """Make everything appended so far durable."""
+        """Commit everything appended so far: durable, and visible to handles
+        opened from now on (``close()`` commits too)."""
         self._live().sync()
 
     def lengths(self, idxs: Any) -> np.ndarray:

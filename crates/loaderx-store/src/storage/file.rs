@@ -210,10 +210,10 @@ impl Storage for FileStorage {
     }
 
     fn create_meta(&self, head: &[u8], len: u64) -> io::Result<bool> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         if self.read_only {
             return Err(read_only_error());
         }
-        static NEXT: AtomicU64 = AtomicU64::new(0);
         let meta = self.dir.join(FileId::Meta.file_name());
         let temp = self.dir.join(format!(
             "{}.{}-{}.new",
