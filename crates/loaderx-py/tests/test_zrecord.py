@@ -1,4 +1,4 @@
-"""Zrecord: raw byte records, every member of PYTHON_API.md and every error code."""
+"""Zrecord: raw byte records, every member of the 0.5.x API (docs/API.md) and every error code."""
 
 from __future__ import annotations
 
