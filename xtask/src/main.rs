@@ -23,7 +23,7 @@
 //!   for SECONDS each (default 120) through `fuzz/run.sh`, under
 //!   AddressSanitizer; `test` runs them for a few seconds each too.
 //! * `stress [SCALE]` — the store's multi-process stress test and random
-//!   power-loss histories, SCALE times longer than in `test` (default 40:
+//!   power-loss histories, SCALE times longer than in `test` (default 30:
 //!   minutes).
 //! * `dist` — not yet available (exit 2).
 
@@ -55,7 +55,7 @@ commands:
   fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);
                   installs cargo-fuzz if missing
   stress [SCALE]  the store's multi-process stress test and random power-loss
-                  histories, SCALE times as long as in `test` (default 40)
+                  histories, SCALE times as long as in `test` (default 30)
   dist            (not yet available)
 
 environment:
@@ -199,7 +199,7 @@ const STRESS_TESTS: &[&str] = &["multiprocess", "powerloss"];
 
 fn stress_scale(rest: &[String]) -> Result<u32, Failure> {
     match rest {
-        [] => Ok(40),
+        [] => Ok(30),
         [n] => n.parse().map_err(|_| {
             Failure::new(
                 "arguments",
