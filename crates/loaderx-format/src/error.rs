@@ -46,10 +46,16 @@ pub enum FormatError {
         /// The first chunk without a length.
         chunk: u32,
     },
+    /// A v2 header slot fails its checks (checksum, reserved bytes, lanes).
+    BadHeader(String),
+    /// The v2 schema block is damaged or breaks a rule.
+    BadSchema(String),
+    /// The v2 schema block's zstd dictionary is damaged.
+    BadDictionary(String),
     /// A table entry below `length` breaks a rule of the format.
     BadEntry {
         /// Index of the entry in the table.
-        entry: u32,
+        entry: u64,
         /// The rule it breaks.
         reason: EntryFault,
     },
@@ -61,10 +67,31 @@ pub enum FormatError {
 pub enum EntryFault {
     /// The codec byte is not one format v1 defines.
     UnknownCodec(CodecTag),
-    /// `logic_length` is zero or over 1 MiB.
-    LogicLength(u32),
-    /// `phys_length` is over 1 MiB.
-    PhysLength(u32),
+    /// `logic_length` is zero or over the record limit.
+    LogicLength {
+        /// `logic_length`.
+        len: u32,
+        /// The format's largest record.
+        limit: u32,
+    },
+    /// `phys_length` is over the record limit.
+    PhysLength {
+        /// `phys_length`.
+        len: u32,
+        /// The format's largest record.
+        limit: u32,
+    },
+    /// A v2 entry's own checksum does not match (damaged, torn, or moved).
+    EntryChecksum,
+    /// A v2 entry's reserved bytes are not zero.
+    Reserved,
+    /// A v2 ragged entry's dimensions do not multiply out to its length.
+    Dims {
+        /// Bytes the dimensions and dtype give.
+        expected: u64,
+        /// `logic_length`.
+        found: u32,
+    },
     /// A raw entry whose stored and logical sizes differ.
     RawSizeMismatch {
         /// `phys_length`.
@@ -75,9 +102,9 @@ pub enum EntryFault {
     /// `chunk_id` is past the header's `tail_chunk`.
     ChunkPastTail {
         /// The entry's `chunk_id`.
-        chunk: u16,
-        /// The header's `tail_chunk`.
-        tail_chunk: u16,
+        chunk: u32,
+        /// The tail chunk of the entry's lane.
+        tail_chunk: u32,
     },
     /// The bytes end past the chunk's capacity.
     PastCapacity {
@@ -94,7 +121,7 @@ pub enum EntryFault {
     /// The bytes end past the chunk file's real end.
     PastFileEnd {
         /// The entry's `chunk_id`.
-        chunk: u16,
+        chunk: u32,
         /// `offset + phys_length`.
         end: u64,
         /// The chunk file's length.
@@ -132,6 +159,9 @@ impl fmt::Display for FormatError {
             }
             FormatError::MissingChunk { chunk } => write!(f, "chunk file {chunk}.zr is missing"),
             FormatError::BadEntry { entry, reason } => write!(f, "table entry {entry}: {reason}"),
+            FormatError::BadHeader(why) => write!(f, "damaged header: {why}"),
+            FormatError::BadSchema(why) => write!(f, "damaged or invalid schema block: {why}"),
+            FormatError::BadDictionary(why) => write!(f, "damaged zstd dictionary: {why}"),
         }
     }
 }
@@ -140,16 +170,26 @@ impl fmt::Display for EntryFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EntryFault::UnknownCodec(tag) => write!(f, "unknown codec tag {}", tag.0),
-            EntryFault::LogicLength(n) => {
-                write!(f, "logical length {n} is outside 1..=1048576")
+            EntryFault::LogicLength { len, limit } => {
+                write!(f, "logical length {len} is outside 1..={limit}")
             }
-            EntryFault::PhysLength(n) => write!(f, "stored length {n} exceeds 1048576"),
+            EntryFault::PhysLength { len, limit } => {
+                write!(f, "stored length {len} exceeds {limit}")
+            }
+            EntryFault::EntryChecksum => f.write_str(
+                "entry checksum mismatch (the table entry is damaged or was never written)",
+            ),
+            EntryFault::Reserved => f.write_str("reserved entry bytes are not zero"),
+            EntryFault::Dims { expected, found } => write!(
+                f,
+                "dimensions give {expected} bytes but the record is {found} bytes"
+            ),
             EntryFault::RawSizeMismatch { phys, logic } => write!(
                 f,
                 "raw record stores {phys} bytes but claims {logic} logical bytes"
             ),
             EntryFault::ChunkPastTail { chunk, tail_chunk } => {
-                write!(f, "chunk {chunk} is past the tail chunk {tail_chunk}")
+                write!(f, "chunk {chunk} is past its lane's tail chunk {tail_chunk}")
             }
             EntryFault::PastCapacity { end } => {
                 write!(f, "bytes end at {end}, past the 4 GiB chunk capacity")

@@ -1,5 +1,5 @@
-//! The on-disk layout of a loaderx store, format version 1 (byte-compatible
-//! with loaderx 0.5.x).
+//! The on-disk layout of a loaderx store: format version 1 (byte-compatible
+//! with loaderx 0.5.x) at the top level, format version 2 in [`v2`].
 //!
 //! A store is a directory holding `meta.zr` (a 16-byte [`Header`] followed by
 //! a table of 16-byte [`RecordLoc`] entries, entry `i` at [`entry_offset`]`(i)`)
@@ -15,7 +15,8 @@
 //! Every integer is explicit little-endian.
 //!
 //! The crate never does I/O, never allocates by a size read from disk, never
-//! panics on untrusted bytes, and has no dependencies. The byte-level
+//! panics on untrusted bytes, and depends only on a CRC32C implementation
+//! (format v2's checksums). The byte-level
 //! specification is `docs/FORMAT.md`.
 //!
 //! ```
@@ -23,7 +24,7 @@
 //!
 //! // A one-record store image: the header, then entry 0.
 //! let header = Header { tail_chunk: 0, tail_offset: 10, length: 1 };
-//! let entry = RecordLoc { offset: 0, phys_length: 10, logic_length: 10, chunk_id: 0, codec: CodecTag::RAW };
+//! let entry = RecordLoc { offset: 0, phys_length: 10, logic_length: 10, chunk_id: 0, codec: CodecTag::RAW, crc: 0 };
 //! let mut image = header.encode().to_vec();
 //! assert_eq!(image.len() as u64, entry_offset(0));
 //! image.extend_from_slice(&entry.encode());
@@ -45,15 +46,18 @@
 #![allow(clippy::cast_possible_truncation)]
 
 mod error;
+mod head;
 mod header;
 mod limits;
 mod loc;
 mod undo;
 mod validate;
+pub mod v2;
 
 pub use error::{EntryFault, FormatError};
+pub use head::{Head, Tail};
 pub use header::Header;
 pub use limits::*;
 pub use loc::{CodecTag, RecordLoc};
 pub use undo::{UNDO_FILE, UNDO_MAGIC, UNDO_MAX_LEN, UndoLog};
-pub use validate::{Index, entry_fault, parse_index, validate_entry};
+pub use validate::{Index, Rules, entry_fault, parse_index, validate_entry};

@@ -10,6 +10,8 @@ pub const HEADER_LEN: usize = 16;
 pub const ENTRY_LEN: usize = 16;
 /// Most chunk files a store may span.
 pub const MAX_CHUNKS: u32 = 1 << 12;
+/// Most write lanes a store may have (format v2; v1 has one).
+pub const MAX_LANES: usize = 16;
 /// Bytes a chunk file may hold.
 pub const CHUNK_CAPACITY: u64 = 1 << 32;
 /// Largest logical (and physical) size of one record.

@@ -16,11 +16,19 @@ impl CodecTag {
     pub const ZSTD: CodecTag = CodecTag(2);
     /// One LZ4 block, no frame (not readable by loaderx 0.5.x).
     pub const LZ4: CodecTag = CodecTag(3);
+    /// zstd with the store's trained dictionary (format v2 only).
+    pub const ZSTD_DICT: CodecTag = CodecTag(4);
 
     /// Whether format v1 defines this tag.
     #[must_use]
     pub fn is_known(self) -> bool {
         self.0 <= 3
+    }
+
+    /// Whether format v2 defines this tag (v1's and `zstd_dict`).
+    #[must_use]
+    pub fn is_known_v2(self) -> bool {
+        self.0 <= 4
     }
 
     /// The tag's name as the Python API spells it, if known.
@@ -31,6 +39,7 @@ impl CodecTag {
             1 => "flate",
             2 => "zstd",
             3 => "lz4",
+            4 => "zstd_dict",
             _ => return None,
         })
     }
@@ -51,20 +60,24 @@ pub struct RecordLoc {
     /// Bytes the record decodes to.
     pub logic_length: u32,
     /// Chunk file holding the record.
-    pub chunk_id: u16,
+    pub chunk_id: u32,
     /// How the stored bytes are encoded.
     pub codec: CodecTag,
+    /// CRC32C of the stored bytes (format v2; 0 and unchecked in v1).
+    pub crc: u32,
 }
 
 impl RecordLoc {
-    /// Little-endian bytes of this entry; the reserved byte is written as 0.
+    /// Little-endian bytes of this entry in format v1; the reserved byte is
+    /// written as 0. The caller keeps `chunk_id` below
+    /// [`MAX_CHUNKS`](crate::MAX_CHUNKS) (v1 stores it in 16 bits).
     #[must_use]
     pub fn encode(&self) -> [u8; ENTRY_LEN] {
         let mut out = [0u8; ENTRY_LEN];
         out[0..4].copy_from_slice(&self.offset.to_le_bytes());
         out[4..8].copy_from_slice(&self.phys_length.to_le_bytes());
         out[8..12].copy_from_slice(&self.logic_length.to_le_bytes());
-        out[12..14].copy_from_slice(&self.chunk_id.to_le_bytes());
+        out[12..14].copy_from_slice(&(self.chunk_id as u16).to_le_bytes());
         out[14] = self.codec.0;
         out
     }
@@ -77,8 +90,9 @@ impl RecordLoc {
             offset: u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
             phys_length: u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
             logic_length: u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
-            chunk_id: u16::from_le_bytes([bytes[12], bytes[13]]),
+            chunk_id: u32::from(u16::from_le_bytes([bytes[12], bytes[13]])),
             codec: CodecTag(bytes[14]),
+            crc: 0,
         }
     }
 
@@ -108,6 +122,7 @@ mod tests {
             logic_length: 0x20,
             chunk_id: 0x0a0b,
             codec: CodecTag::FLATE,
+            crc: 0,
         };
         let bytes = loc.encode();
         assert_eq!(

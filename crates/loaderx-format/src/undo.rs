@@ -141,6 +141,7 @@ mod tests {
                             logic_length: 3,
                             chunk_id: 0,
                             codec: CodecTag::FLATE,
+                            crc: 0,
                         },
                     )
                 })

@@ -1,7 +1,7 @@
 //! Validation of a `meta.zr` image: the checks listed in `docs/FORMAT.md` §Validation.
 
 use crate::{
-    CHUNK_CAPACITY, CodecTag, ENTRY_LEN, Header, MAX_RECORD_LEN, RecordLoc, entry_offset,
+    CHUNK_CAPACITY, CodecTag, ENTRY_LEN, Head, Header, MAX_RECORD_LEN, RecordLoc, entry_offset,
     error::{EntryFault, FormatError},
 };
 
@@ -69,16 +69,41 @@ pub fn parse_index<'a>(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>,
                 have: image.len() as u64,
             });
         };
-        let file_len = chunk_lens
-            .get(usize::from(loc.chunk_id))
-            .copied()
-            .unwrap_or(0);
-        validate_entry(i, &loc, &index.header, file_len)?;
+        let file_len = chunk_lens.get(loc.chunk_id as usize).copied().unwrap_or(0);
+        validate_entry(
+            u64::from(i),
+            &loc,
+            &Head::from(index.header),
+            file_len,
+            Rules::V1,
+        )?;
     }
     Ok(index)
 }
 
-/// Checks one entry against the rules of the format, the header, and the real
+/// Which version's rules an entry is judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// Largest logical and stored record size.
+    pub max_record: u32,
+    /// Whether `zstd_dict` is a known codec.
+    pub v2: bool,
+}
+
+impl Rules {
+    /// Format v1: records up to 1 MiB, codecs 0..=3.
+    pub const V1: Rules = Rules {
+        max_record: MAX_RECORD_LEN,
+        v2: false,
+    };
+    /// Format v2: records up to 2 GiB − 1, codecs 0..=4.
+    pub const V2: Rules = Rules {
+        max_record: crate::v2::MAX_RECORD_LEN_V2,
+        v2: true,
+    };
+}
+
+/// Checks one entry against the rules of the format, the head, and the real
 /// length of the chunk file it points into (`file_len`). This is what a gather
 /// runs on every entry it touches.
 ///
@@ -86,12 +111,13 @@ pub fn parse_index<'a>(image: &'a [u8], chunk_lens: &[u64]) -> Result<Index<'a>,
 /// [`FormatError::BadEntry`] naming `entry` and the rule it breaks.
 #[inline]
 pub fn validate_entry(
-    entry: u32,
+    entry: u64,
     loc: &RecordLoc,
-    header: &Header,
+    head: &Head,
     file_len: u64,
+    rules: Rules,
 ) -> Result<(), FormatError> {
-    match entry_fault(loc, header, file_len) {
+    match entry_fault(loc, head, file_len, rules) {
         None => Ok(()),
         Some(reason) => Err(FormatError::BadEntry { entry, reason }),
     }
@@ -100,15 +126,27 @@ pub fn validate_entry(
 /// The first rule `loc` breaks, if any.
 #[must_use]
 #[inline]
-pub fn entry_fault(loc: &RecordLoc, header: &Header, file_len: u64) -> Option<EntryFault> {
-    if !loc.codec.is_known() {
+pub fn entry_fault(loc: &RecordLoc, head: &Head, file_len: u64, rules: Rules) -> Option<EntryFault> {
+    let known = if rules.v2 {
+        loc.codec.is_known_v2()
+    } else {
+        loc.codec.is_known()
+    };
+    if !known {
         return Some(EntryFault::UnknownCodec(loc.codec));
     }
-    if loc.logic_length == 0 || loc.logic_length > MAX_RECORD_LEN {
-        return Some(EntryFault::LogicLength(loc.logic_length));
+    let limit = rules.max_record;
+    if loc.logic_length == 0 || loc.logic_length > limit {
+        return Some(EntryFault::LogicLength {
+            len: loc.logic_length,
+            limit,
+        });
     }
-    if loc.phys_length > MAX_RECORD_LEN {
-        return Some(EntryFault::PhysLength(loc.phys_length));
+    if loc.phys_length > limit {
+        return Some(EntryFault::PhysLength {
+            len: loc.phys_length,
+            limit,
+        });
     }
     if loc.codec == CodecTag::RAW && loc.phys_length != loc.logic_length {
         return Some(EntryFault::RawSizeMismatch {
@@ -116,20 +154,21 @@ pub fn entry_fault(loc: &RecordLoc, header: &Header, file_len: u64) -> Option<En
             logic: loc.logic_length,
         });
     }
-    if loc.chunk_id > header.tail_chunk {
+    let tail = head.tails[head.lane_of(loc.chunk_id)];
+    if loc.chunk_id > tail.chunk {
         return Some(EntryFault::ChunkPastTail {
             chunk: loc.chunk_id,
-            tail_chunk: header.tail_chunk,
+            tail_chunk: tail.chunk,
         });
     }
     let end = loc.end();
     if end > CHUNK_CAPACITY {
         return Some(EntryFault::PastCapacity { end });
     }
-    if loc.chunk_id == header.tail_chunk && end > u64::from(header.tail_offset) {
+    if loc.chunk_id == tail.chunk && end > u64::from(tail.offset) {
         return Some(EntryFault::PastFrontier {
             end,
-            tail_offset: header.tail_offset,
+            tail_offset: tail.offset,
         });
     }
     if end > file_len {
@@ -155,13 +194,14 @@ mod tests {
         out
     }
 
-    fn raw(offset: u32, len: u32, chunk: u16) -> RecordLoc {
+    fn raw(offset: u32, len: u32, chunk: u32) -> RecordLoc {
         RecordLoc {
             offset,
             phys_length: len,
             logic_length: len,
             chunk_id: chunk,
             codec: CodecTag::RAW,
+            crc: 0,
         }
     }
 
@@ -233,20 +273,20 @@ mod tests {
         );
         assert_eq!(
             fault(&image(h, &[raw(0, 0, 0)]), &[100]),
-            EntryFault::LogicLength(0)
+            EntryFault::LogicLength { len: 0, limit: MAX_RECORD_LEN }
         );
         let mut big = raw(0, 10, 0);
         big.codec = CodecTag::FLATE;
         big.logic_length = MAX_RECORD_LEN + 1;
         assert_eq!(
             fault(&image(h, &[big]), &[100]),
-            EntryFault::LogicLength(MAX_RECORD_LEN + 1)
+            EntryFault::LogicLength { len: MAX_RECORD_LEN + 1, limit: MAX_RECORD_LEN }
         );
         big.logic_length = 10;
         big.phys_length = MAX_RECORD_LEN + 1;
         assert_eq!(
             fault(&image(h, &[big]), &[100]),
-            EntryFault::PhysLength(MAX_RECORD_LEN + 1)
+            EntryFault::PhysLength { len: MAX_RECORD_LEN + 1, limit: MAX_RECORD_LEN }
         );
         let mut mismatch = raw(0, 10, 0);
         mismatch.logic_length = 11;

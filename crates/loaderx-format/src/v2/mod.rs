@@ -1,0 +1,49 @@
+//! Format version 2: no record-count ceiling, records up to 2 GiB − 1,
+//! write lanes, checksums on every record, entry, header and schema, and a
+//! schema block that types the records (`docs/FORMAT.md`, part II).
+//!
+//! `meta.zr` in version 2:
+//!
+//! ```text
+//! 0      4096     8192                 8192 + round_up(schema_len, 4096)
+//! | slot 0 | slot 1 | schema block … pad | entry 0 | entry 1 | …   (grows on demand)
+//! ```
+//!
+//! Two header slots alternate: a commit writes the slot its sequence number
+//! picks and a reader takes the valid slot with the larger sequence, so a
+//! header torn by power loss falls back to the previous commit.
+
+mod entry;
+mod header;
+mod schema;
+
+pub use entry::{ENTRY_BASE_LEN, decode_entry, dims_of, encode_entry, entry_len};
+pub use header::{HEADER_V2_LEN, HeaderV2, SLOT_LEN, pick_header};
+pub use schema::{Dtype, Kind, MAX_DICT_LEN, MAX_NDIM, Schema};
+
+/// The version number in a v2 header.
+pub const VERSION_V2: u16 = 2;
+
+/// Where the schema block starts in `meta.zr`.
+pub const SCHEMA_OFFSET: u64 = 2 * SLOT_LEN;
+
+/// Largest logical (and stored) size of one record: 2 GiB − 1.
+pub const MAX_RECORD_LEN_V2: u32 = i32::MAX as u32;
+
+/// Where the record table starts, for a schema block of `schema_len` bytes.
+#[must_use]
+pub const fn table_offset(schema_len: u32) -> u64 {
+    SCHEMA_OFFSET + (schema_len as u64).div_ceil(SLOT_LEN) * SLOT_LEN
+}
+
+/// CRC32C (Castagnoli), the checksum of every v2 structure and record.
+#[must_use]
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    ::crc32c::crc32c(bytes)
+}
+
+/// CRC32C of `bytes` continuing from `crc`.
+#[must_use]
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    ::crc32c::crc32c_append(crc, bytes)
+}

@@ -1,0 +1,367 @@
+//! The v2 schema block: what the records of a store are.
+//!
+//! ```text
+//! 0      4     5      6     7          8            8 + dtype_len
+//! | ZSCH | kind | codec | ndim | dtype_len | dtype (ASCII) | dense: ndim × u64 dim | dict_len: u32 | dict_crc: u32 | dictionary |
+//! ```
+//!
+//! The header holds the block's length and CRC32C; the dictionary carries
+//! its own CRC32C so damage to it is reported as such.
+
+use crate::{CodecTag, FormatError, v2::MAX_RECORD_LEN_V2};
+
+/// Most dimensions of a dense item shape or a ragged record.
+pub const MAX_NDIM: usize = 16;
+
+/// Largest zstd dictionary a schema may carry.
+pub const MAX_DICT_LEN: usize = 4 << 20;
+
+const MAGIC: [u8; 4] = *b"ZSCH";
+
+/// What the records of a store are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Untyped byte records (the `Zrecord`/`Dataset` surface).
+    Bytes,
+    /// Every record is one item of a fixed dtype and shape.
+    Dense,
+    /// Every record is an array of a fixed dtype and rank, each with its own shape.
+    Ragged,
+}
+
+/// A NumPy dtype the typed containers store: little-endian (or
+/// byte-sized), fixed size, no objects or fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Dtype(&'static str, u8);
+
+impl Dtype {
+    /// Every dtype a schema may name, in its canonical NumPy spelling.
+    pub const ALL: [Dtype; 14] = [
+        Dtype("|b1", 1),
+        Dtype("|i1", 1),
+        Dtype("|u1", 1),
+        Dtype("<i2", 2),
+        Dtype("<u2", 2),
+        Dtype("<i4", 4),
+        Dtype("<u4", 4),
+        Dtype("<i8", 8),
+        Dtype("<u8", 8),
+        Dtype("<f2", 2),
+        Dtype("<f4", 4),
+        Dtype("<f8", 8),
+        Dtype("<c8", 8),
+        Dtype("<c16", 16),
+    ];
+
+    /// Unsigned bytes, the dtype of a bytes store.
+    pub const U8: Dtype = Dtype("|u1", 1);
+
+    /// The dtype spelled `name` (canonical NumPy `dtype.str`).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|d| d.0 == name)
+    }
+
+    /// The canonical spelling (`"<f4"`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        self.0
+    }
+
+    /// Bytes per element.
+    #[must_use]
+    pub fn itemsize(self) -> u32 {
+        u32::from(self.1)
+    }
+}
+
+/// A store's schema block, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schema {
+    /// What the records are.
+    pub kind: Kind,
+    /// Element type (`|u1` for bytes stores).
+    pub dtype: Dtype,
+    /// Dense: the item shape (empty for scalar records). Ragged and bytes: empty.
+    pub shape: Vec<u64>,
+    /// Ragged: the rank of every record. Dense: `shape.len()`. Bytes: 0.
+    pub ndim: u8,
+    /// The codec appends use.
+    pub codec: CodecTag,
+    /// The zstd dictionary (`zstd_dict` stores only).
+    pub dictionary: Option<Vec<u8>>,
+}
+
+impl Schema {
+    /// Untyped byte records, compressed with `codec`.
+    #[must_use]
+    pub fn bytes(codec: CodecTag) -> Schema {
+        Schema {
+            kind: Kind::Bytes,
+            dtype: Dtype::U8,
+            shape: Vec::new(),
+            ndim: 0,
+            codec,
+            dictionary: None,
+        }
+    }
+
+    /// Bytes of one dense item (`None` for other kinds).
+    #[must_use]
+    pub fn item_len(&self) -> Option<u64> {
+        (self.kind == Kind::Dense).then(|| {
+            self.shape
+                .iter()
+                .fold(u64::from(self.dtype.itemsize()), |a, &d| a.saturating_mul(d))
+        })
+    }
+
+    /// Dimensions stored in each table entry (the rank for ragged stores).
+    #[must_use]
+    pub fn entry_dims(&self) -> usize {
+        if self.kind == Kind::Ragged {
+            usize::from(self.ndim)
+        } else {
+            0
+        }
+    }
+
+    /// Checks the schema's own rules (what [`decode`](Schema::decode) checks
+    /// after parsing), so a bad one is refused before it is written.
+    ///
+    /// # Errors
+    /// [`FormatError::BadSchema`] or [`FormatError::BadDictionary`] saying why.
+    pub fn check(&self) -> Result<(), FormatError> {
+        let bad = |why: String| Err(FormatError::BadSchema(why));
+        if !self.codec.is_known_v2() {
+            return bad(format!("unknown codec tag {}", self.codec.0));
+        }
+        match self.kind {
+            Kind::Bytes => {
+                if self.dtype != Dtype::U8 || self.ndim != 0 || !self.shape.is_empty() {
+                    return bad("a bytes store has dtype |u1 and no shape".into());
+                }
+            }
+            Kind::Dense => {
+                if self.shape.len() > MAX_NDIM || usize::from(self.ndim) != self.shape.len() {
+                    return bad(format!(
+                        "item shape has {} dimensions (at most {MAX_NDIM})",
+                        self.shape.len()
+                    ));
+                }
+                if let Some(k) = self.shape.iter().position(|&d| d == 0) {
+                    return bad(format!("item shape dimension {k} is 0 (zero-size records are refused)"));
+                }
+                let len = self.item_len().unwrap_or(u64::MAX);
+                if len > u64::from(MAX_RECORD_LEN_V2) {
+                    return bad(format!(
+                        "one item is {len} bytes, over the {MAX_RECORD_LEN_V2}-byte record limit"
+                    ));
+                }
+            }
+            Kind::Ragged => {
+                if self.ndim == 0 || usize::from(self.ndim) > MAX_NDIM || !self.shape.is_empty() {
+                    return bad(format!(
+                        "ragged rank {} is outside 1..={MAX_NDIM}",
+                        self.ndim
+                    ));
+                }
+            }
+        }
+        match (&self.dictionary, self.codec == CodecTag::ZSTD_DICT) {
+            (None, true) => return bad("codec zstd_dict needs a dictionary".into()),
+            (Some(_), false) => return bad("a dictionary is only kept for codec zstd_dict".into()),
+            (Some(d), true) if d.is_empty() || d.len() > MAX_DICT_LEN => {
+                return Err(FormatError::BadDictionary(format!(
+                    "dictionary is {} bytes (1..={MAX_DICT_LEN})",
+                    d.len()
+                )));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The block's bytes.
+    ///
+    /// # Panics
+    /// If the schema breaks its rules ([`check`](Schema::check) it first).
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        self.check().expect("a schema is checked before it is encoded");
+        let dict = self.dictionary.as_deref().unwrap_or(&[]);
+        let mut b = Vec::with_capacity(24 + self.shape.len() * 8 + dict.len());
+        b.extend_from_slice(&MAGIC);
+        b.push(match self.kind {
+            Kind::Bytes => 0,
+            Kind::Dense => 1,
+            Kind::Ragged => 2,
+        });
+        b.push(self.codec.0);
+        b.push(self.ndim);
+        let name = self.dtype.name().as_bytes();
+        b.push(name.len() as u8);
+        b.extend_from_slice(name);
+        for d in &self.shape {
+            b.extend_from_slice(&d.to_le_bytes());
+        }
+        b.extend_from_slice(&(dict.len() as u32).to_le_bytes());
+        b.extend_from_slice(&super::crc32c(dict).to_le_bytes());
+        b.extend_from_slice(dict);
+        b
+    }
+
+    /// Parses and checks a schema block whose CRC32C the header gives as `crc`.
+    ///
+    /// # Errors
+    /// [`FormatError::BadSchema`] or [`FormatError::BadDictionary`] saying
+    /// what is wrong; nothing is trusted before its checksum matched.
+    pub fn decode(bytes: &[u8], crc: u32) -> Result<Schema, FormatError> {
+        let bad = |why: String| Err(FormatError::BadSchema(why));
+        let computed = super::crc32c(bytes);
+        if computed != crc {
+            return bad(format!(
+                "schema checksum mismatch (header says {crc:#010x}, block has {computed:#010x})"
+            ));
+        }
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(4) != Some(&MAGIC[..]) {
+            return bad("schema block does not start with \"ZSCH\"".into());
+        }
+        let (Some(kind), Some(codec), Some(ndim), Some(name_len)) = (r.u8(), r.u8(), r.u8(), r.u8())
+        else {
+            return bad("schema block is truncated".into());
+        };
+        let kind = match kind {
+            0 => Kind::Bytes,
+            1 => Kind::Dense,
+            2 => Kind::Ragged,
+            k => return bad(format!("unknown record kind {k}")),
+        };
+        let name = r.take(usize::from(name_len)).unwrap_or(&[]);
+        let Some(dtype) = std::str::from_utf8(name).ok().and_then(Dtype::from_name) else {
+            return bad(format!("unsupported dtype {:?}", String::from_utf8_lossy(name)));
+        };
+        let mut shape = Vec::new();
+        if kind == Kind::Dense {
+            if usize::from(ndim) > MAX_NDIM {
+                return bad(format!("item shape has {ndim} dimensions (at most {MAX_NDIM})"));
+            }
+            for _ in 0..ndim {
+                let Some(d) = r.u64() else {
+                    return bad("schema block is truncated".into());
+                };
+                shape.push(d);
+            }
+        }
+        let (Some(dict_len), Some(dict_crc)) = (r.u32(), r.u32()) else {
+            return bad("schema block is truncated".into());
+        };
+        let dictionary = if dict_len == 0 {
+            None
+        } else {
+            let Some(dict) = r.take(dict_len as usize) else {
+                return Err(FormatError::BadDictionary(format!(
+                    "dictionary of {dict_len} bytes runs past the schema block"
+                )));
+            };
+            let got = super::crc32c(dict);
+            if got != dict_crc {
+                return Err(FormatError::BadDictionary(format!(
+                    "dictionary checksum mismatch (stored {dict_crc:#010x}, computed {got:#010x})"
+                )));
+            }
+            Some(dict.to_vec())
+        };
+        if r.at != bytes.len() {
+            return bad(format!("{} unexpected bytes after the schema", bytes.len() - r.at));
+        }
+        let schema = Schema {
+            kind,
+            dtype,
+            shape,
+            ndim,
+            codec: CodecTag(codec),
+            dictionary,
+        };
+        schema.check()?;
+        Ok(schema)
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let out = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(out)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.take(8)?);
+        Some(u64::from_le_bytes(w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense() -> Schema {
+        Schema {
+            kind: Kind::Dense,
+            dtype: Dtype::from_name("<f4").unwrap(),
+            shape: vec![3, 64, 64],
+            ndim: 3,
+            codec: CodecTag::ZSTD,
+            dictionary: None,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        for s in [
+            dense(),
+            Schema::bytes(CodecTag::FLATE),
+            Schema {
+                kind: Kind::Ragged,
+                dtype: Dtype::from_name("<i4").unwrap(),
+                shape: vec![],
+                ndim: 1,
+                codec: CodecTag::ZSTD_DICT,
+                dictionary: Some(vec![1, 2, 3]),
+            },
+        ] {
+            let b = s.encode();
+            assert_eq!(Schema::decode(&b, crate::v2::crc32c(&b)), Ok(s));
+        }
+        assert_eq!(dense().item_len(), Some(4 * 3 * 64 * 64));
+    }
+
+    #[test]
+    fn refuses_bad_schemas() {
+        let mut s = dense();
+        s.shape[1] = 0;
+        assert!(s.check().is_err());
+        let mut s = dense();
+        s.codec = CodecTag::ZSTD_DICT;
+        assert!(s.check().unwrap_err().to_string().contains("dictionary"));
+        let b = dense().encode();
+        assert!(Schema::decode(&b, 0).is_err());
+        let mut t = b.clone();
+        t.push(0);
+        assert!(Schema::decode(&t, crate::v2::crc32c(&t)).is_err());
+        assert!(Schema::decode(&b[..10], crate::v2::crc32c(&b[..10])).is_err());
+        assert!(Dtype::from_name("<f16").is_none() && Dtype::from_name("|O").is_none());
+    }
+}
