@@ -52,7 +52,8 @@ pub fn decode_entry(index: u64, bytes: &[u8]) -> Result<RecordLoc, EntryFault> {
     if bytes.len() < ENTRY_BASE_LEN {
         return Err(EntryFault::EntryChecksum);
     }
-    let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let u32_at =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let end = bytes.len() - 4;
     if u32_at(end) != entry_crc(index, &bytes[..end]) {
         return Err(EntryFault::EntryChecksum);
