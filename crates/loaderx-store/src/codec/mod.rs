@@ -9,9 +9,14 @@ mod deflate;
 mod lz4;
 mod raw;
 mod zstd;
+mod zstd_dict;
 
 use std::fmt;
 
+pub use self::zstd_dict::{
+    DEFAULT_DICT_SIZE, DICT_MAGIC, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES,
+    TrainError, ZstdDictionary, train_dictionary,
+};
 pub use self::{deflate::Deflate, lz4::Lz4, raw::Raw, zstd::Zstd};
 use loaderx_format::CodecTag;
 
