@@ -2,10 +2,11 @@
 //!
 //! A store that uses this codec owns one [`ZstdDictionary`]: the dictionary
 //! bytes plus zstd's prepared forms of them (a `CDict` for compressing at
-//! [`ZSTD_LEVEL`], a `DDict` for decompressing), built once when the store
-//! opens. The compression and decompression *contexts* are plain per-thread
-//! ones shared by every dictionary, so many open stores with different
-//! dictionaries cost one context pair per thread, and no record creates one.
+//! the plain zstd codec's level, `ZSTD_LEVEL` = 3; a `DDict` for
+//! decompressing), built once when the store opens. The compression and
+//! decompression *contexts* are plain per-thread ones shared by every
+//! dictionary, so many open stores with different dictionaries cost one
+//! context pair per thread, and no record creates one.
 //!
 //! Every frame names the id of the dictionary it was made with (zstd writes
 //! it in the frame header), and decoding refuses a frame that names another
@@ -94,7 +95,8 @@ impl fmt::Debug for ZstdDictionary {
 impl ZstdDictionary {
     /// Checks that `bytes` are a zstd dictionary (the [`DICT_MAGIC`], a
     /// non-zero id, entropy tables zstd can load), keeps a copy, and prepares
-    /// it for compression at [`ZSTD_LEVEL`] and for decompression.
+    /// it for compression at the plain zstd codec's level (`ZSTD_LEVEL`, 3)
+    /// and for decompression.
     ///
     /// # Errors
     /// When `bytes` are empty, longer than [`MAX_DICT_SIZE`], do not start with
