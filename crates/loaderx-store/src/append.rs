@@ -16,6 +16,10 @@ use crate::{
 /// Bytes assembled into one positioned write.
 const WRITE_PIECE: usize = 8 << 20;
 
+/// Source bytes an append encodes and writes at a time: what bounds its
+/// memory (the encoding arena is at most this large).
+const WINDOW: u64 = 64 << 20;
+
 /// Where the records of one append come from.
 #[derive(Debug, Clone, Copy)]
 enum Layout<'a> {
@@ -25,7 +29,7 @@ enum Layout<'a> {
     Ragged { offsets: &'a [u64], lens: &'a [u32] },
 }
 
-impl Layout<'_> {
+impl<'a> Layout<'a> {
     fn count(&self) -> usize {
         match self {
             Layout::Fixed { n, .. } => *n,
@@ -39,6 +43,49 @@ impl Layout<'_> {
         match self {
             Layout::Fixed { item_len, .. } => ((i * item_len) as u64, *item_len as u64),
             Layout::Ragged { offsets, lens } => (offsets[i], u64::from(lens[i])),
+        }
+    }
+
+    /// The end of the window of records starting at `start`: as many as fit
+    /// in `budget` source bytes, and at least one.
+    fn window_end(&self, start: usize, budget: u64) -> usize {
+        let n = self.count();
+        match self {
+            Layout::Fixed { item_len, .. } => {
+                let per = (budget / (*item_len as u64).max(1)).max(1) as usize;
+                (start + per).min(n)
+            }
+            Layout::Ragged { lens, .. } => {
+                let mut bytes = 0u64;
+                let mut end = start;
+                while end < n && (end == start || bytes + u64::from(lens[end]) <= budget) {
+                    bytes += u64::from(lens[end]);
+                    end += 1;
+                }
+                end
+            }
+        }
+    }
+
+    /// Records `start..end` as a layout of their own, with the source it
+    /// indexes (a fixed layout's source is cut to the window; a ragged
+    /// one's offsets index the whole source).
+    fn window<'s>(&self, src: &'s [u8], start: usize, end: usize) -> (&'s [u8], Layout<'a>) {
+        match *self {
+            Layout::Fixed { item_len, .. } => (
+                &src[start * item_len..end * item_len],
+                Layout::Fixed {
+                    n: end - start,
+                    item_len,
+                },
+            ),
+            Layout::Ragged { offsets, lens } => (
+                src,
+                Layout::Ragged {
+                    offsets: &offsets[start..end],
+                    lens: &lens[start..end],
+                },
+            ),
         }
     }
 
@@ -267,7 +314,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         } else {
             MAX_RECORD_LEN
         };
-        let total = layout.validate(src, limit)?;
+        layout.validate(src, limit)?;
         if n == 0 {
             return Ok(self.len());
         }
@@ -276,20 +323,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Err(self.full(n, "record", max_records));
         }
 
-        // Encode outside the writer lock: it is the expensive part.
         let dict = self.dictionary.as_ref();
         let encode = |data: &[u8], slot: &mut [u8]| match (codec, dict) {
             (CodecId::ZstdDict, Some(d)) => d.encode(data, slot),
             _ => codec.encode(data, slot),
-        };
-        let (arena, slots, encoded) = encode_all(codec, &encode, v2, src, &layout, total)?;
-        let payload = |i: usize| -> &[u8] {
-            let e = encoded[i];
-            if e.codec == CodecTag::RAW {
-                layout.source(src, i)
-            } else {
-                &arena[slots[i]..slots[i] + e.phys as usize]
-            }
         };
 
         let _writer = self
@@ -319,34 +356,80 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Err(self.full(n, "record", max_records));
         }
 
-        let (locs, after, new_chunks) = self.place(&before, &encoded, &layout, n, v2)?;
+        // In windows of at most WINDOW source bytes, so memory stays bounded
+        // whatever the append's size: encode in parallel, place, write the
+        // bytes and the entries; publish once, at the end (a failure leaves
+        // nothing visible: what was written lies past the frontier).
+        let mut head = before;
+        let mut start = 0;
+        while start < n {
+            let end = layout.window_end(start, WINDOW);
+            head = self.append_window(&head, codec, &encode, src, &layout, start..end, dims)?;
+            start = end;
+        }
+        self.frontier.publish(&head);
+        Ok(first)
+    }
 
-        // New chunk files, then the bytes.
+    /// Encodes, places and writes records `range` of an append (one
+    /// window), and their table entries after `head`; returns the head
+    /// that counts them (not published).
+    #[allow(clippy::too_many_arguments)]
+    fn append_window(
+        &self,
+        head: &Head,
+        codec: CodecId,
+        encode: &EncodeFn<'_>,
+        src: &[u8],
+        layout: &Layout<'_>,
+        range: std::ops::Range<usize>,
+        dims: &[u32],
+    ) -> Result<Head> {
+        let (start, end) = (range.start, range.end);
+        let v2 = self.schema.is_some();
+        let ndim = self.files.entry_dims();
+        let (sub_src, sub) = layout.window(src, start, end);
+        let sub_total = (start..end).map(|i| layout.range(i).1).sum();
+        let (arena, slots, encoded) = encode_all(codec, encode, v2, sub_src, &sub, sub_total)?;
+        let (locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start, v2)?;
         self.create_chunks(new_chunks)?;
-        self.write_payloads(&locs, &payload)?;
+        let payload = |i: usize| -> &[u8] {
+            let e = encoded[i];
+            if e.codec == CodecTag::RAW {
+                sub.source(sub_src, i)
+            } else {
+                &arena[slots[i]..slots[i] + e.phys as usize]
+            }
+        };
+        // Raw records of a dense append are contiguous in the source:
+        // written from it directly, without a copy.
+        let contiguous = match sub {
+            Layout::Fixed { item_len, .. } if codec == CodecId::Raw => Some(item_len),
+            _ => None,
+        };
+        self.write_payloads(&locs, &payload, contiguous.map(|item| (sub_src, item)))?;
 
         // Entries next; the header that counts them is written by the next
         // commit (`sync`), after the bytes and entries are durable.
         let entry_len = self.files.entry_len();
-        let ndim = self.files.entry_dims();
+        let count = end - start;
         let mut table = Vec::new();
         table
-            .try_reserve_exact(n * entry_len)
+            .try_reserve_exact(count * entry_len)
             .map_err(|_| Error::OutOfMemory {
-                bytes: (n * entry_len) as u64,
+                bytes: (count * entry_len) as u64,
             })?;
         for (k, loc) in locs.iter().enumerate() {
             let d = if ndim > 0 {
-                &dims[k * ndim..(k + 1) * ndim]
+                &dims[(start + k) * ndim..(start + k + 1) * ndim]
             } else {
                 &[][..]
             };
             self.files
-                .encode_entry(first + k as u64, loc, d, &mut table);
+                .encode_entry(head.length + k as u64, loc, d, &mut table);
         }
-        self.files.write_entries(first, &table)?;
-        self.frontier.publish(&after);
-        Ok(first)
+        self.files.write_entries(head.length, &table)?;
+        Ok(after)
     }
 
     /// Places the encoded records serially: they are cut into one
@@ -415,6 +498,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         &self,
         locs: &[RecordLoc],
         payload: &(dyn Fn(usize) -> &'p [u8] + Sync),
+        contiguous: Option<(&[u8], usize)>,
     ) -> Result<()> {
         // Pieces: maximal runs of consecutive records in one chunk, capped in size.
         let mut pieces: Vec<(usize, usize)> = Vec::new();
@@ -434,11 +518,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
         parallel::for_ranges(pieces.len(), total, |range| {
             let mut buf = Vec::new();
             for &(a, b) in &pieces[range] {
+                let loc = &locs[a];
+                if let Some((src, item)) = contiguous {
+                    self.write_chunk(loc.chunk_id, loc.offset, &src[a * item..b * item])?;
+                    continue;
+                }
                 buf.clear();
                 for i in a..b {
                     buf.extend_from_slice(payload(i));
                 }
-                let loc = &locs[a];
                 self.write_chunk(loc.chunk_id, loc.offset, &buf)?;
             }
             Ok(())

@@ -323,6 +323,11 @@ fn create<S: Storage>(files: &Files<S>) -> Result<()> {
     for id in files.chunk_ids()? {
         let file = FileId::Chunk(id);
         if files.open(file)?.unwrap_or(0) > 0 {
+            // Another creator may have won the race since we looked, and
+            // its writer appended already: open its store.
+            if files.exists(FileId::Meta)? {
+                return Ok(());
+            }
             return Err(Error::NotAStore {
                 path: files.dir().to_owned(),
                 reason: format!(
@@ -359,6 +364,9 @@ fn create_v2<S: Storage>(files: &Files<S>, schema: &Schema, lanes: u8) -> Result
     }
     for id in files.chunk_ids()? {
         if files.open(FileId::Chunk(id))?.unwrap_or(0) > 0 {
+            if files.exists(FileId::Meta)? {
+                return Ok(false);
+            }
             return Err(refuse(format!(
                 "meta.zr is missing but chunk file {id}.zr holds bytes; refusing to create a new store over it"
             )));
