@@ -18,7 +18,12 @@
 
 mod common;
 
-use std::{env, path::Path, thread, time::Duration};
+use std::{
+    env,
+    path::Path,
+    thread,
+    time::{Duration, Instant},
+};
 
 use common::{check_self_describing as check, ragged_batch, spawn_child};
 use loaderx_store::{Deflate, Error, Store};
@@ -184,6 +189,7 @@ fn multiprocess_child() {
         return;
     };
     let path = Path::new(&path);
+    let started = Instant::now();
     match role.as_str() {
         "writer" => writer(path),
         "reader0" => reader(path, 0x9e37_79b9),
@@ -193,6 +199,8 @@ fn multiprocess_child() {
         "opener" => opener(path),
         other => panic!("unknown role {other}"),
     }
+    let base = role.trim_end_matches(char::is_numeric);
+    println!("{base} took {:.1} s", started.elapsed().as_secs_f64());
 }
 
 #[test]
