@@ -24,7 +24,8 @@
 //!   AddressSanitizer; `test` runs them for a few seconds each too.
 //! * `stress [SCALE]` — the store's multi-process stress test and random
 //!   power-loss histories, SCALE times longer than in `test` (default 30:
-//!   minutes).
+//!   about a minute; the stress test's store stays the same size, so the
+//!   time grows linearly with SCALE).
 //! * `dist` — not yet available (exit 2).
 
 #![forbid(unsafe_code)]

@@ -119,36 +119,53 @@ pub trait Source: Send + Sync + fmt::Debug {
     ) -> loaderx_store::Result<()>;
 }
 
+/// The five reading methods of a [`Source`] impl, each forwarding to the
+/// method of the same name on `$target`, an expression of `$this` (`self`).
+/// `with_view` is left to each impl: it is where they differ.
+macro_rules! forward_reads {
+    ($this:ident => $target:expr) => {
+        fn len(&$this) -> u64 {
+            $target.len()
+        }
+
+        fn gather(
+            &$this,
+            idxs: &[u64],
+            dst: &mut [u8],
+            stride: usize,
+        ) -> loaderx_store::Result<()> {
+            $target.gather(idxs, dst, stride)
+        }
+
+        fn gather_exact(
+            &$this,
+            idxs: &[u64],
+            dst: &mut [u8],
+            item_len: usize,
+        ) -> loaderx_store::Result<()> {
+            $target.gather_exact(idxs, dst, item_len)
+        }
+
+        fn gather_ragged(
+            &$this,
+            idxs: &[u64],
+            dst: &mut [u8],
+            offsets: &[u64],
+        ) -> loaderx_store::Result<()> {
+            $target.gather_ragged(idxs, dst, offsets)
+        }
+
+        fn lengths(&$this, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
+            $target.lengths(idxs, out)
+        }
+    };
+}
+
+/// A store is its own view: nothing changes it behind a shared reference
+/// (`delete` and `compact` take `&mut`).
 impl<C: Codec, S: Storage> Source for Store<C, S> {
-    fn len(&self) -> u64 {
-        Store::len(self)
-    }
-
-    fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
-        Store::gather(self, idxs, dst, stride)
-    }
-
-    fn gather_exact(
-        &self,
-        idxs: &[u64],
-        dst: &mut [u8],
-        item_len: usize,
-    ) -> loaderx_store::Result<()> {
-        Store::gather_exact(self, idxs, dst, item_len)
-    }
-
-    fn gather_ragged(
-        &self,
-        idxs: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-    ) -> loaderx_store::Result<()> {
-        Store::gather_ragged(self, idxs, dst, offsets)
-    }
-
-    fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
-        Store::lengths(self, idxs, out)
-    }
+    // The store's inherent methods, which take precedence over these.
+    forward_reads!(self => self);
 
     fn with_view(
         &self,
@@ -161,35 +178,7 @@ impl<C: Codec, S: Storage> Source for Store<C, S> {
 /// A shared handle reads what it points at, so `Arc<Store>` and
 /// `Arc<Wrapper>` are sources too.
 impl<T: Source + ?Sized> Source for Arc<T> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-
-    fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
-        (**self).gather(idxs, dst, stride)
-    }
-
-    fn gather_exact(
-        &self,
-        idxs: &[u64],
-        dst: &mut [u8],
-        item_len: usize,
-    ) -> loaderx_store::Result<()> {
-        (**self).gather_exact(idxs, dst, item_len)
-    }
-
-    fn gather_ragged(
-        &self,
-        idxs: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-    ) -> loaderx_store::Result<()> {
-        (**self).gather_ragged(idxs, dst, offsets)
-    }
-
-    fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
-        (**self).lengths(idxs, out)
-    }
+    forward_reads!(self => (**self));
 
     fn with_view(
         &self,

@@ -6,7 +6,7 @@ These tests run against the installed package (``maturin develop`` or
 
 from __future__ import annotations
 
-import errno
+import importlib.util
 import json
 import os
 import struct
@@ -16,6 +16,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
@@ -24,6 +25,22 @@ import pytest
 from loaderx import DataLoader, Zrecord
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load_fixture_script() -> ModuleType:
+    """``make_fixtures.py`` of the 0.5.4 fixtures, whose sparse-file helper
+    this suite shares (the script needs nothing beyond the standard library)."""
+    path = REPO_ROOT / "crates/loaderx-store/tests/fixtures/loaderx-054/make_fixtures.py"
+    spec = importlib.util.spec_from_file_location("loaderx_054_make_fixtures", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: ``data_extents(f)``: the [start, end) ranges of an open file that may hold
+#: data; the rest are holes.
+data_extents = _load_fixture_script().data_extents
 
 
 def target_dir() -> Path:
@@ -123,27 +140,17 @@ def image(directory: Path) -> dict[str, Any]:
             out[p.name] = "<dir>"
             continue
         with open(p, "rb") as f:
-            fd = f.fileno()
-            size = os.fstat(fd).st_size
             blocks: dict[int, bytes] = {}
-            pos = 0
-            while pos < size:
-                try:
-                    start = os.lseek(fd, pos, os.SEEK_DATA)
-                except OSError as exc:
-                    if exc.errno == errno.ENXIO:  # only a hole is left
-                        break
-                    raise
-                end = os.lseek(fd, start, os.SEEK_HOLE)
+            for start, end in data_extents(f):
                 at = start - start % BLOCK
                 while at < end:
-                    f.seek(at)
-                    block = f.read(BLOCK)
-                    if block.count(0) != len(block):
-                        blocks[at] = block
+                    if at not in blocks:
+                        f.seek(at)
+                        block = f.read(BLOCK)
+                        if block.count(0) != len(block):
+                            blocks[at] = block
                     at += BLOCK
-                pos = max(end, at)
-            out[p.name] = (size, blocks)
+            out[p.name] = (os.fstat(f.fileno()).st_size, blocks)
     return out
 
 

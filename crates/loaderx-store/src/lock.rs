@@ -128,43 +128,38 @@ impl StoreLock {
 
     fn exclusive_held<R>(&self, held: &mut Held, f: impl FnOnce() -> Result<R>) -> Result<R> {
         let meta = self.dir.join(loaderx_format::META_FILE);
+        let lock_error = |e| Error::io(&meta, "lock", e);
+        // Every attempt that does not get the exclusive lock takes the
+        // shared one back before it retries or gives up, so a refusal
+        // leaves the handle as visible as it was.
         let got = patiently(|| {
             held.presence.unlock()?;
             let got = held.presence.try_lock();
-            if matches!(got, Err(TryLockError::WouldBlock)) {
+            if got.is_err() {
                 held.presence.lock_shared()?;
             }
             Ok(got)
         })
-        .map_err(|e| Error::io(&meta, "lock", e))?;
-        // Whatever happened, go back to shared. Nobody else can hold the
-        // exclusive presence lock (that needs the writer lock, which we
-        // hold), so this never waits on anyone.
-        let back = |held: &Held| {
-            held.presence
-                .unlock()
-                .and_then(|()| held.presence.lock_shared())
-                .map_err(|e| Error::io(&meta, "lock", e))
-        };
+        .map_err(lock_error)?;
         match got {
             Ok(()) => {
                 let result = f();
-                back(held)?;
+                // Back to shared. Nobody else can hold the exclusive presence
+                // lock (that needs the writer lock, which we hold), so this
+                // never waits on anyone.
+                held.presence
+                    .unlock()
+                    .and_then(|()| held.presence.lock_shared())
+                    .map_err(lock_error)?;
                 result
             }
-            Err(TryLockError::WouldBlock) => {
-                back(held)?;
-                Err(Error::Locked {
-                    path: self.dir.clone(),
-                    holder: "other handles (in this or other processes) have the store open; \
-                             close them first"
-                        .to_owned(),
-                })
-            }
-            Err(TryLockError::Error(e)) => {
-                back(held)?;
-                Err(Error::io(&meta, "lock", e))
-            }
+            Err(TryLockError::WouldBlock) => Err(Error::Locked {
+                path: self.dir.clone(),
+                holder: "other handles (in this or other processes) have the store open; \
+                         close them first"
+                    .to_owned(),
+            }),
+            Err(TryLockError::Error(e)) => Err(lock_error(e)),
         }
     }
 

@@ -10,21 +10,32 @@
 //! The children are this test binary, re-run with `--exact` on the
 //! `#[ignore]`d entry point and told their role through the environment.
 //! `LOADERX_STRESS_SCALE` (default 1) multiplies every process's operation
-//! count; `cargo xtask stress` runs it long.
+//! count, not the store: the writer waits while the store holds [`CAP`]
+//! records, and the mutator, which runs for as long as the writer does,
+//! cuts the store back to half of that whenever it gets to delete. So
+//! the store (and each compaction) stays the same size however long the
+//! test runs. `cargo xtask stress` runs it long.
+
+mod common;
 
 use std::{
     env,
     path::Path,
-    process::{Command, Stdio},
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
+use common::{check_self_describing as check, ragged_batch, spawn_child};
 use loaderx_store::{Deflate, Error, Store};
 
 const STORE_ENV: &str = "LOADERX_MP_STORE";
 const ROLE_ENV: &str = "LOADERX_MP_ROLE";
 const SCALE_ENV: &str = "LOADERX_STRESS_SCALE";
+
+/// Records the store holds at most, give or take one batch.
+const CAP: u64 = 512;
+/// Records the writer appends at a time.
+const BATCH: u64 = 16;
 
 fn scale() -> u64 {
     env::var(SCALE_ENV)
@@ -32,39 +43,6 @@ fn scale() -> u64 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
         .max(1)
-}
-
-/// Record `id`: 12 header bytes (id, length) then a pattern from the id.
-fn record(id: u64) -> Vec<u8> {
-    let len = 16 + (id * 7919 % 2000) as usize;
-    let mut bytes = Vec::with_capacity(len);
-    bytes.extend_from_slice(&id.to_le_bytes());
-    bytes.extend_from_slice(&(len as u32).to_le_bytes());
-    bytes.extend((12..len).map(|k| pattern(id, k)));
-    bytes
-}
-
-fn pattern(id: u64, k: usize) -> u8 {
-    ((id.wrapping_mul(31) + k as u64 * 7) % 251) as u8 ^ 0x5a
-}
-
-/// Checks that `bytes` is exactly some record; returns its id.
-fn check(bytes: &[u8]) -> Result<u64, String> {
-    if bytes.len() < 12 {
-        return Err(format!("record of {} bytes is too short", bytes.len()));
-    }
-    let id = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-    let len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
-    if len != bytes.len() {
-        return Err(format!(
-            "record {id} says {len} bytes but {} were read",
-            bytes.len()
-        ));
-    }
-    if let Some(k) = (12..len).find(|&k| bytes[k] != pattern(id, k)) {
-        return Err(format!("record {id} is wrong at byte {k}"));
-    }
-    Ok(id)
 }
 
 fn locked(e: &Error) -> bool {
@@ -83,22 +61,30 @@ fn open(path: &Path) -> Store<Deflate> {
     panic!("store stayed locked for seconds");
 }
 
+/// The marker the writer leaves when it is done.
+fn writer_done(path: &Path) -> std::path::PathBuf {
+    path.with_extension("writer-done")
+}
+
 fn writer(path: &Path) {
-    let mut next = 0u64;
-    for _session in 0..20 * scale() {
+    let (mut next, mut sessions, mut full) = (0u64, 0u64, 0u64);
+    while sessions < 20 * scale() {
         let store = open(path);
+        // At the cap, wait (without the store open) for the mutator to cut
+        // it back; that wait is not a session.
+        if store.len() >= CAP {
+            full += 1;
+            drop(store);
+            thread::sleep(Duration::from_millis(3));
+            continue;
+        }
         for _batch in 0..5 {
-            let records: Vec<Vec<u8>> = (next..next + 16).map(record).collect();
-            let mut src = Vec::new();
-            let mut offsets = Vec::new();
-            let mut lens = Vec::new();
-            for r in &records {
-                offsets.push(src.len() as u64);
-                lens.push(r.len() as u32);
-                src.extend_from_slice(r);
+            if store.len() >= CAP {
+                break;
             }
+            let (src, offsets, lens) = ragged_batch(next..next + BATCH);
             match store.append_ragged(&src, &offsets, &lens) {
-                Ok(_) => next += 16,
+                Ok(_) => next += BATCH,
                 Err(e) if locked(&e) => break,
                 Err(e) => panic!("append failed: {e}"),
             }
@@ -109,9 +95,11 @@ fn writer(path: &Path) {
             }
         }
         drop(store);
+        sessions += 1;
         thread::sleep(Duration::from_millis(3));
     }
-    println!("writer appended {next} records");
+    std::fs::write(writer_done(path), b"").unwrap();
+    println!("writer appended {next} records; waited {full} times for room");
 }
 
 fn reader(path: &Path, seed: u64) {
@@ -160,11 +148,17 @@ fn reader(path: &Path, seed: u64) {
 
 fn mutator(path: &Path) {
     let (mut deletes, mut compactions, mut refused) = (0, 0, 0);
-    for round in 0..200 * scale() {
+    let mut round = 0;
+    while round < 200 * scale() || !writer_done(path).exists() {
         let mut store = open(path);
         let len = store.len();
         let outcome = if round % 2 == 0 && len > 0 {
-            store.delete(&[round % len, len / 2]).map(|()| deletes += 1)
+            // Above half the cap, cut back to half, so the writer goes on.
+            let count = len.saturating_sub(CAP / 2).max(2).min(len);
+            let victims: Vec<u64> = (0..count)
+                .map(|j| (round + j * len / count) % len)
+                .collect();
+            store.delete(&victims).map(|()| deletes += 1)
         } else {
             store.compact().map(|()| compactions += 1)
         };
@@ -174,6 +168,7 @@ fn mutator(path: &Path) {
             Err(e) => panic!("delete/compact failed: {e}"),
         }
         drop(store);
+        round += 1;
         thread::sleep(Duration::from_millis(2));
     }
     println!("mutator did {deletes} deletes and {compactions} compactions; {refused} were refused");
@@ -194,6 +189,7 @@ fn multiprocess_child() {
         return;
     };
     let path = Path::new(&path);
+    let started = Instant::now();
     match role.as_str() {
         "writer" => writer(path),
         "reader0" => reader(path, 0x9e37_79b9),
@@ -203,6 +199,8 @@ fn multiprocess_child() {
         "opener" => opener(path),
         other => panic!("unknown role {other}"),
     }
+    let base = role.trim_end_matches(char::is_numeric);
+    println!("{base} took {:.1} s", started.elapsed().as_secs_f64());
 }
 
 #[test]
@@ -212,18 +210,7 @@ fn one_writer_many_readers_across_processes() {
     {
         // Seed it so readers have something from the start.
         let store: Store<Deflate> = Store::open(&path).unwrap();
-        let records: Vec<u8> = (0..64).flat_map(|id| record(10_000_000 + id)).collect();
-        let lens: Vec<u32> = (0..64)
-            .map(|id| record(10_000_000 + id).len() as u32)
-            .collect();
-        let offsets: Vec<u64> = lens
-            .iter()
-            .scan(0u64, |at, &l| {
-                let o = *at;
-                *at += u64::from(l);
-                Some(o)
-            })
-            .collect();
+        let (records, offsets, lens) = ragged_batch(10_000_000..10_000_064);
         store.append_ragged(&records, &offsets, &lens).unwrap();
         store.sync().unwrap();
     }
@@ -233,20 +220,10 @@ fn one_writer_many_readers_across_processes() {
     let children: Vec<_> = roles
         .iter()
         .map(|role| {
-            let child = Command::new(env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "multiprocess_child",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(STORE_ENV, &path)
-                .env(ROLE_ENV, role)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let child = spawn_child(
+                "multiprocess_child",
+                &[(STORE_ENV, path.as_os_str()), (ROLE_ENV, role.as_ref())],
+            );
             (role, child)
         })
         .collect();
@@ -276,6 +253,10 @@ fn one_writer_many_readers_across_processes() {
     let store: Store<Deflate> = Store::open(&path).unwrap();
     store.verify().unwrap();
     let len = store.len();
+    assert!(
+        len < CAP + BATCH,
+        "the store grew past its cap: {len} records"
+    );
     let idxs: Vec<u64> = (0..len).collect();
     let mut lens = vec![0u32; idxs.len()];
     store.lengths(&idxs, &mut lens).unwrap();

@@ -1,6 +1,6 @@
 import os
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -11,11 +11,26 @@ MAX_RECORD_LEN: Final[int]
 CODECS: dict[str, int]
 ERROR_CODES: dict[int, tuple[str, str]]
 
+_C = TypeVar("_C", bound=_Closing)
+
+# The base of Zrecord, Dataset and DataLoader, as at runtime: an idempotent
+# close(), the context manager and the finalizer that call it.
+class _Closing:
+    def close(self) -> None: ...
+    def __enter__(self: _C) -> _C: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None: ...
+    def __del__(self) -> None: ...
+
 class ZrecordError(RuntimeError):
     code: int
     def __init__(self, code: int, message: str | None = None) -> None: ...
 
-class Zrecord:
+class Zrecord(_Closing):
     codec: str
     path: str
     def __init__(self, path: str | os.PathLike[str], codec: str = "flate") -> None: ...
@@ -33,12 +48,3 @@ class Zrecord:
     def delete(self, idxs: npt.ArrayLike) -> None: ...
     def compact(self) -> None: ...
     def stats(self) -> dict[str, int]: ...
-    def close(self) -> None: ...
-    def __enter__(self) -> Zrecord: ...
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None: ...
-    def __del__(self) -> None: ...

@@ -1,8 +1,9 @@
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, overload
 
-class DataLoader:
+from ._zrecord import _Closing
+
+class DataLoader(_Closing):
     dataset: Any
     labelset: Any
     streams: dict[str, Any]
@@ -47,12 +48,3 @@ class DataLoader:
     def __next__(self) -> Any: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
-    def close(self) -> None: ...
-    def __enter__(self) -> DataLoader: ...
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None: ...
-    def __del__(self) -> None: ...

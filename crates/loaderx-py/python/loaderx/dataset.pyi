@@ -1,7 +1,6 @@
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final
 
 import numpy as np
@@ -10,13 +9,14 @@ import numpy.typing as npt
 from . import _native
 from ._zrecord import CODECS as CODECS
 from ._zrecord import MAX_RECORD_LEN as MAX_RECORD_LEN
+from ._zrecord import _Closing
 
 SCHEMA: Final[str]
 FORMAT: Final[str]
 SCHEMA_VERSION: Final[int]
 WRITE_CHUNK_BYTES: Final[int]
 
-class Dataset:
+class Dataset(_Closing):
     path: Path
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
@@ -39,14 +39,5 @@ class Dataset:
     def delete(self, idxs: npt.ArrayLike) -> None: ...
     def compact(self) -> None: ...
     def stats(self) -> dict[str, int]: ...
-    def close(self) -> None: ...
-    def __enter__(self) -> Dataset: ...
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None: ...
-    def __del__(self) -> None: ...
 
 __all__ = ["Dataset", "CODECS", "MAX_RECORD_LEN", "SCHEMA", "FORMAT", "WRITE_CHUNK_BYTES"]
