@@ -158,7 +158,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// source does not hold the records, [`Error::Full`], or an I/O failure
     /// (nothing is committed then).
     pub fn append_fixed(&self, src: &[u8], n: usize, item_len: usize) -> Result<u64> {
-        self.append_fixed_with(C::ID, src, n, item_len)
+        self.append_fixed_with(self.append_codec(), src, n, item_len)
+    }
+
+    /// The codec appends use unless told otherwise: a v2 store's schema
+    /// codec, else the handle's default `C`.
+    pub fn append_codec(&self) -> CodecId {
+        self.schema
+            .as_ref()
+            .and_then(|s| CodecId::from_tag(s.codec))
+            .unwrap_or(C::ID)
     }
 
     /// [`append_fixed`](Self::append_fixed) with an explicit codec.
@@ -184,7 +193,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// source does not hold the records, [`Error::Full`], or an I/O failure
     /// (nothing is committed then).
     pub fn append_ragged(&self, src: &[u8], offsets: &[u64], lens: &[u32]) -> Result<u64> {
-        self.append_ragged_with(C::ID, src, offsets, lens)
+        self.append_ragged_with(self.append_codec(), src, offsets, lens)
     }
 
     /// [`append_ragged`](Self::append_ragged) with an explicit codec.

@@ -458,3 +458,22 @@ fn an_append_larger_than_a_window_lands_whole_and_in_order() {
         store.verify().unwrap();
     }
 }
+
+/// `append_fixed`/`append_ragged` on a v2 store use the schema's codec,
+/// whatever the handle's default codec type is.
+#[test]
+fn appends_use_the_schema_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Store<Deflate> = Store::create_v2(
+        dir.path().join("s"),
+        &dense("|u1", &[4096], CodecTag::ZSTD),
+        OpenOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(store.append_codec(), CodecId::Zstd);
+    store.append_fixed(&vec![7u8; 4096 * 4], 4, 4096).unwrap();
+    store.sync().unwrap();
+    // Each record is a zstd frame (magic 28 B5 2F FD), not DEFLATE.
+    let chunk = fs::read(dir.path().join("s").join("0.zr")).unwrap();
+    assert_eq!(&chunk[..4], &[0x28, 0xb5, 0x2f, 0xfd]);
+}
