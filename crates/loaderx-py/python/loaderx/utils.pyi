@@ -1,0 +1,33 @@
+from collections.abc import Iterable
+from typing import Any, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from .zrecord import Dense, Ragged
+
+__all__ = [
+    "DEFAULT_DICT_SIZE",
+    "MAX_DICT_SIZE",
+    "MAX_SAMPLE_BYTES",
+    "MIN_DICT_SIZE",
+    "MIN_SAMPLES",
+    "train_dict",
+]
+
+DEFAULT_DICT_SIZE: int
+MIN_DICT_SIZE: int
+MAX_DICT_SIZE: int
+MAX_SAMPLE_BYTES: int
+MIN_SAMPLES: int
+SAMPLES_PER_DICT_BYTE: int
+
+Source = Union[npt.NDArray[Any], Dense, Ragged, Iterable[Any]]
+
+def train_dict(
+    source: Source,
+    dict_size: int = ...,
+    *,
+    sample_bytes: int | None = None,
+    seed: int = 0,
+) -> bytes: ...
