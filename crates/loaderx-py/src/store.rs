@@ -273,11 +273,9 @@ impl Store {
             ..OpenOptions::default()
         };
         let engine = py
-            .detach(|| Engine::create_v2(&path, schema, options))
+            .detach(|| Engine::create_v2(&path, &schema, options))
             .map_err(|err| match err {
-                loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(format!(
-                    "{err}; open it with .open(path), or pick a new path"
-                )),
+                loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
                 err => store_error(py, err),
             })?;
         Ok(Store::wrap(&path, engine))

@@ -42,7 +42,7 @@ fn kind_name(kind: Kind) -> &'static str {
     KINDS
         .iter()
         .find(|(k, _)| *k == kind)
-        .map_or("unknown", |(_, name)| name)
+        .map_or("unknown", |&(_, name)| name)
 }
 
 /// Adds the typed-store constants to `loaderx._native`.
