@@ -189,7 +189,10 @@ impl fmt::Display for EntryFault {
                 "raw record stores {phys} bytes but claims {logic} logical bytes"
             ),
             EntryFault::ChunkPastTail { chunk, tail_chunk } => {
-                write!(f, "chunk {chunk} is past its lane's tail chunk {tail_chunk}")
+                write!(
+                    f,
+                    "chunk {chunk} is past the tail chunk {tail_chunk} (of its lane)"
+                )
             }
             EntryFault::PastCapacity { end } => {
                 write!(f, "bytes end at {end}, past the 4 GiB chunk capacity")

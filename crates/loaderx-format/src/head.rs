@@ -136,7 +136,10 @@ mod tests {
     fn lanes_own_interleaved_chunks() {
         let mut head = Head::empty(3);
         assert_eq!(head.chunks().collect::<Vec<_>>(), [0, 1, 2]);
-        head.tails[1] = Tail { chunk: 7, offset: 5 };
+        head.tails[1] = Tail {
+            chunk: 7,
+            offset: 5,
+        };
         assert_eq!(head.chunks().collect::<Vec<_>>(), [0, 1, 2, 4, 7]);
         assert!(head.has_chunk(4) && !head.has_chunk(5) && !head.has_chunk(3 + 6));
         assert_eq!(head.used_bytes(100), 2 * 100 + 5);
@@ -151,6 +154,16 @@ mod tests {
             length: 12,
         };
         assert_eq!(Head::from(h).to_v1(), Some(h));
-        assert_eq!(Tail::unpack(Tail { chunk: 7, offset: u32::MAX }.pack()).chunk, 7);
+        assert_eq!(
+            Tail::unpack(
+                Tail {
+                    chunk: 7,
+                    offset: u32::MAX
+                }
+                .pack()
+            )
+            .chunk,
+            7
+        );
     }
 }

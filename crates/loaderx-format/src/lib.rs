@@ -51,8 +51,8 @@ mod header;
 mod limits;
 mod loc;
 mod undo;
-mod validate;
 pub mod v2;
+mod validate;
 
 pub use error::{EntryFault, FormatError};
 pub use head::{Head, Tail};

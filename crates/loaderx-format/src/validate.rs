@@ -126,7 +126,12 @@ pub fn validate_entry(
 /// The first rule `loc` breaks, if any.
 #[must_use]
 #[inline]
-pub fn entry_fault(loc: &RecordLoc, head: &Head, file_len: u64, rules: Rules) -> Option<EntryFault> {
+pub fn entry_fault(
+    loc: &RecordLoc,
+    head: &Head,
+    file_len: u64,
+    rules: Rules,
+) -> Option<EntryFault> {
     let known = if rules.v2 {
         loc.codec.is_known_v2()
     } else {
@@ -273,20 +278,29 @@ mod tests {
         );
         assert_eq!(
             fault(&image(h, &[raw(0, 0, 0)]), &[100]),
-            EntryFault::LogicLength { len: 0, limit: MAX_RECORD_LEN }
+            EntryFault::LogicLength {
+                len: 0,
+                limit: MAX_RECORD_LEN
+            }
         );
         let mut big = raw(0, 10, 0);
         big.codec = CodecTag::FLATE;
         big.logic_length = MAX_RECORD_LEN + 1;
         assert_eq!(
             fault(&image(h, &[big]), &[100]),
-            EntryFault::LogicLength { len: MAX_RECORD_LEN + 1, limit: MAX_RECORD_LEN }
+            EntryFault::LogicLength {
+                len: MAX_RECORD_LEN + 1,
+                limit: MAX_RECORD_LEN
+            }
         );
         big.logic_length = 10;
         big.phys_length = MAX_RECORD_LEN + 1;
         assert_eq!(
             fault(&image(h, &[big]), &[100]),
-            EntryFault::PhysLength { len: MAX_RECORD_LEN + 1, limit: MAX_RECORD_LEN }
+            EntryFault::PhysLength {
+                len: MAX_RECORD_LEN + 1,
+                limit: MAX_RECORD_LEN
+            }
         );
         let mut mismatch = raw(0, 10, 0);
         mismatch.logic_length = 11;

@@ -4,7 +4,8 @@
 //! ([`Store::sync`]), as `docs/FORMAT.md` ("Commit protocol") describes.
 
 use loaderx_format::{
-    CodecTag, ENTRY_LEN, Header, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc,
+    CodecTag, Head, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc, Tail,
+    v2::{Kind, MAX_RECORD_LEN_V2},
 };
 
 use crate::{
@@ -47,7 +48,7 @@ impl Layout<'_> {
     }
 
     /// Checks every record's size and source range; returns the total bytes.
-    fn validate(&self, src: &[u8]) -> Result<u64> {
+    fn validate(&self, src: &[u8], limit: u32) -> Result<u64> {
         if let Layout::Ragged { offsets, lens } = self
             && offsets.len() != lens.len()
         {
@@ -66,11 +67,11 @@ impl Layout<'_> {
                 }
                 Layout::Ragged { offsets, lens } => (Some(offsets[i]), u64::from(lens[i])),
             };
-            if len == 0 || len > u64::from(MAX_RECORD_LEN) {
+            if len == 0 || len > u64::from(limit) {
                 return Err(Error::RecordSize {
                     position: i,
                     len,
-                    limit: MAX_RECORD_LEN,
+                    limit,
                 });
             }
             let end = at.and_then(|a| a.checked_add(len));
@@ -88,11 +89,16 @@ impl Layout<'_> {
     }
 }
 
-/// One record's encoded form: where its payload lives and how it is tagged.
+/// Encodes one record into a slot one byte shorter (see [`Codec::encode`]).
+type EncodeFn<'a> = dyn Fn(&[u8], &mut [u8]) -> Option<usize> + Sync + 'a;
+
+/// One record's encoded form: where its payload lives, how it is tagged,
+/// and (format v2) the CRC32C of what is stored.
 #[derive(Debug, Clone, Copy)]
 struct Encoded {
     phys: u32,
     codec: CodecTag,
+    crc: u32,
 }
 
 impl<C: Codec, S: Storage> Store<C, S> {
@@ -148,7 +154,97 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.append_layout(codec, src, Layout::Ragged { offsets, lens })
     }
 
+    /// Appends records of a ragged format v2 store: record `i` is
+    /// `src[offsets[i]..][..lens[i]]` and has the dimensions
+    /// `dims[i · ndim ..][.. ndim]`, which must multiply out (with the
+    /// dtype's size) to `lens[i]`. Returns the index of the first.
+    ///
+    /// # Errors
+    /// As [`append_ragged`](Self::append_ragged), plus
+    /// [`Error::Schema`] when the store is not ragged or a record's
+    /// dimensions do not match its size.
+    pub fn append_shaped(
+        &self,
+        src: &[u8],
+        offsets: &[u64],
+        lens: &[u32],
+        dims: &[u32],
+    ) -> Result<u64> {
+        let Some(schema) = self.schema.as_ref().filter(|s| s.kind == Kind::Ragged) else {
+            return Err(self.schema_error("append_shaped needs a ragged store".into()));
+        };
+        let ndim = usize::from(schema.ndim);
+        if dims.len() != lens.len() * ndim {
+            return Err(Error::LengthMismatch {
+                what: "dims (records × rank)",
+                expected: lens.len() * ndim,
+                found: dims.len(),
+            });
+        }
+        let itemsize = u64::from(schema.dtype.itemsize());
+        for (i, (d, &len)) in dims.chunks_exact(ndim).zip(lens).enumerate() {
+            let bytes = d
+                .iter()
+                .fold(itemsize, |a, &x| a.saturating_mul(u64::from(x)));
+            if bytes != u64::from(len) || d.contains(&0) {
+                return Err(self.schema_error(format!(
+                    "record {i} (of this append) has dimensions {d:?}, which give {bytes} bytes of {}, but it is {len} bytes{}",
+                    schema.dtype.name(),
+                    if d.contains(&0) { " (zero-size records are refused)" } else { "" }
+                )));
+            }
+        }
+        let codec = CodecId::from_tag(schema.codec).unwrap_or(CodecId::Raw);
+        self.append_with_dims(codec, src, Layout::Ragged { offsets, lens }, dims)
+    }
+
     fn append_layout(&self, codec: CodecId, src: &[u8], layout: Layout<'_>) -> Result<u64> {
+        if let Some(schema) = &self.schema {
+            match schema.kind {
+                Kind::Ragged => {
+                    return Err(self.schema_error(
+                        "a ragged store's records need their dimensions: use append_shaped".into(),
+                    ));
+                }
+                Kind::Dense => {
+                    let item = schema.item_len().unwrap_or(0);
+                    let bad = match layout {
+                        Layout::Fixed { item_len, .. } => {
+                            (item_len as u64 != item).then_some(item_len as u64)
+                        }
+                        Layout::Ragged { lens, .. } => lens
+                            .iter()
+                            .find(|&&l| u64::from(l) != item)
+                            .map(|&l| u64::from(l)),
+                    };
+                    if let Some(found) = bad {
+                        return Err(self.schema_error(format!(
+                            "records of this dense store are {item} bytes ({} × {:?}), got {found}",
+                            schema.dtype.name(),
+                            schema.shape
+                        )));
+                    }
+                }
+                Kind::Bytes => {}
+            }
+        }
+        self.append_with_dims(codec, src, layout, &[])
+    }
+
+    fn schema_error(&self, reason: String) -> Error {
+        Error::Schema {
+            path: self.path().to_owned(),
+            reason,
+        }
+    }
+
+    fn append_with_dims(
+        &self,
+        codec: CodecId,
+        src: &[u8],
+        layout: Layout<'_>,
+        dims: &[u32],
+    ) -> Result<u64> {
         self.check_usable()?;
         if self.is_read_only() {
             return Err(Error::ReadOnly {
@@ -156,17 +252,37 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 op: "append",
             });
         }
+        let v2 = self.schema.is_some();
+        if codec == CodecId::ZstdDict && self.dictionary.is_none() {
+            return Err(
+                self.schema_error("codec zstd_dict needs a store created with a dictionary".into())
+            );
+        }
+        if !v2 && codec == CodecId::ZstdDict {
+            return Err(self.schema_error("codec zstd_dict needs a format v2 store".into()));
+        }
         let n = layout.count();
-        let total = layout.validate(src)?;
+        let limit = if v2 {
+            MAX_RECORD_LEN_V2
+        } else {
+            MAX_RECORD_LEN
+        };
+        let total = layout.validate(src, limit)?;
         if n == 0 {
             return Ok(self.len());
         }
-        if self.len() + n as u64 > u64::from(MAX_RECORDS) {
-            return Err(self.full(n, "record", u64::from(MAX_RECORDS)));
+        let max_records = if v2 { u64::MAX } else { u64::from(MAX_RECORDS) };
+        if self.len().saturating_add(n as u64) > max_records {
+            return Err(self.full(n, "record", max_records));
         }
 
         // Encode outside the writer lock: it is the expensive part.
-        let (arena, slots, encoded) = encode_all(codec, src, &layout, total)?;
+        let dict = self.dictionary.as_ref();
+        let encode = |data: &[u8], slot: &mut [u8]| match (codec, dict) {
+            (CodecId::ZstdDict, Some(d)) => d.encode(data, slot),
+            _ => codec.encode(data, slot),
+        };
+        let (arena, slots, encoded) = encode_all(codec, &encode, v2, src, &layout, total)?;
         let payload = |i: usize| -> &[u8] {
             let e = encoded[i];
             if e.codec == CodecTag::RAW {
@@ -183,73 +299,116 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if let Some(lock) = &self.lock {
             lock.writer()?;
         }
-        let before = self.header();
+        let before = self.head();
         let first = before.length;
-        // Writing at a frontier past the tail chunk's real end would leave a
+        // Writing at a frontier past a tail chunk's real end would leave a
         // hole of zeros where records were lost: refuse instead.
-        let tail_len = self.current_chunk_len(before.tail_chunk)?;
-        if tail_len < u64::from(before.tail_offset) {
-            let file = FileId::Chunk(u32::from(before.tail_chunk));
-            return Err(Error::NotAStore {
-                path: self.file_path(file),
-                reason: format!(
-                    "the chunk file holds {tail_len} bytes but the store's frontier is at {}: it was cut short; refusing to append",
-                    before.tail_offset
-                ),
-            });
+        for tail in before.lane_tails() {
+            self.touch_chunk(tail.chunk)?;
+            let tail_len = self.current_chunk_len(tail.chunk)?;
+            if tail_len < u64::from(tail.offset) {
+                let file = FileId::Chunk(tail.chunk);
+                return Err(Error::NotAStore {
+                    path: self.file_path(file),
+                    reason: format!(
+                        "the chunk file holds {tail_len} bytes but the store's frontier is at {}: it was cut short; refusing to append",
+                        tail.offset
+                    ),
+                });
+            }
         }
-        if u64::from(first) + n as u64 > u64::from(MAX_RECORDS) {
-            return Err(self.full(n, "record", u64::from(MAX_RECORDS)));
+        if first.saturating_add(n as u64) > max_records {
+            return Err(self.full(n, "record", max_records));
         }
 
-        // Place serially: a record never straddles chunks, and `>=` keeps the
-        // frontier strictly below the capacity (FORMAT.md, "Limits").
-        let mut locs = Vec::new();
-        locs.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
-            bytes: (n * std::mem::size_of::<RecordLoc>()) as u64,
-        })?;
-        let (mut chunk, mut offset) = (u32::from(before.tail_chunk), u64::from(before.tail_offset));
-        for e in &encoded {
-            if offset + u64::from(e.phys) >= self.capacity {
-                chunk += 1;
-                offset = 0;
-                if chunk >= MAX_CHUNKS {
-                    return Err(self.full(n, "chunk", u64::from(MAX_CHUNKS)));
-                }
-            }
-            locs.push(RecordLoc {
-                offset: offset as u32,
-                phys_length: e.phys,
-                logic_length: layout.range(locs.len()).1 as u32,
-                chunk_id: chunk as u16,
-                codec: e.codec,
-            });
-            offset += u64::from(e.phys);
-        }
-        let after = Header {
-            tail_chunk: chunk as u16,
-            tail_offset: offset as u32,
-            length: first + n as u32,
-        };
+        let (locs, after, new_chunks) = self.place(&before, &encoded, &layout, n, v2)?;
 
         // New chunk files, then the bytes.
-        self.create_chunks(u32::from(before.tail_chunk) + 1..=chunk)?;
+        self.create_chunks(new_chunks)?;
         self.write_payloads(&locs, &payload)?;
 
         // Entries next; the header that counts them is written by the next
         // commit (`sync`), after the bytes and entries are durable.
+        let entry_len = self.files.entry_len();
+        let ndim = self.files.entry_dims();
         let mut table = Vec::new();
         table
-            .try_reserve_exact(n * ENTRY_LEN)
+            .try_reserve_exact(n * entry_len)
             .map_err(|_| Error::OutOfMemory {
-                bytes: (n * ENTRY_LEN) as u64,
+                bytes: (n * entry_len) as u64,
             })?;
-        for loc in &locs {
-            table.extend_from_slice(&loc.encode());
+        for (k, loc) in locs.iter().enumerate() {
+            let d = if ndim > 0 {
+                &dims[k * ndim..(k + 1) * ndim]
+            } else {
+                &[][..]
+            };
+            self.files
+                .encode_entry(first + k as u64, loc, d, &mut table);
         }
         self.files.write_entries(first, &table)?;
         self.frontier.publish(&after);
-        Ok(u64::from(first))
+        Ok(first)
+    }
+
+    /// Places the encoded records serially: they are cut into one
+    /// contiguous run per lane, of about equal bytes, so the lanes' files
+    /// are written at once; a record never straddles chunks, and `>=` keeps
+    /// a frontier strictly below the capacity (FORMAT.md, "Limits").
+    /// Returns each record's place, the head after, and the new chunks.
+    fn place(
+        &self,
+        before: &Head,
+        encoded: &[Encoded],
+        layout: &Layout<'_>,
+        n: usize,
+        v2: bool,
+    ) -> Result<(Vec<RecordLoc>, Head, Vec<u32>)> {
+        let mut locs = Vec::new();
+        locs.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            bytes: (n * std::mem::size_of::<RecordLoc>()) as u64,
+        })?;
+        let lanes = usize::from(before.lanes);
+        let stored: u64 = encoded.iter().map(|e| u64::from(e.phys)).sum();
+        let mut after = *before;
+        let mut new_chunks = Vec::new();
+        let mut lane = 0usize;
+        let mut lane_bytes = 0u64;
+        for e in encoded {
+            // Move to the next lane once this one has its share.
+            if lane + 1 < lanes && lane_bytes * lanes as u64 >= stored * (lane as u64 + 1) {
+                lane += 1;
+            }
+            let tail = &mut after.tails[lane];
+            if u64::from(tail.offset) + u64::from(e.phys) >= self.capacity {
+                let next = tail.chunk.checked_add(lanes as u32);
+                let Some(next) = next.filter(|&c| v2 || c < MAX_CHUNKS) else {
+                    return Err(self.full(
+                        n,
+                        "chunk",
+                        u64::from(if v2 { u32::MAX } else { MAX_CHUNKS }),
+                    ));
+                };
+                *tail = Tail {
+                    chunk: next,
+                    offset: 0,
+                };
+                new_chunks.push(next);
+            }
+            locs.push(RecordLoc {
+                offset: tail.offset,
+                phys_length: e.phys,
+                logic_length: layout.range(locs.len()).1 as u32,
+                chunk_id: tail.chunk,
+                codec: e.codec,
+                crc: e.crc,
+            });
+            tail.offset += e.phys;
+            lane_bytes += u64::from(e.phys);
+        }
+        after.length = before.length + n as u64;
+
+        Ok((locs, after, new_chunks))
     }
 
     /// Writes every record's payload at its placed location, in pieces of up
@@ -303,6 +462,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
 /// Returns the arena, each record's slot in it, and what was stored.
 fn encode_all(
     codec: CodecId,
+    encode: &EncodeFn<'_>,
+    with_crc: bool,
     src: &[u8],
     layout: &Layout<'_>,
     total: u64,
@@ -312,9 +473,17 @@ fn encode_all(
         .map(|i| Encoded {
             phys: layout.range(i).1 as u32,
             codec: CodecTag::RAW,
+            crc: 0,
         })
         .collect();
     if codec == CodecId::Raw {
+        if with_crc {
+            parallel::for_each_part(split_mut(&mut encoded), total, |(first, part)| {
+                for (k, e) in part.iter_mut().enumerate() {
+                    e.crc = loaderx_format::v2::crc32c(layout.source(src, first + k));
+                }
+            });
+        }
         return Ok((Vec::new(), Vec::new(), encoded));
     }
     let mut arena = Vec::new();
@@ -352,12 +521,34 @@ fn encode_all(
         for (k, e) in enc_part.iter_mut().enumerate() {
             let data = layout.source(src, first + k);
             let slot = &mut arena_part[at..at + data.len() - 1];
-            if let Some(len) = codec.encode(data, slot) {
+            if let Some(len) = encode(data, slot) {
                 e.phys = len as u32;
                 e.codec = codec.tag();
+                if with_crc {
+                    e.crc = loaderx_format::v2::crc32c(&slot[..len]);
+                }
+            } else if with_crc {
+                e.crc = loaderx_format::v2::crc32c(data);
             }
             at += data.len();
         }
     });
     Ok((arena, slots, encoded))
+}
+
+/// `items` cut into about `4 × threads` runs, each with the index of its first.
+fn split_mut<T>(items: &mut [T]) -> Vec<(usize, &mut [T])> {
+    let n = items.len();
+    let parts = (parallel::threads() * 4).clamp(1, n.max(1));
+    let mut out = Vec::with_capacity(parts);
+    let mut rest = items;
+    let mut prev = 0;
+    for p in 1..=parts {
+        let end = p * n / parts;
+        let (a, r) = rest.split_at_mut(end - prev);
+        out.push((prev, a));
+        rest = r;
+        prev = end;
+    }
+    out
 }

@@ -12,7 +12,7 @@
 //! the job. The price is copying the moved records twice. `docs/FORMAT.md`
 //! walks through what a crash at each step leaves.
 
-use loaderx_format::{Header, MAX_CHUNKS, RecordLoc};
+use loaderx_format::{Head, MAX_CHUNKS, RecordLoc, Tail};
 
 use crate::{
     Codec, Error, Result, Store,
@@ -42,96 +42,157 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     fn compact_locked(&mut self) -> Result<()> {
-        let header = self.header();
+        let head = self.head();
         // Files cut short behind our back must give errors, not a SIGBUS.
-        self.check_meta_len(&header)?;
+        self.check_meta_len(&head)?;
         // Exclusive (`&mut self`): no append can be growing a file, so the
         // lengths measured now may replace the known ones.
-        for id in 0..=header.tail_chunk {
+        for id in head.chunks() {
+            self.touch_chunk(id)?;
             let len = self.current_chunk_len(id)?;
-            self.chunk_lens.set(u32::from(id), len);
+            self.chunk_lens.set(id, len);
         }
-        let mut order: Vec<(u32, RecordLoc)> = Vec::with_capacity(header.length as usize);
-        for i in 0..header.length {
-            order.push((i, self.entry(u64::from(i), &header)?));
+        let lanes = u32::from(head.lanes);
+        let lane = |loc: &RecordLoc| (loc.chunk_id % lanes) as usize;
+        let mut order: Vec<(u64, RecordLoc)> =
+            Vec::with_capacity(usize::try_from(head.length).unwrap_or(0));
+        for i in 0..head.length {
+            order.push((i, self.entry(i, &head)?));
         }
-        order.sort_unstable_by_key(|(_, loc)| loc.position());
+        // Lane by lane, in physical order: each lane is packed on its own.
+        order.sort_unstable_by_key(|(_, loc)| (lane(loc), loc.position()));
 
-        // Final places: packed from (0, 0) in physical order.
-        let mut cursor = Cursor::new(0, self.capacity);
-        let finals: Vec<RecordLoc> = order.iter().map(|(_, loc)| cursor.place(loc)).collect();
-        let (final_chunk, final_offset) = cursor.frontier();
-        let first_move = order
+        // Final places: each lane packed from the start of its first chunk.
+        let mut cursors: Vec<Cursor> = (0..lanes)
+            .map(|l| Cursor::new(l, lanes, self.capacity))
+            .collect();
+        let finals: Vec<RecordLoc> = order
+            .iter()
+            .map(|(_, loc)| cursors[lane(loc)].place(loc))
+            .collect();
+        // A record moves when it, or one before it in its lane, is not in
+        // its final place already.
+        let mut moving_lane = vec![false; lanes as usize];
+        let moving: Vec<bool> = order
             .iter()
             .zip(&finals)
-            .position(|((_, loc), fin)| loc.position() != fin.position());
+            .map(|((_, loc), fin)| {
+                let l = lane(loc);
+                moving_lane[l] |= loc.position() != fin.position();
+                moving_lane[l]
+            })
+            .collect();
+        let moves: Vec<usize> = (0..order.len()).filter(|&k| moving[k]).collect();
 
-        if let Some(k) = first_move {
-            let moving = &order[k..];
-            // Stage the moving records past the frontier, in fresh chunks.
-            let mut stage_cursor = Cursor::new(u32::from(header.tail_chunk) + 1, self.capacity);
-            let staged: Vec<RecordLoc> = moving
-                .iter()
-                .map(|(_, loc)| stage_cursor.place(loc))
-                .collect();
-            let (stage_chunk, stage_offset) = stage_cursor.frontier();
-            if stage_chunk >= MAX_CHUNKS {
-                return Err(Error::Full {
-                    len: u64::from(header.length),
-                    extra: 0,
-                    limit: u64::from(MAX_CHUNKS),
-                    what: "chunk (compaction needs room to stage the records it moves)",
-                });
-            }
-            self.create_chunks(u32::from(header.tail_chunk) + 1..=stage_chunk)?;
-            self.copy_records(moving.iter().map(|(_, l)| l).zip(&staged))?;
-            self.sync_chunks(u32::from(header.tail_chunk) + 1..=stage_chunk)?;
-            self.files.sync_dir()?;
-            // The frontier that covers the staged copies is durable before
-            // any entry pointing at them can be: an entry past the durable
-            // frontier would make the store unreadable.
-            let staging_header = Header {
-                tail_chunk: stage_chunk as u16,
-                tail_offset: stage_offset as u32,
-                ..header
+        if !moves.is_empty() {
+            self.move_records(&head, &order, &finals, &moves, &moving_lane)?;
+        }
+
+        // Move the frontiers down, then drop what lies past them.
+        let mut new = head;
+        for (l, cursor) in cursors.iter().enumerate() {
+            let (chunk, offset) = cursor.frontier();
+            new.tails[l] = Tail {
+                chunk,
+                offset: offset as u32,
             };
-            self.publish_tail(&staging_header)?;
-            self.point_entries(moving.iter().map(|(i, _)| *i).zip(&staged))?;
-            self.sync_meta()?;
-
-            // Copy them down to their final places.
-            self.copy_records(staged.iter().zip(&finals[k..]))?;
-            self.sync_chunks(0..=final_chunk)?;
-            self.point_entries(moving.iter().map(|(i, _)| *i).zip(&finals[k..]))?;
-            self.sync_meta()?;
         }
-
-        // Move the frontier down, then drop what lies past it.
-        let old_tail = u32::from(self.frontier.tail_chunk());
-        let new = Header {
-            tail_chunk: final_chunk as u16,
-            tail_offset: final_offset as u32,
-            length: header.length,
-        };
         self.publish_tail(&new)?;
-        // Past the old frontier there may also be staging chunks that an
-        // interrupted compaction left behind.
-        let mut past: Vec<u32> = (final_chunk + 1..=old_tail).collect();
-        let listed = self.files.chunk_ids()?;
-        past.extend(listed.into_iter().filter(|&id| id > old_tail));
-        for id in past {
-            self.files.remove(FileId::Chunk(id))?;
-            self.chunk_lens.set(id, 0);
+        // Past the old frontiers there may also be staging chunks that an
+        // interrupted compaction left behind: every chunk file the new head
+        // does not name goes.
+        for id in self.files.chunk_ids()? {
+            if !new.has_chunk(id) {
+                self.files.remove(FileId::Chunk(id))?;
+                self.chunk_lens.set(id, 0);
+            }
         }
-        if self.chunk_lens.get(final_chunk) > final_offset {
-            self.files
-                .truncate(FileId::Chunk(final_chunk), final_offset)?;
-            self.chunk_lens.set(final_chunk, final_offset);
+        for t in new.lane_tails() {
+            let offset = u64::from(t.offset);
+            if self.chunk_lens.get(t.chunk) > offset {
+                self.files.truncate(FileId::Chunk(t.chunk), offset)?;
+                self.chunk_lens.set(t.chunk, offset);
+            }
         }
         // Removed chunks that come back after power loss lie past the
         // frontier, where the next compaction removes them; this only keeps
         // them from taking space.
         self.files.sync_dir()
+    }
+
+    /// Moves the records `moves` (positions in `order`) to their `finals`
+    /// through staging chunks past each lane's frontier, each step durable
+    /// before the next (`docs/FORMAT.md`, "Compaction").
+    fn move_records(
+        &mut self,
+        head: &Head,
+        order: &[(u64, RecordLoc)],
+        finals: &[RecordLoc],
+        moves: &[usize],
+        moving_lane: &[bool],
+    ) -> Result<()> {
+        let lanes = u32::from(head.lanes);
+        let lane = |loc: &RecordLoc| (loc.chunk_id % lanes) as usize;
+        // Stage the moving records past each lane's frontier, in fresh chunks.
+        let mut stage: Vec<Cursor> = head
+            .lane_tails()
+            .iter()
+            .map(|t| Cursor::new(t.chunk.saturating_add(lanes), lanes, self.capacity))
+            .collect();
+        let staged: Vec<RecordLoc> = moves
+            .iter()
+            .map(|&k| stage[lane(&order[k].1)].place(&order[k].1))
+            .collect();
+        let mut staging_head = *head;
+        let mut new_chunks = Vec::new();
+        for (l, cursor) in stage.iter().enumerate() {
+            if !moving_lane[l] {
+                continue;
+            }
+            let (chunk, offset) = cursor.frontier();
+            let limit = if self.schema.is_some() {
+                u64::from(u32::MAX)
+            } else {
+                u64::from(MAX_CHUNKS)
+            };
+            if u64::from(chunk) >= limit || cursor.overflowed {
+                return Err(Error::Full {
+                    len: head.length,
+                    extra: 0,
+                    limit,
+                    what: "chunk (compaction needs room to stage the records it moves)",
+                });
+            }
+            let first = head.tails[l].chunk + lanes;
+            new_chunks.extend((first..=chunk).step_by(lanes as usize));
+            staging_head.tails[l] = Tail {
+                chunk,
+                offset: offset as u32,
+            };
+        }
+        self.create_chunks(new_chunks.iter().copied())?;
+        self.copy_records(moves.iter().map(|&k| &order[k].1).zip(&staged))?;
+        self.files
+            .sync_all(new_chunks.iter().map(|&c| FileId::Chunk(c)))?;
+        self.files.sync_dir()?;
+        // The frontier that covers the staged copies is durable before
+        // any entry pointing at them can be: an entry past the durable
+        // frontier would make the store unreadable.
+        self.publish_tail(&staging_head)?;
+        self.point_entries(moves.iter().map(|&k| order[k].0).zip(&staged))?;
+        self.sync_meta()?;
+
+        // Copy them down to their final places.
+        let fin: Vec<RecordLoc> = moves.iter().map(|&k| finals[k]).collect();
+        self.copy_records(staged.iter().zip(&fin))?;
+        let mut touched: Vec<u32> = fin.iter().map(|l| l.chunk_id).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        self.files
+            .sync_all(touched.into_iter().map(FileId::Chunk))?;
+        self.point_entries(moves.iter().map(|&k| order[k].0).zip(&fin))?;
+        self.sync_meta()?;
+        Ok(())
     }
 
     /// Copies each record's stored bytes from `from` to `to`.
@@ -141,7 +202,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     ) -> Result<()> {
         let mut staging = Vec::new();
         for (from, to) in moves {
-            let src = FileId::Chunk(u32::from(from.chunk_id));
+            let src = FileId::Chunk(from.chunk_id);
             staging.resize(from.phys_length as usize, 0);
             self.files
                 .read(src, u64::from(from.offset), &mut staging, "read")?;
@@ -151,29 +212,24 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Rewrites the table entries of the given records.
-    fn point_entries<'a>(&self, entries: impl Iterator<Item = (u32, &'a RecordLoc)>) -> Result<()> {
+    fn point_entries<'a>(&self, entries: impl Iterator<Item = (u64, &'a RecordLoc)>) -> Result<()> {
         for (index, loc) in entries {
             self.files.write_entry(index, loc, "write table")?;
         }
         Ok(())
     }
 
-    /// Writes `header` and publishes its frontier to readers.
-    /// Writes `header` and publishes its frontier, then makes it durable
+    /// Writes `head` and publishes its frontiers, then makes it durable
     /// (the barrier every step of the protocol needs before the next).
-    fn publish_tail(&mut self, header: &Header) -> Result<()> {
-        self.files.write_header(header, "write header")?;
-        self.frontier.publish_tail(header);
+    fn publish_tail(&mut self, head: &Head) -> Result<()> {
+        self.files.write_head(head, "write header")?;
+        self.frontier.publish_tails(head);
         self.sync_meta()?;
         *self
             .committed
             .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = *header;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = *head;
         Ok(())
-    }
-
-    fn sync_chunks(&self, ids: std::ops::RangeInclusive<u32>) -> Result<()> {
-        self.files.sync_all(ids.map(FileId::Chunk))
     }
 
     fn sync_meta(&self) -> Result<()> {
@@ -181,31 +237,39 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 }
 
-/// Packs records one after another from a starting chunk, never letting one
-/// straddle chunks (the writer's rollover rule, FORMAT.md "Limits").
+/// Packs records one after another from a starting chunk of a lane, never
+/// letting one straddle chunks (the writer's rollover rule, FORMAT.md
+/// "Limits"); the next chunk of a lane is `step` (the lane count) further.
 struct Cursor {
     chunk: u32,
     offset: u64,
     capacity: u64,
+    step: u32,
+    overflowed: bool,
 }
 
 impl Cursor {
-    fn new(chunk: u32, capacity: u64) -> Cursor {
+    fn new(chunk: u32, step: u32, capacity: u64) -> Cursor {
         Cursor {
             chunk,
             offset: 0,
             capacity,
+            step,
+            overflowed: false,
         }
     }
 
     fn place(&mut self, loc: &RecordLoc) -> RecordLoc {
         let phys = u64::from(loc.phys_length);
         if self.offset + phys >= self.capacity {
-            self.chunk += 1;
+            match self.chunk.checked_add(self.step) {
+                Some(c) => self.chunk = c,
+                None => self.overflowed = true,
+            }
             self.offset = 0;
         }
         let placed = RecordLoc {
-            chunk_id: self.chunk as u16,
+            chunk_id: self.chunk,
             offset: self.offset as u32,
             ..*loc
         };

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use loaderx_format::{Header, RecordLoc, UndoLog};
+use crate::files::Entry;
 
 use crate::{
     Codec, Error, Result, Store,
@@ -53,9 +53,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// the table and header, then the log's removal (`docs/FORMAT.md`,
     /// "Delete").
     fn delete_exclusive(&mut self, idxs: &[u64]) -> Result<()> {
-        let header = self.header();
-        self.check_meta_len(&header)?;
-        let len = u64::from(header.length);
+        let head = self.head();
+        self.check_meta_len(&head)?;
+        let len = head.length;
         if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
             return Err(Error::IndexOutOfRange { index: bad, len });
         }
@@ -64,15 +64,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
         targets.dedup();
 
         // Work out the final table first, then write only what changes.
-        let mut filled: BTreeMap<u32, RecordLoc> = BTreeMap::new();
-        let mut length = header.length;
+        let mut filled: BTreeMap<u64, Entry> = BTreeMap::new();
+        let mut length = head.length;
         for &idx in &targets {
-            let idx = idx as u32;
             length -= 1;
             if idx != length {
                 let moved = match filled.get(&length) {
-                    Some(loc) => *loc,
-                    None => self.files.read_entry(length)?,
+                    Some(entry) => *entry,
+                    None => self.files.read_full(length)?,
                 };
                 filled.insert(idx, moved);
             }
@@ -80,19 +79,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         filled.retain(|&slot, _| slot < length);
         let mut originals = Vec::with_capacity(filled.len());
         for &slot in filled.keys() {
-            originals.push((slot, self.files.read_entry(slot)?));
+            originals.push((slot, self.files.read_full(slot)?));
         }
-        let log = UndoLog {
-            header,
+        let log = undo::Log {
+            head,
             entries: originals,
         };
         self.write_undo(&log)?;
 
-        let new = Header { length, ..header };
+        let new = loaderx_format::Head { length, ..head };
         let applied = filled
             .iter()
-            .try_for_each(|(&slot, loc)| self.files.write_entry(slot, loc, "write table"))
-            .and_then(|()| self.files.write_header(&new, "write header"))
+            .try_for_each(|(&slot, entry)| self.files.write_full(slot, entry, "write table"))
+            .and_then(|()| self.files.write_head(&new, "write header"))
             .and_then(|()| self.files.sync(FileId::Meta));
         if let Err(e) = applied {
             // Put back what was overwritten; if even that fails, the undo log

@@ -131,6 +131,20 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
+    /// Records that do not fit the store's schema (format v2: a dense
+    /// store's item size, a ragged record's dimensions, a codec the store
+    /// cannot use). Code -4, like other record size errors.
+    Schema {
+        /// The store.
+        path: PathBuf,
+        /// What does not fit, with the expected and found values.
+        reason: String,
+    },
+    /// A store already exists where a new one was to be created. Code -2.
+    Exists {
+        /// The store's directory.
+        path: PathBuf,
+    },
 }
 
 /// Shorthand for results of this crate.
@@ -253,9 +267,10 @@ impl Error {
             Error::Io { .. }
             | Error::ReadOnly { .. }
             | Error::Locked { .. }
-            | Error::Poisoned { .. } => ErrorCode::Io,
+            | Error::Poisoned { .. }
+            | Error::Exists { .. } => ErrorCode::Io,
             Error::IndexOutOfRange { .. } => ErrorCode::IndexOutOfRange,
-            Error::RecordSize { .. } => ErrorCode::RecordSize,
+            Error::RecordSize { .. } | Error::Schema { .. } => ErrorCode::RecordSize,
             Error::Full { .. } => ErrorCode::Full,
             Error::BufferTooSmall { .. }
             | Error::RecordLength { .. }
@@ -278,7 +293,7 @@ impl Error {
         match err {
             FormatError::BadEntry { entry, reason } => Error::Corrupt {
                 path: path.into(),
-                entry: u64::from(entry),
+                entry,
                 reason: reason.to_string(),
             },
             other => Error::NotAStore {
@@ -290,6 +305,8 @@ impl Error {
 }
 
 impl fmt::Display for Error {
+    // One arm per variant: long, but flat.
+    #[allow(clippy::too_many_lines)]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::OutOfMemory { bytes } => write!(f, "out of memory allocating {bytes} bytes"),
@@ -383,6 +400,18 @@ impl fmt::Display for Error {
             Error::NotAStore { path, reason } => {
                 write!(f, "not a loaderx store: {}: {reason}", path.display())
             }
+            Error::Schema { path, reason } => {
+                write!(
+                    f,
+                    "does not fit the store's schema: {}: {reason}",
+                    path.display()
+                )
+            }
+            Error::Exists { path } => write!(
+                f,
+                "a store already exists at {}; open it instead, or choose another path",
+                path.display()
+            ),
         }
     }
 }

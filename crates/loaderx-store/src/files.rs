@@ -3,30 +3,103 @@
 //! `files.sync(FileId::Meta)?` and the error still names `…/meta.zr`.
 //!
 //! Also the `meta.zr` operations in the format's terms (read an entry, write
-//! entries, write the header), so table offsets are computed in one place
-//! ([`entry_offset`]) and entries decoded by one function
-//! ([`RecordLoc::decode`]).
+//! entries, write the header) for both format versions ([`Layout`]), so
+//! table offsets are computed in one place ([`Files::entry_at`]) and entries
+//! decoded by one function per version.
 
 use std::path::{Path, PathBuf};
 
-use loaderx_format::{ENTRY_LEN, Header, RecordLoc, entry_offset};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use loaderx_format::{
+    ENTRY_LEN, FormatError, HEADER_LEN, Head, RecordLoc, entry_offset,
+    v2::{self, HeaderV2},
+};
 
 use crate::{
     Error, Result,
     storage::{FileId, Storage},
 };
 
+/// Where `meta.zr`'s parts are, by format version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// A 16-byte header, then 16-byte entries.
+    V1,
+    /// Two header slots, the schema block, then entries of `entry_len` bytes
+    /// from `table` on, each carrying `ndim` dimensions.
+    V2 {
+        table: u64,
+        entry_len: usize,
+        ndim: usize,
+        schema_len: u32,
+        schema_crc: u32,
+    },
+}
+
+/// A table entry with its dimensions (ragged v2 stores), for operations
+/// that move entries between slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) loc: RecordLoc,
+    pub(crate) dims: [u32; v2::MAX_NDIM],
+}
+
 /// A [`Storage`] and the directory it stands for.
 #[derive(Debug)]
 pub(crate) struct Files<S> {
     storage: S,
     dir: PathBuf,
+    layout: Layout,
+    /// Sequence number of the last v2 header written.
+    sequence: AtomicU64,
 }
 
 impl<S: Storage> Files<S> {
     pub(crate) fn new(storage: S) -> Files<S> {
         let dir = storage.location().to_owned();
-        Files { storage, dir }
+        Files {
+            storage,
+            dir,
+            layout: Layout::V1,
+            sequence: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets the layout found at open (and the v2 header sequence read).
+    pub(crate) fn set_layout(&mut self, layout: Layout, sequence: u64) {
+        self.layout = layout;
+        self.sequence = AtomicU64::new(sequence);
+    }
+
+    pub(crate) fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Dimensions each entry carries.
+    pub(crate) fn entry_dims(&self) -> usize {
+        match self.layout {
+            Layout::V1 => 0,
+            Layout::V2 { ndim, .. } => ndim,
+        }
+    }
+
+    /// Bytes of one table entry.
+    pub(crate) fn entry_len(&self) -> usize {
+        match self.layout {
+            Layout::V1 => ENTRY_LEN,
+            Layout::V2 { entry_len, .. } => entry_len,
+        }
+    }
+
+    /// Byte offset of table entry `index` in `meta.zr`.
+    pub(crate) fn entry_at(&self, index: u64) -> u64 {
+        match self.layout {
+            Layout::V1 => entry_offset(index as u32),
+            Layout::V2 {
+                table, entry_len, ..
+            } => table + index * entry_len as u64,
+        }
     }
 
     /// The store's directory.
@@ -175,45 +248,214 @@ impl<S: Storage> Files<S> {
             .map_err(|e| Error::io(&self.dir, "list chunk files", e))
     }
 
-    /// Reads `meta.zr`'s header bytes (not judged).
-    pub(crate) fn read_header_bytes(&self) -> Result<[u8; loaderx_format::HEADER_LEN]> {
-        let mut buf = [0u8; loaderx_format::HEADER_LEN];
+    /// Reads `meta.zr`'s v1 header bytes (not judged).
+    pub(crate) fn read_header_bytes(&self) -> Result<[u8; HEADER_LEN]> {
+        let mut buf = [0u8; HEADER_LEN];
         self.read(FileId::Meta, 0, &mut buf, "read header")?;
         Ok(buf)
     }
 
-    /// Writes `header` at the start of `meta.zr`.
-    pub(crate) fn write_header(&self, header: &Header, op: &'static str) -> Result<()> {
-        self.write(FileId::Meta, 0, &header.encode(), op)
+    /// Writes `head` as the store's header: in place for v1, into the next
+    /// slot for v2. Made durable by the caller's sync.
+    pub(crate) fn write_head(&self, head: &Head, op: &'static str) -> Result<()> {
+        match self.layout {
+            Layout::V1 => {
+                let header = head
+                    .to_v1()
+                    .expect("a v1 store's head fits format v1 (appends check the limits)");
+                self.write(FileId::Meta, 0, &header.encode(), op)
+            }
+            Layout::V2 {
+                entry_len,
+                schema_len,
+                schema_crc,
+                ..
+            } => {
+                let header = HeaderV2 {
+                    sequence: self.sequence.load(Ordering::Acquire) + 1,
+                    head: *head,
+                    schema_len,
+                    schema_crc,
+                    entry_len: entry_len as u16,
+                };
+                self.write(FileId::Meta, header.slot_offset(), &header.encode(), op)?;
+                self.sequence.store(header.sequence, Ordering::Release);
+                Ok(())
+            }
+        }
     }
 
-    /// Reads table entry `index` without judging it.
-    pub(crate) fn read_entry(&self, index: u32) -> Result<RecordLoc> {
-        let mut buf = [0u8; ENTRY_LEN];
-        self.read(FileId::Meta, entry_offset(index), &mut buf, "read table")?;
-        Ok(RecordLoc::decode(&buf))
+    /// Reads table entry `index`: v1 entries are not judged here; a v2
+    /// entry whose own checksum fails is [`Error::Corrupt`] naming it.
+    #[inline]
+    pub(crate) fn read_entry(&self, index: u64) -> Result<RecordLoc> {
+        match self.layout {
+            Layout::V1 => {
+                let mut buf = [0u8; ENTRY_LEN];
+                self.read(FileId::Meta, self.entry_at(index), &mut buf, "read table")?;
+                Ok(RecordLoc::decode(&buf))
+            }
+            Layout::V2 { entry_len, .. } => self
+                .with_bytes(
+                    FileId::Meta,
+                    self.entry_at(index),
+                    entry_len,
+                    "read table",
+                    |b| v2::decode_entry(index, b),
+                )?
+                .map_err(|reason| {
+                    Error::format(
+                        self.path(FileId::Meta),
+                        FormatError::BadEntry {
+                            entry: index,
+                            reason,
+                        },
+                    )
+                }),
+        }
     }
 
-    /// Writes `loc` as table entry `index`.
-    pub(crate) fn write_entry(&self, index: u32, loc: &RecordLoc, op: &'static str) -> Result<()> {
-        self.write(FileId::Meta, entry_offset(index), &loc.encode(), op)
+    /// Reads entry `index` with its dimensions.
+    pub(crate) fn read_full(&self, index: u64) -> Result<Entry> {
+        let loc = self.read_entry(index)?;
+        let mut dims = [0u32; v2::MAX_NDIM];
+        let n = self.entry_dims();
+        if n > 0 {
+            self.with_bytes(
+                FileId::Meta,
+                self.entry_at(index),
+                self.entry_len(),
+                "read table",
+                |b| v2::dims_of(b, &mut dims[..n]),
+            )?;
+        }
+        Ok(Entry { loc, dims })
+    }
+
+    /// The dimensions entry `index` carries, into `out` (`entry_dims()` long).
+    pub(crate) fn read_dims(&self, index: u64, out: &mut [u32]) -> Result<()> {
+        self.with_bytes(
+            FileId::Meta,
+            self.entry_at(index),
+            self.entry_len(),
+            "read table",
+            |b| v2::dims_of(b, out),
+        )
+    }
+
+    /// Appends the encoding of `loc` (with `dims`) as entry `index` to `out`.
+    pub(crate) fn encode_entry(
+        &self,
+        index: u64,
+        loc: &RecordLoc,
+        dims: &[u32],
+        out: &mut Vec<u8>,
+    ) {
+        match self.layout {
+            Layout::V1 => out.extend_from_slice(&loc.encode()),
+            Layout::V2 { entry_len, .. } => {
+                let at = out.len();
+                out.resize(at + entry_len, 0);
+                v2::encode_entry(index, loc, dims, &mut out[at..]);
+            }
+        }
+    }
+
+    /// Writes `entry` as table entry `index`.
+    pub(crate) fn write_full(&self, index: u64, entry: &Entry, op: &'static str) -> Result<()> {
+        let mut buf = Vec::with_capacity(self.entry_len());
+        self.encode_entry(
+            index,
+            &entry.loc,
+            &entry.dims[..self.entry_dims()],
+            &mut buf,
+        );
+        self.write(FileId::Meta, self.entry_at(index), &buf, op)
+    }
+
+    /// Writes `loc` as table entry `index`, keeping the dimensions it has.
+    pub(crate) fn write_entry(&self, index: u64, loc: &RecordLoc, op: &'static str) -> Result<()> {
+        let mut entry = Entry {
+            loc: *loc,
+            dims: [0; v2::MAX_NDIM],
+        };
+        if self.entry_dims() > 0 {
+            self.read_dims(index, &mut entry.dims[..self.entry_dims()])?;
+        }
+        self.write_full(index, &entry, op)
     }
 
     /// Writes already-encoded entries as table entries `first..`, in one write.
-    pub(crate) fn write_entries(&self, first: u32, encoded: &[u8]) -> Result<()> {
-        debug_assert_eq!(encoded.len() % ENTRY_LEN, 0);
-        self.write(FileId::Meta, entry_offset(first), encoded, "write table")
+    pub(crate) fn write_entries(&self, first: u64, encoded: &[u8]) -> Result<()> {
+        debug_assert_eq!(encoded.len() % self.entry_len(), 0);
+        self.write(FileId::Meta, self.entry_at(first), encoded, "write table")
+    }
+
+    /// The v2 header to trust now: the valid slot with the larger sequence.
+    pub(crate) fn read_head_v2(&self) -> Result<Head> {
+        self.read_header_v2().map(|h| h.head)
+    }
+
+    /// The v2 header slot to trust now.
+    pub(crate) fn read_header_v2(&self) -> Result<HeaderV2> {
+        let mut a = [0u8; v2::HEADER_V2_LEN];
+        let mut b = [0u8; v2::HEADER_V2_LEN];
+        let meta_len = self.current_len(FileId::Meta)?;
+        let need = v2::SLOT_LEN + v2::HEADER_V2_LEN as u64;
+        if meta_len < need {
+            return Err(Error::format(
+                self.path(FileId::Meta),
+                FormatError::Truncated {
+                    need,
+                    have: meta_len,
+                },
+            ));
+        }
+        self.read(FileId::Meta, 0, &mut a, "read header")?;
+        self.read(FileId::Meta, v2::SLOT_LEN, &mut b, "read header")?;
+        v2::pick_header(&a, &b).map_err(|e| Error::format(self.path(FileId::Meta), e))
+    }
+
+    /// Bytes of `meta.zr` a table of `length` entries reaches.
+    pub(crate) fn table_end(&self, length: u64) -> u64 {
+        self.entry_at(length)
     }
 
     /// Calls `f` with the table entries `0..length`, decoded.
-    pub(crate) fn for_each_entry(&self, length: u32, mut f: impl FnMut(RecordLoc)) -> Result<()> {
-        let start = entry_offset(0);
-        let len = (entry_offset(length) - start) as usize;
-        self.with_bytes(FileId::Meta, start, len, "read table", |table| {
-            let (entries, _) = table.as_chunks::<ENTRY_LEN>();
-            for e in entries {
-                f(RecordLoc::decode(e));
+    pub(crate) fn for_each_entry(&self, length: u64, mut f: impl FnMut(RecordLoc)) -> Result<()> {
+        // In pieces, so a table of billions of entries is never one borrow.
+        const PIECE: u64 = 1 << 16;
+        let mut first = 0;
+        while first < length {
+            let n = PIECE.min(length - first);
+            let start = self.entry_at(first);
+            let len = (self.entry_at(first + n) - start) as usize;
+            let stride = self.entry_len();
+            let bad = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
+                for (k, e) in table.chunks_exact(stride).enumerate() {
+                    let index = first + k as u64;
+                    match self.layout {
+                        Layout::V1 => {
+                            f(RecordLoc::decode(
+                                e.first_chunk::<ENTRY_LEN>().expect("16 bytes"),
+                            ));
+                        }
+                        Layout::V2 { .. } => match v2::decode_entry(index, e) {
+                            Ok(loc) => f(loc),
+                            Err(reason) => return Some((index, reason)),
+                        },
+                    }
+                }
+                None
+            })?;
+            if let Some((entry, reason)) = bad {
+                return Err(Error::format(
+                    self.path(FileId::Meta),
+                    FormatError::BadEntry { entry, reason },
+                ));
             }
-        })
+            first += n;
+        }
+        Ok(())
     }
 }

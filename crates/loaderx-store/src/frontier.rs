@@ -1,114 +1,115 @@
-//! The counters readers trust: the published header (`length` and the write
-//! frontier) and the bytes known to exist in each chunk file.
+//! The counters readers trust: the published head (`length` and each
+//! lane's write frontier) and the bytes known to exist in each chunk file.
 //!
 //! A writer stores them with release ordering after the bytes and table
 //! entries they cover are written; a reader loads them with acquire ordering
 //! and never looks past them. That is the whole of the read path's
 //! synchronisation (docs/ARCHITECTURE.md, "Concurrency").
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use loaderx_format::{Header, MAX_CHUNKS};
+use loaderx_format::{Head, MAX_LANES, Tail};
 
-/// The published header: what a reader that starts now sees.
+use crate::slots::Slots;
+
+/// The published head: what a reader that starts now sees.
 #[derive(Debug)]
 pub(crate) struct Frontier {
     /// `length`: entries below it are committed.
-    len: AtomicU32,
-    /// The write frontier, `tail_chunk << 32 | tail_offset`, so one load sees
-    /// a consistent pair.
-    tail: AtomicU64,
+    len: AtomicU64,
+    /// Each lane's write frontier, [`Tail::pack`]ed, so one load sees a
+    /// consistent pair.
+    tails: [AtomicU64; MAX_LANES],
+    /// Lanes in use (fixed for the life of a store).
+    lanes: u8,
 }
 
 impl Frontier {
-    pub(crate) fn new(header: &Header) -> Frontier {
+    pub(crate) fn new(head: &Head) -> Frontier {
         Frontier {
-            len: AtomicU32::new(header.length),
-            tail: AtomicU64::new(pack_tail(header.tail_chunk, header.tail_offset)),
+            len: AtomicU64::new(head.length),
+            tails: std::array::from_fn(|l| AtomicU64::new(head.tails[l].pack())),
+            lanes: head.lanes,
         }
     }
 
     /// Committed records.
-    pub(crate) fn len(&self) -> u32 {
+    pub(crate) fn len(&self) -> u64 {
         self.len.load(Ordering::Acquire)
     }
 
-    /// The chunk holding the write frontier.
-    pub(crate) fn tail_chunk(&self) -> u16 {
-        unpack_tail(self.tail.load(Ordering::Acquire)).0
+    /// The published head.
+    pub(crate) fn head(&self) -> Head {
+        let length = self.len();
+        let mut head = Head::empty(self.lanes);
+        head.length = length;
+        for l in 0..usize::from(self.lanes) {
+            head.tails[l] = Tail::unpack(self.tails[l].load(Ordering::Acquire));
+        }
+        head
     }
 
-    /// The published header.
-    pub(crate) fn header(&self) -> Header {
-        let length = self.len();
-        let (tail_chunk, tail_offset) = unpack_tail(self.tail.load(Ordering::Acquire));
-        Header {
-            tail_chunk,
-            tail_offset,
-            length,
+    /// Publishes `head`'s frontiers, then its length (an append's order: a
+    /// reader that sees the new length also sees the frontiers that cover it).
+    pub(crate) fn publish(&self, head: &Head) {
+        self.publish_tails(head);
+        self.publish_len(head.length);
+    }
+
+    /// Publishes `head`'s frontiers alone.
+    pub(crate) fn publish_tails(&self, head: &Head) {
+        for l in 0..usize::from(self.lanes) {
+            self.tails[l].store(head.tails[l].pack(), Ordering::Release);
         }
     }
 
-    /// Publishes `header`'s frontier, then its length (an append's order: a
-    /// reader that sees the new length also sees the frontier that covers it).
-    pub(crate) fn publish(&self, header: &Header) {
-        self.publish_tail(header);
-        self.publish_len(header.length);
-    }
-
-    /// Publishes `header`'s frontier alone.
-    pub(crate) fn publish_tail(&self, header: &Header) {
-        self.tail.store(
-            pack_tail(header.tail_chunk, header.tail_offset),
-            Ordering::Release,
-        );
-    }
-
     /// Publishes a new length alone.
-    pub(crate) fn publish_len(&self, length: u32) {
+    pub(crate) fn publish_len(&self, length: u64) {
         self.len.store(length, Ordering::Release);
     }
-}
-
-fn pack_tail(chunk: u16, offset: u32) -> u64 {
-    (u64::from(chunk) << 32) | u64::from(offset)
-}
-
-fn unpack_tail(packed: u64) -> (u16, u32) {
-    ((packed >> 32) as u16, packed as u32)
 }
 
 /// Bytes known to exist in each chunk file: measured at open, grown by our
 /// own writes. Reads never go past them, so a file cut short behind our back
 /// cannot make a read of a mapping run past its end (SIGBUS).
 #[derive(Debug)]
-pub(crate) struct ChunkLens(Box<[AtomicU64]>);
+pub(crate) struct ChunkLens(Slots<AtomicU64>);
+
+/// Flag bit of a measured chunk (lengths stay far below it).
+const KNOWN: u64 = 1 << 63;
 
 impl ChunkLens {
     pub(crate) fn new() -> ChunkLens {
-        ChunkLens((0..MAX_CHUNKS).map(|_| AtomicU64::new(0)).collect())
+        ChunkLens(Slots::new())
     }
 
     fn slot(&self, chunk: u32) -> &AtomicU64 {
-        // Ids come from validated entries or the header; the modulo keeps an
-        // unvalidated one from indexing out of bounds (it cannot be valid).
-        &self.0[chunk as usize % MAX_CHUNKS as usize]
+        self.0.get(chunk)
     }
 
-    /// The known length of `chunk`.
+    /// The known length of `chunk` (0 for a chunk never measured).
     pub(crate) fn get(&self, chunk: u32) -> u64 {
-        self.slot(chunk).load(Ordering::Acquire)
+        self.0
+            .peek(chunk)
+            .map_or(0, |l| l.load(Ordering::Acquire) & !KNOWN)
+    }
+
+    /// Whether `chunk` was measured (opened) by this handle.
+    pub(crate) fn is_known(&self, chunk: u32) -> bool {
+        self.0
+            .peek(chunk)
+            .is_some_and(|l| l.load(Ordering::Acquire) & KNOWN != 0)
     }
 
     /// Replaces the known length of `chunk`. Only for callers that no append
     /// can race: open, and exclusive (`&mut`) operations.
     pub(crate) fn set(&self, chunk: u32, len: u64) {
-        self.slot(chunk).store(len, Ordering::Release);
+        self.slot(chunk).store(len | KNOWN, Ordering::Release);
     }
 
     /// Records that `chunk` now holds at least `end` bytes.
     pub(crate) fn grow(&self, chunk: u32, end: u64) {
-        self.slot(chunk).fetch_max(end, Ordering::AcqRel);
+        self.slot(chunk).fetch_max(end | KNOWN, Ordering::AcqRel);
     }
 }
 
@@ -117,17 +118,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_frontier_round_trips_through_one_word() {
-        let header = Header {
-            tail_chunk: 4095,
-            tail_offset: u32::MAX,
-            length: 1 << 24,
+    fn the_frontier_round_trips() {
+        let mut head = Head::empty(3);
+        head.length = 1 << 40;
+        head.tails[2] = Tail {
+            chunk: 5,
+            offset: u32::MAX,
         };
-        let frontier = Frontier::new(&Header::default());
-        assert_eq!(frontier.header(), Header::default());
-        frontier.publish(&header);
-        assert_eq!(frontier.header(), header);
-        assert_eq!(frontier.tail_chunk(), 4095);
+        let frontier = Frontier::new(&Head::empty(3));
+        assert_eq!(frontier.head(), Head::empty(3));
+        frontier.publish(&head);
+        assert_eq!(frontier.head(), head);
         frontier.publish_len(3);
         assert_eq!(frontier.len(), 3);
     }

@@ -29,7 +29,7 @@ fn decode_cost(codec: CodecTag) -> u64 {
     match codec {
         CodecTag::RAW => 1,
         CodecTag::LZ4 => 4,
-        CodecTag::ZSTD => 20,
+        CodecTag::ZSTD | CodecTag::ZSTD_DICT => 20,
         _ => 64,
     }
 }
@@ -84,8 +84,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if idxs.is_empty() {
             return Ok(());
         }
-        let header = self.header();
-        self.check_meta_len(&header)?;
+        let head = self.head();
+        self.check_meta_len(&head)?;
         let mut locs: Vec<(usize, RecordLoc)> = Vec::new();
         locs.try_reserve_exact(idxs.len())
             .map_err(|_| Error::OutOfMemory {
@@ -93,7 +93,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             })?;
         let mut work = 0u64;
         for (i, &idx) in idxs.iter().enumerate() {
-            let loc = self.entry(idx, &header)?;
+            let loc = self.entry(idx, &head)?;
             let len = u64::from(loc.logic_length);
             let at = match place {
                 Placement::Strided(stride) => {
@@ -163,7 +163,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// record's bytes are still there: a chunk file truncated behind our back
     /// must give an error, not a SIGBUS. One `fstat` per distinct chunk.
     fn check_chunks_still_hold(&self, idxs: &[u64], locs: &[(usize, RecordLoc)]) -> Result<()> {
-        let mut seen: Vec<(u16, u64)> = Vec::new();
+        let mut seen: Vec<(u32, u64)> = Vec::new();
         for (i, (_, loc)) in locs.iter().enumerate() {
             let len = if let Some(&(_, len)) = seen.iter().find(|(c, _)| *c == loc.chunk_id) {
                 len
@@ -174,7 +174,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             };
             if loc.end() > len {
                 return Err(Error::Corrupt {
-                    path: self.file_path(crate::storage::FileId::Chunk(u32::from(loc.chunk_id))),
+                    path: self.file_path(crate::storage::FileId::Chunk(loc.chunk_id)),
                     entry: idxs[i],
                     reason: format!(
                         "bytes end at {}, past the end of chunk file {}.zr ({len} bytes)",

@@ -60,11 +60,15 @@ mod gather;
 mod lock;
 mod open;
 mod parallel;
+mod slots;
 pub mod storage;
 mod store;
 mod undo;
 
-pub use codec::{Codec, CodecId, DecodeError, Deflate, Lz4, Raw, Zstd};
+pub use codec::{
+    Codec, CodecId, DEFAULT_DICT_SIZE, DecodeError, Deflate, Lz4, MAX_DICT_SIZE, Raw, TrainError,
+    Zstd, ZstdDictionary, train_dictionary,
+};
 pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;
 pub use loaderx_format::{MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS};

@@ -8,11 +8,14 @@ use std::{
     sync::{Mutex, atomic::AtomicBool},
 };
 
-use loaderx_format::{CHUNK_CAPACITY, FormatError, HEADER_LEN, Header, META_LEN};
+use loaderx_format::{
+    CHUNK_CAPACITY, FormatError, HEADER_LEN, Head, Header, MAX_LANES, META_LEN,
+    v2::{self, HeaderV2, Schema},
+};
 
 use crate::{
-    Codec, Error, Result, Store,
-    files::Files,
+    Codec, Error, Result, Store, ZstdDictionary,
+    files::{Files, Layout},
     frontier::{ChunkLens, Frontier},
     lock::StoreLock,
     storage::{FileId, FileStorage, Storage},
@@ -30,6 +33,14 @@ pub struct OpenOptions {
     /// Always 4 GiB in real stores; smaller values exist so tests can exercise
     /// rollover without writing gigabytes.
     pub chunk_capacity: u64,
+    /// Write lanes of a store created by [`Store::create_v2`] (`1..=16`):
+    /// appends spread their bytes over this many chunk files, written at
+    /// once. Ignored when opening an existing store (it keeps its own).
+    pub lanes: u8,
+    /// Check the CRC32C of raw records on every gather too (format v2).
+    /// Compressed records are always checked; raw ones would cost a second
+    /// pass over their bytes, so this is off by default (`docs/FORMAT.md`).
+    pub check_raw: bool,
 }
 
 impl Default for OpenOptions {
@@ -38,6 +49,8 @@ impl Default for OpenOptions {
             read_only: false,
             create: true,
             chunk_capacity: CHUNK_CAPACITY,
+            lanes: 1,
+            check_raw: false,
         }
     }
 }
@@ -128,9 +141,51 @@ impl<C: Codec> Store<C, FileStorage> {
             Err(e) => return Err(Error::io(path, "stat", e)),
         }
         Self::open_locked(
-            FileStorage::new(path, options.read_only),
+            FileStorage::with_chunk_capacity(path, options.read_only, options.chunk_capacity),
             options,
             Some(path),
+            None,
+        )
+    }
+
+    /// Creates a new format v2 store at `path` holding records of `schema`
+    /// (the directory is created when absent), and opens it.
+    ///
+    /// # Errors
+    /// [`Error::Exists`] when `path` already holds a store,
+    /// [`Error::NotAStore`] for a schema that breaks the format's rules or
+    /// a bad lane count or dictionary, [`Error::Io`] when a file cannot be
+    /// created.
+    pub fn create_v2(
+        path: impl AsRef<Path>,
+        schema: &Schema,
+        options: OpenOptions,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        if options.read_only {
+            return Err(Error::ReadOnly {
+                path: path.to_owned(),
+                op: "create",
+            });
+        }
+        match fs::metadata(path) {
+            Ok(md) if !md.is_dir() => {
+                return Err(Error::NotAStore {
+                    path: path.to_owned(),
+                    reason: "the path is a file, not a store directory".into(),
+                });
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir_all(path).map_err(|e| Error::io(path, "create directory", e))?;
+            }
+            Err(e) => return Err(Error::io(path, "stat", e)),
+        }
+        Self::open_locked(
+            FileStorage::with_chunk_capacity(path, false, options.chunk_capacity),
+            options,
+            Some(path),
+            Some(schema),
         )
     }
 }
@@ -147,12 +202,25 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// `meta.zr`, a missing chunk file or a pending undo log on a read-only
     /// open; [`Error::Io`] when the storage fails.
     pub fn open_in(storage: S, options: OpenOptions) -> Result<Self> {
-        Self::open_locked(storage, options, None)
+        Self::open_locked(storage, options, None, None)
+    }
+
+    /// [`create_v2`](Store::create_v2) on `storage`.
+    ///
+    /// # Errors
+    /// As [`create_v2`](Store::create_v2).
+    pub fn create_v2_in(storage: S, schema: &Schema, options: OpenOptions) -> Result<Self> {
+        Self::open_locked(storage, options, None, Some(schema))
     }
 
     /// Opens (or creates) the store, taking the locks between handles on
     /// the files in `lock_dir` when given.
-    fn open_locked(storage: S, options: OpenOptions, lock_dir: Option<&Path>) -> Result<Self> {
+    fn open_locked(
+        storage: S,
+        options: OpenOptions,
+        lock_dir: Option<&Path>,
+        new: Option<&Schema>,
+    ) -> Result<Self> {
         let mut files = Files::new(storage);
         let read_only = options.read_only || files.is_read_only();
         if options.chunk_capacity == 0 || options.chunk_capacity > CHUNK_CAPACITY {
@@ -164,15 +232,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 ),
             });
         }
-        if !files.exists(FileId::Meta)? {
+        if let Some(schema) = new {
+            // Atomic on its own: no lock needed (and none can be taken on a
+            // file that does not exist yet).
+            if files.exists(FileId::Meta)? || !create_v2(&files, schema, options.lanes)? {
+                return Err(Error::Exists {
+                    path: files.dir().to_owned(),
+                });
+            }
+        } else if !files.exists(FileId::Meta)? {
             if !options.create || read_only {
                 return Err(Error::NotAStore {
                     path: files.dir().to_owned(),
                     reason: "meta.zr is missing".into(),
                 });
             }
-            // Atomic on its own: no lock needed (and none can be taken on a
-            // file that does not exist yet).
             create(&files)?;
         }
         let lock = match lock_dir {
@@ -185,19 +259,36 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 reason: "meta.zr is missing".into(),
             });
         }
+        // The schema never changes once created: read it (and so the
+        // table's layout) before recovery, which needs the layout.
+        let schema = read_layout(&mut files)?;
+        let dictionary = match schema.as_ref().and_then(|s| s.dictionary.as_deref()) {
+            Some(bytes) => Some(ZstdDictionary::new(bytes).map_err(|e| Error::NotAStore {
+                path: files.path(FileId::Meta),
+                reason: format!("damaged zstd dictionary in the schema block: {e}"),
+            })?),
+            None => None,
+        };
         undo::recover(&mut files, read_only, lock.as_ref())?;
         let meta_len = files.current_len(FileId::Meta)?;
-        let header = read_header(&files, meta_len)?;
+        let head = read_head(&mut files, meta_len)?;
         let chunk_lens = ChunkLens::new();
-        for id in 0..=u32::from(header.tail_chunk) {
+        // Format v1 opens every chunk now (at most 4096); v2 only the lanes'
+        // tails, the rest on first touch.
+        let eager: Vec<u32> = match files.layout() {
+            Layout::V1 => head.chunks().collect(),
+            Layout::V2 { .. } => head.lane_tails().iter().map(|t| t.chunk).collect(),
+        };
+        for id in eager {
             let file = FileId::Chunk(id);
             let Some(len) = files.open(file)? else {
+                let says = match files.layout() {
+                    Layout::V1 => format!("chunks 0..={} exist", head.tails[0].chunk),
+                    Layout::V2 { .. } => "it exists".to_owned(),
+                };
                 return Err(Error::NotAStore {
                     path: files.path(file),
-                    reason: format!(
-                        "chunk file is missing (the header says chunks 0..={} exist)",
-                        header.tail_chunk
-                    ),
+                    reason: format!("chunk file is missing (the header says {says})"),
                 });
             };
             chunk_lens.set(id, len);
@@ -205,8 +296,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(Store {
             files,
             capacity: options.chunk_capacity,
-            frontier: Frontier::new(&header),
-            committed: Mutex::new(header),
+            frontier: Frontier::new(&head),
+            committed: Mutex::new(head),
+            schema,
+            check_raw: options.check_raw,
+            dictionary,
             owner: std::process::id(),
             chunk_lens,
             append_lock: Mutex::new(()),
@@ -245,24 +339,151 @@ fn create<S: Storage>(files: &Files<S>) -> Result<()> {
     Ok(())
 }
 
-/// Reads the header of an existing `meta.zr` of `meta_len` bytes and checks
-/// it: magic, version, limits, and that the file holds the table it claims.
-fn read_header<S: Storage>(files: &Files<S>, meta_len: u64) -> Result<Header> {
+/// Creates an empty format v2 store: chunks `0..lanes`, then `meta.zr`
+/// (header slot 0, the schema block) published atomically. Whether this
+/// call created it (`false`: another creator got there first).
+fn create_v2<S: Storage>(files: &Files<S>, schema: &Schema, lanes: u8) -> Result<bool> {
+    let refuse = |reason: String| Error::NotAStore {
+        path: files.dir().to_owned(),
+        reason,
+    };
+    schema.check().map_err(|e| refuse(e.to_string()))?;
+    if lanes == 0 || usize::from(lanes) > MAX_LANES {
+        return Err(refuse(format!(
+            "{lanes} write lanes is outside 1..={MAX_LANES}"
+        )));
+    }
+    if let Some(d) = &schema.dictionary {
+        ZstdDictionary::new(d)
+            .map_err(|e| refuse(format!("the zstd dictionary is not usable: {e}")))?;
+    }
+    for id in files.chunk_ids()? {
+        if files.open(FileId::Chunk(id))?.unwrap_or(0) > 0 {
+            return Err(refuse(format!(
+                "meta.zr is missing but chunk file {id}.zr holds bytes; refusing to create a new store over it"
+            )));
+        }
+    }
+    for id in 0..u32::from(lanes) {
+        files.create(FileId::Chunk(id), 0)?;
+        files.sync(FileId::Chunk(id))?;
+    }
+    let block = schema.encode();
+    let schema_len =
+        u32::try_from(block.len()).map_err(|_| refuse("schema block too large".into()))?;
+    let header = HeaderV2 {
+        sequence: 0,
+        head: Head::empty(lanes),
+        schema_len,
+        schema_crc: v2::crc32c(&block),
+        entry_len: v2::entry_len(schema.entry_dims()) as u16,
+    };
+    let table = v2::table_offset(schema_len);
+    let mut image = vec![0u8; table as usize];
+    image[..v2::HEADER_V2_LEN].copy_from_slice(&header.encode());
+    image[v2::SCHEMA_OFFSET as usize..][..block.len()].copy_from_slice(&block);
+    files.create_meta(&image, table)
+}
+
+/// Reads which format `meta.zr` holds and, for v2, its schema block, and
+/// sets the table layout; returns the schema (`None` for v1).
+fn read_layout<S: Storage>(files: &mut Files<S>) -> Result<Option<Schema>> {
+    let meta = files.path(FileId::Meta);
     let refuse = |e| Error::format(files.path(FileId::Meta), e);
-    if meta_len < HEADER_LEN as u64 {
+    let meta_len = files.current_len(FileId::Meta)?;
+    if meta_len < 6 {
         return Err(refuse(FormatError::Truncated {
             need: HEADER_LEN as u64,
             have: meta_len,
         }));
     }
-    let header = Header::decode(&files.read_header_bytes()?).map_err(refuse)?;
-    header.check_limits().map_err(refuse)?;
-    let need = header.table_end();
+    let mut start = [0u8; 6];
+    files.read(FileId::Meta, 0, &mut start, "read header")?;
+    if u16::from_le_bytes([start[4], start[5]]) != v2::VERSION_V2 {
+        return Ok(None);
+    }
+    let header = pick_slots(files, meta_len).map_err(|e| match e {
+        Error::NotAStore { path, reason } => Error::NotAStore {
+            path,
+            reason: format!(
+                "a format version 2 header, but neither header slot is valid: {reason}"
+            ),
+        },
+        other => other,
+    })?;
+    let table = v2::table_offset(header.schema_len);
+    if meta_len < table {
+        return Err(refuse(FormatError::Truncated {
+            need: table,
+            have: meta_len,
+        }));
+    }
+    let mut block = vec![0u8; header.schema_len as usize];
+    files.read(FileId::Meta, v2::SCHEMA_OFFSET, &mut block, "read schema")?;
+    let schema = Schema::decode(&block, header.schema_crc).map_err(|e| Error::NotAStore {
+        path: meta.clone(),
+        reason: e.to_string(),
+    })?;
+    let ndim = schema.entry_dims();
+    if usize::from(header.entry_len) != v2::entry_len(ndim) {
+        return Err(Error::NotAStore {
+            path: meta,
+            reason: format!(
+                "header says table entries are {} bytes; the schema needs {}",
+                header.entry_len,
+                v2::entry_len(ndim)
+            ),
+        });
+    }
+    files.set_layout(
+        Layout::V2 {
+            table,
+            entry_len: usize::from(header.entry_len),
+            ndim,
+            schema_len: header.schema_len,
+            schema_crc: header.schema_crc,
+        },
+        header.sequence,
+    );
+    Ok(Some(schema))
+}
+
+/// The v2 header to trust: the valid slot with the larger sequence.
+fn pick_slots<S: Storage>(files: &Files<S>, _meta_len: u64) -> Result<HeaderV2> {
+    files.read_header_v2()
+}
+
+/// Reads the head of an existing `meta.zr` of `meta_len` bytes and checks
+/// it: magic, version, limits, checksums (v2), and that the file holds the
+/// table it claims.
+fn read_head<S: Storage>(files: &mut Files<S>, meta_len: u64) -> Result<Head> {
+    let meta = files.path(FileId::Meta);
+    let refuse = |e| Error::format(meta.clone(), e);
+    let head = match files.layout() {
+        Layout::V1 => {
+            if meta_len < HEADER_LEN as u64 {
+                return Err(refuse(FormatError::Truncated {
+                    need: HEADER_LEN as u64,
+                    have: meta_len,
+                }));
+            }
+            let header = Header::decode(&files.read_header_bytes()?).map_err(refuse)?;
+            header.check_limits().map_err(refuse)?;
+            Head::from(header)
+        }
+        Layout::V2 { .. } => {
+            let header = pick_slots(files, meta_len)?;
+            let layout = files.layout();
+            files.set_layout(layout, header.sequence);
+            header.head
+        }
+    };
+    let need = files.table_end(head.length);
     if meta_len < need {
         return Err(refuse(FormatError::Truncated {
             need,
             have: meta_len,
         }));
     }
-    Ok(header)
+    Ok(head)
 }

@@ -12,7 +12,7 @@ use std::{
     },
 };
 
-use loaderx_format::{FormatError, Header, RecordLoc};
+use loaderx_format::{FormatError, Head, RecordLoc, Rules, v2::Schema};
 
 use crate::{
     Codec, CodecId, Deflate, Error, Result,
@@ -57,12 +57,19 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     pub(crate) files: Files<S>,
     /// Bytes a chunk holds before appends roll over (`OpenOptions::chunk_capacity`).
     pub(crate) capacity: u64,
-    /// The published header readers trust.
+    /// The published head readers trust.
     pub(crate) frontier: Frontier,
-    /// The header on disk: what the last commit made durable. Appends past
+    /// The head on disk: what the last commit made durable. Appends past
     /// it are pending until the next commit. Guarded by `append_lock`'s
     /// holders (appends and commits) and `&mut self` (delete, compact).
-    pub(crate) committed: Mutex<Header>,
+    pub(crate) committed: Mutex<Head>,
+    /// Format v2's schema (`None` for a v1 store).
+    pub(crate) schema: Option<Schema>,
+    /// Whether gathers check the CRC32C of raw records too (compressed
+    /// records are always checked in format v2).
+    pub(crate) check_raw: bool,
+    /// The store's zstd dictionary, prepared once (v2 `zstd_dict` stores).
+    pub(crate) dictionary: Option<crate::codec::ZstdDictionary>,
     /// The process that opened the handle: a forked child's copy must not
     /// commit its parent's pending appends when it is dropped.
     pub(crate) owner: u32,
@@ -111,7 +118,26 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Number of live records; the index space is `0..len()`.
     pub fn len(&self) -> u64 {
-        u64::from(self.frontier.len())
+        self.frontier.len()
+    }
+
+    /// The on-disk format version: 1 (loaderx 0.5.x's) or 2.
+    pub fn format_version(&self) -> u16 {
+        if self.schema.is_some() { 2 } else { 1 }
+    }
+
+    /// The schema of a format v2 store (`None` for v1).
+    pub fn schema(&self) -> Option<&Schema> {
+        self.schema.as_ref()
+    }
+
+    /// The rules entries are judged by.
+    pub(crate) fn rules(&self) -> Rules {
+        if self.schema.is_some() {
+            Rules::V2
+        } else {
+            Rules::V1
+        }
     }
 
     /// Whether the store holds no records.
@@ -124,9 +150,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.files.storage()
     }
 
-    /// The published header: what a reader that starts now sees.
-    pub(crate) fn header(&self) -> Header {
-        self.frontier.header()
+    /// The published head: what a reader that starts now sees.
+    pub(crate) fn head(&self) -> Head {
+        self.frontier.head()
     }
 
     /// Where `file` lives, for error messages.
@@ -136,8 +162,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Checks that `meta.zr` still holds the table `header` describes: a file
     /// truncated behind our back must give an error, not a SIGBUS.
-    pub(crate) fn check_meta_len(&self, header: &Header) -> Result<()> {
-        let need = header.table_end();
+    pub(crate) fn check_meta_len(&self, head: &Head) -> Result<()> {
+        let need = self.files.table_end(head.length);
         let have = self.files.current_len(FileId::Meta)?;
         if have < need {
             return Err(Error::format(
@@ -153,15 +179,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// (someone may have cut the file). Not stored back: a concurrent append
     /// may be growing the file between the `stat` and the store, and lowering
     /// the shared value then would hide its records from later readers.
-    pub(crate) fn current_chunk_len(&self, id: u16) -> Result<u64> {
-        let known = self.chunk_lens.get(u32::from(id));
-        let now = self.files.current_len(FileId::Chunk(u32::from(id)))?;
+    pub(crate) fn current_chunk_len(&self, id: u32) -> Result<u64> {
+        let known = self.chunk_lens.get(id);
+        let now = self.files.current_len(FileId::Chunk(id))?;
         Ok(known.min(now))
     }
 
     /// Creates the chunk files `ids` (new ones past the frontier) and records
     /// their lengths.
-    pub(crate) fn create_chunks(&self, ids: std::ops::RangeInclusive<u32>) -> Result<()> {
+    pub(crate) fn create_chunks(&self, ids: impl IntoIterator<Item = u32>) -> Result<()> {
         for id in ids {
             let len = self.files.create(FileId::Chunk(id), 0)?;
             self.chunk_lens.set(id, len);
@@ -171,26 +197,47 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Writes `bytes` at `offset` of chunk `chunk` and records that the file
     /// now reaches their end.
-    pub(crate) fn write_chunk(&self, chunk: u16, offset: u32, bytes: &[u8]) -> Result<()> {
-        let file = FileId::Chunk(u32::from(chunk));
+    pub(crate) fn write_chunk(&self, chunk: u32, offset: u32, bytes: &[u8]) -> Result<()> {
+        let file = FileId::Chunk(chunk);
         self.files.write(file, u64::from(offset), bytes, "write")?;
         self.chunk_lens
-            .grow(u32::from(chunk), u64::from(offset) + bytes.len() as u64);
+            .grow(chunk, u64::from(offset) + bytes.len() as u64);
         Ok(())
     }
 
-    /// Reads and validates the entry of live record `index` against `header`.
-    pub(crate) fn entry(&self, index: u64, header: &Header) -> Result<RecordLoc> {
-        if index >= u64::from(header.length) {
+    /// Opens chunk `id` if this handle has not yet (chunks are opened on
+    /// first touch) and records its length.
+    pub(crate) fn touch_chunk(&self, id: u32) -> Result<()> {
+        if self.chunk_lens.is_known(id) {
+            return Ok(());
+        }
+        match self.files.open(FileId::Chunk(id))? {
+            Some(len) => {
+                self.chunk_lens.grow(id, len);
+                Ok(())
+            }
+            None => Err(Error::NotAStore {
+                path: self.file_path(FileId::Chunk(id)),
+                reason: "chunk file is missing (the header says it exists)".into(),
+            }),
+        }
+    }
+
+    /// Reads and validates the entry of live record `index` against `head`.
+    #[inline]
+    pub(crate) fn entry(&self, index: u64, head: &Head) -> Result<RecordLoc> {
+        if index >= head.length {
             return Err(Error::IndexOutOfRange {
                 index,
-                len: u64::from(header.length),
+                len: head.length,
             });
         }
-        let index = index as u32;
         let loc = self.files.read_entry(index)?;
-        let file_len = self.chunk_lens.get(u32::from(loc.chunk_id));
-        loaderx_format::validate_entry(index, &loc, header, file_len)
+        if head.has_chunk(loc.chunk_id) {
+            self.touch_chunk(loc.chunk_id)?;
+        }
+        let file_len = self.chunk_lens.get(loc.chunk_id);
+        loaderx_format::validate_entry(index, &loc, head, file_len, self.rules())
             .map_err(|e| Error::format(self.file_path(FileId::Meta), e))?;
         Ok(loc)
     }
@@ -209,10 +256,36 @@ impl<C: Codec, S: Storage> Store<C, S> {
             });
         }
         self.check_usable()?;
-        let header = self.header();
-        self.check_meta_len(&header)?;
+        let head = self.head();
+        self.check_meta_len(&head)?;
         for (&idx, slot) in idxs.iter().zip(out.iter_mut()) {
-            *slot = self.entry(idx, &header)?.logic_length;
+            *slot = self.entry(idx, &head)?.logic_length;
+        }
+        Ok(())
+    }
+
+    /// The dimensions of each record in `idxs` (ragged v2 stores), record
+    /// `i`'s at `out[i · ndim ..][.. ndim]`.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `out` is not `idxs.len() · ndim` long
+    /// or the store keeps no dimensions, [`Error::IndexOutOfRange`], or a
+    /// damaged entry.
+    pub fn dims(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
+        let ndim = self.files.entry_dims();
+        if ndim == 0 || out.len() != idxs.len() * ndim {
+            return Err(Error::LengthMismatch {
+                what: "dims output (records × rank of a ragged store)",
+                expected: idxs.len() * ndim.max(1),
+                found: out.len(),
+            });
+        }
+        self.check_usable()?;
+        let head = self.head();
+        self.check_meta_len(&head)?;
+        for (&idx, slot) in idxs.iter().zip(out.chunks_exact_mut(ndim)) {
+            self.entry(idx, &head)?;
+            self.files.read_dims(idx, slot)?;
         }
         Ok(())
     }
@@ -227,16 +300,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check_usable()?;
-        let header = self.header();
-        self.check_meta_len(&header)?;
+        let head = self.head();
+        self.check_meta_len(&head)?;
         let mut live_bytes = 0u64;
-        self.files.for_each_entry(header.length, |loc| {
+        self.files.for_each_entry(head.length, |loc| {
             live_bytes += u64::from(loc.phys_length);
         })?;
-        let chunk_bytes =
-            u64::from(header.tail_chunk) * self.capacity + u64::from(header.tail_offset);
+        let chunk_bytes = head.used_bytes(self.capacity);
         Ok(Stats {
-            records: u64::from(header.length),
+            records: head.length,
             live_bytes,
             chunk_bytes,
             reclaimable: chunk_bytes.saturating_sub(live_bytes),
@@ -270,25 +342,34 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .committed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let header = self.header();
-        if header == *committed {
+        let head = self.head();
+        if head == *committed {
             return Ok(());
         }
         if let Some(lock) = &self.lock {
             lock.writer()?;
         }
-        let first = u32::from(committed.tail_chunk);
-        self.files
-            .sync_all((first..=u32::from(header.tail_chunk)).map(FileId::Chunk))?;
-        if header.tail_chunk > committed.tail_chunk {
+        // Every chunk written since the last commit: each lane's, from its
+        // committed tail to its tail now.
+        let lanes = u32::from(head.lanes);
+        let mut new_chunks = false;
+        for (old, new) in committed.lane_tails().iter().zip(head.lane_tails()) {
+            self.files.sync_all(
+                (old.chunk..=new.chunk)
+                    .step_by(lanes as usize)
+                    .map(FileId::Chunk),
+            )?;
+            new_chunks |= new.chunk > old.chunk;
+        }
+        if new_chunks {
             // New chunk files: their names must be durable before a durable
             // header names them.
             self.files.sync_dir()?;
         }
         self.files.sync(FileId::Meta)?;
-        self.files.write_header(&header, "write header")?;
+        self.files.write_head(&head, "write header")?;
         self.files.sync(FileId::Meta)?;
-        *committed = header;
+        *committed = head;
         Ok(())
     }
 
@@ -312,60 +393,132 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .committed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.header() != *committed
+        self.head() != *committed
     }
 
     /// Checks the whole store: every table entry against the format's rules
-    /// and the chunk files' lengths, and that every record decodes.
+    /// and the chunk files' lengths, that every record decodes, and in
+    /// format v2 every entry's and record's checksum.
     ///
     /// # Errors
     /// The first problem found: [`Error::Corrupt`] naming the entry, or
     /// [`Error::NotAStore`] for a damaged header.
     pub fn verify(&self) -> Result<()> {
-        // The published header, not the bytes on disk (which a concurrent
+        self.scan(true).map(|_| ())
+    }
+
+    /// Checks every record like [`verify`](Self::verify), but goes on past
+    /// damage: returns each damaged record's index with what is wrong with
+    /// it (empty when the store is healthy), in index order.
+    ///
+    /// # Errors
+    /// Problems that are not a record's: a damaged header, `meta.zr` cut
+    /// short, a file that cannot be read.
+    pub fn damaged(&self) -> Result<Vec<(u64, String)>> {
+        self.scan(false)
+    }
+
+    fn scan(&self, stop_at_first: bool) -> Result<Vec<(u64, String)>> {
+        // The published head, not the bytes on disk (which a concurrent
         // commit may be rewriting); files measured now, so one cut short
         // behind our back gives an error, not a SIGBUS.
-        let header = self.header();
-        self.check_meta_len(&header)?;
-        let lens = (0..=header.tail_chunk)
-            .map(|c| self.current_chunk_len(c))
-            .collect::<Result<Vec<u64>>>()?;
-        let n = header.length as usize;
+        let head = self.head();
+        self.check_meta_len(&head)?;
+        for c in head.chunks() {
+            self.touch_chunk(c)?;
+        }
+        let lens: std::collections::HashMap<u32, u64> = head
+            .chunks()
+            .map(|c| self.current_chunk_len(c).map(|l| (c, l)))
+            .collect::<Result<_>>()?;
+        let n = usize::try_from(head.length).unwrap_or(usize::MAX);
+        let found = Mutex::new(Vec::new());
         parallel::for_ranges(n, u64::MAX, |range| {
             let mut scratch = Vec::new();
             for i in range {
-                let loc = self.entry(i as u64, &header)?;
-                let have = lens[usize::from(loc.chunk_id)];
-                if loc.end() > have {
-                    return Err(Error::Corrupt {
-                        path: self.file_path(FileId::Chunk(u32::from(loc.chunk_id))),
-                        entry: i as u64,
-                        reason: format!(
-                            "bytes end at {}, past the end of chunk file {}.zr ({have} bytes)",
-                            loc.end(),
-                            loc.chunk_id
-                        ),
-                    });
+                let i = i as u64;
+                let checked = self.entry(i, &head).and_then(|loc| {
+                    let have = lens.get(&loc.chunk_id).copied().unwrap_or(0);
+                    if loc.end() > have {
+                        return Err(Error::Corrupt {
+                            path: self.file_path(FileId::Chunk(loc.chunk_id)),
+                            entry: i,
+                            reason: format!(
+                                "bytes end at {}, past the end of chunk file {}.zr ({have} bytes)",
+                                loc.end(),
+                                loc.chunk_id
+                            ),
+                        });
+                    }
+                    scratch.resize(loc.logic_length as usize, 0);
+                    self.decode_checked(i, &loc, &mut scratch, true)
+                });
+                match checked {
+                    Ok(()) => {}
+                    Err(e @ (Error::Corrupt { .. } | Error::NotAStore { .. })) => {
+                        if stop_at_first {
+                            return Err(e);
+                        }
+                        found
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((i, e.to_string()));
+                    }
+                    Err(e) => return Err(e),
                 }
-                scratch.resize(loc.logic_length as usize, 0);
-                self.decode_into(i as u64, &loc, &mut scratch)?;
             }
             Ok(())
-        })
+        })?;
+        let mut found = found
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        found.sort_unstable_by_key(|(i, _)| *i);
+        Ok(found)
     }
 
     /// Decodes record `index` (whose validated entry is `loc`) into `out`,
     /// which is exactly `loc.logic_length` bytes.
+    #[inline]
     pub(crate) fn decode_into(&self, index: u64, loc: &RecordLoc, out: &mut [u8]) -> Result<()> {
+        self.decode_checked(index, loc, out, self.check_raw)
+    }
+
+    /// [`decode_into`](Self::decode_into), checking a v2 record's CRC32C
+    /// before decoding it when it is compressed or `check_raw` is set.
+    pub(crate) fn decode_checked(
+        &self,
+        index: u64,
+        loc: &RecordLoc,
+        out: &mut [u8],
+        check_raw: bool,
+    ) -> Result<()> {
         let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
-        let file = FileId::Chunk(u32::from(loc.chunk_id));
+        let file = FileId::Chunk(loc.chunk_id);
+        let check = self.schema.is_some() && (check_raw || codec != CodecId::Raw);
         self.files
             .with_bytes(
                 file,
                 u64::from(loc.offset),
                 loc.phys_length as usize,
                 "read",
-                |src| codec.decode(src, out),
+                |src| {
+                    if check {
+                        let crc = loaderx_format::v2::crc32c(src);
+                        if crc != loc.crc {
+                            return Err(crate::DecodeError::new(format!(
+                                "checksum mismatch: stored bytes have CRC32C {crc:#010x}, the table says {:#010x}",
+                                loc.crc
+                            )));
+                        }
+                    }
+                    match codec {
+                        CodecId::ZstdDict => match &self.dictionary {
+                            Some(d) => d.decode(src, out),
+                            None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
+                        },
+                        _ => codec.decode(src, out),
+                    }
+                },
             )?
             .map_err(|e| Error::Corrupt {
                 path: self.file_path(file),

@@ -3,7 +3,10 @@
 //! at open. Its bytes are [`loaderx_format::UndoLog`]'s; the protocol is
 //! `docs/FORMAT.md`, "Delete".
 
-use loaderx_format::{UNDO_MAX_LEN, UndoLog};
+use loaderx_format::{
+    Head, UNDO_MAX_LEN, UndoLog,
+    v2::{self, UndoLogV2},
+};
 
 use std::{
     thread,
@@ -12,21 +15,105 @@ use std::{
 
 use crate::{
     Codec, Error, Result, Store,
-    files::Files,
+    files::{Entry, Files, Layout},
     lock::StoreLock,
     storage::{FileId, Storage},
 };
 
+/// What a delete is about to overwrite, in either format: the head before
+/// it and every entry it will rewrite.
+#[derive(Debug, Clone)]
+pub(crate) struct Log {
+    pub(crate) head: Head,
+    pub(crate) entries: Vec<(u64, Entry)>,
+}
+
+impl Log {
+    fn encode<S: Storage>(&self, files: &Files<S>) -> Vec<u8> {
+        match files.layout() {
+            Layout::V1 => UndoLog {
+                header: self.head.to_v1().expect("a v1 store's head fits format v1"),
+                entries: self
+                    .entries
+                    .iter()
+                    .map(|(slot, e)| (*slot as u32, e.loc))
+                    .collect(),
+            }
+            .encode(),
+            Layout::V2 {
+                entry_len, ndim, ..
+            } => UndoLogV2 {
+                length: self.head.length,
+                entry_len: entry_len as u16,
+                entries: self
+                    .entries
+                    .iter()
+                    .map(|(slot, e)| {
+                        let mut b = Vec::with_capacity(entry_len);
+                        files.encode_entry(*slot, &e.loc, &e.dims[..ndim], &mut b);
+                        (*slot, b)
+                    })
+                    .collect(),
+            }
+            .encode(),
+        }
+    }
+
+    /// Parses a complete log for the store `files` holds (`None` when torn).
+    fn decode<S: Storage>(files: &Files<S>, bytes: &[u8]) -> Result<Option<Log>> {
+        Ok(match files.layout() {
+            Layout::V1 => UndoLog::decode(bytes).map(|log| Log {
+                head: Head::from(log.header),
+                entries: log
+                    .entries
+                    .into_iter()
+                    .map(|(slot, loc)| {
+                        (
+                            u64::from(slot),
+                            Entry {
+                                loc,
+                                dims: [0; v2::MAX_NDIM],
+                            },
+                        )
+                    })
+                    .collect(),
+            }),
+            Layout::V2 {
+                entry_len, ndim, ..
+            } => {
+                let Some(log) = UndoLogV2::decode(bytes, entry_len as u16) else {
+                    return Ok(None);
+                };
+                // Frontiers do not change in a delete: the old head is the
+                // current one with the old count.
+                let mut head = files.read_head_v2()?;
+                head.length = log.length;
+                let mut entries = Vec::with_capacity(log.entries.len());
+                for (slot, b) in log.entries {
+                    let Ok(loc) = v2::decode_entry(slot, &b) else {
+                        return Ok(None);
+                    };
+                    let mut dims = [0; v2::MAX_NDIM];
+                    v2::dims_of(&b, &mut dims[..ndim]);
+                    entries.push((slot, Entry { loc, dims }));
+                }
+                Some(Log { head, entries })
+            }
+        })
+    }
+}
+
 impl<C: Codec, S: Storage> Store<C, S> {
     /// Writes `log` as the undo log and makes it durable, before anything in
     /// the table changes.
-    pub(crate) fn write_undo(&mut self, log: &UndoLog) -> Result<()> {
+    pub(crate) fn write_undo(&mut self, log: &Log) -> Result<()> {
         let path = self.file_path(FileId::Undo);
+        let bytes = log.encode(&self.files);
         let storage = self.files.storage_mut();
         let written = storage
             .open_file(FileId::Undo, true, 0)
             .and_then(|_| storage.truncate(FileId::Undo, 0))
-            .and_then(|()| storage.write_at(FileId::Undo, 0, &log.encode()))
+            .and_then(|()| storage.write_at(FileId::Undo, 0, &bytes))
             .and_then(|()| storage.sync(FileId::Undo))
             // The log must be found after power loss before the table changes.
             .and_then(|()| storage.sync_dir());
@@ -50,11 +137,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
 /// Writes back the entries and header `log` recorded: the delete it guarded
 /// did not happen. The one place a log is rolled back, in place after a
 /// failed write and at open after a crash.
-pub(crate) fn roll_back<S: Storage>(files: &Files<S>, log: &UndoLog) -> Result<()> {
-    for (slot, loc) in &log.entries {
-        files.write_entry(*slot, loc, "roll back table")?;
+pub(crate) fn roll_back<S: Storage>(files: &Files<S>, log: &Log) -> Result<()> {
+    for (slot, entry) in &log.entries {
+        files.write_full(*slot, entry, "roll back table")?;
     }
-    files.write_header(&log.header, "roll back header")
+    files.write_head(&log.head, "roll back header")
 }
 
 /// At open: rolls back a delete that a complete undo log says did not
@@ -119,12 +206,14 @@ fn recover_now<S: Storage>(files: &mut Files<S>) -> Result<()> {
 }
 
 /// The undo log, if it is complete (`None` when torn).
-fn read_log<S: Storage>(files: &Files<S>) -> Result<Option<UndoLog>> {
+fn read_log<S: Storage>(files: &Files<S>) -> Result<Option<Log>> {
     let Some(len) = files.open(FileId::Undo)? else {
         return Ok(None);
     };
-    if len > UNDO_MAX_LEN {
+    if files.layout() == Layout::V1 && len > UNDO_MAX_LEN {
         return Ok(None);
     }
-    files.with_bytes(FileId::Undo, 0, len as usize, "read", UndoLog::decode)
+    let mut bytes = vec![0u8; len as usize];
+    files.read(FileId::Undo, 0, &mut bytes, "read")?;
+    Log::decode(files, &bytes)
 }

@@ -16,7 +16,11 @@
 //! ones (proptest) against random disk states. `LOADERX_STRESS_SCALE`
 //! multiplies the number of random cases (`cargo xtask stress`).
 
-use loaderx_store::{OpenOptions, Raw, Store, storage::MemStorage};
+use loaderx_store::{
+    OpenOptions, Raw, Store,
+    format::{CodecTag, v2::Schema},
+    storage::MemStorage,
+};
 use proptest::prelude::*;
 
 /// Small chunks, so histories roll over to new chunk files.
@@ -45,10 +49,29 @@ fn record(id: u64) -> Vec<u8> {
     (0..len).map(|k| (id as usize * 31 + k) as u8).collect()
 }
 
+/// Which format a history runs on: v1, or v2 with `lanes` write lanes.
+#[derive(Debug, Clone, Copy)]
+enum Fmt {
+    V1,
+    V2 { lanes: u8 },
+}
+
 fn options() -> OpenOptions {
     OpenOptions {
         chunk_capacity: CAPACITY,
         ..OpenOptions::default()
+    }
+}
+
+/// Creates the store (operation 0 of every history).
+fn create(storage: &MemStorage, fmt: Fmt) -> loaderx_store::Result<Store<Raw, MemStorage>> {
+    match fmt {
+        Fmt::V1 => Store::open_in(storage.clone(), options()),
+        Fmt::V2 { lanes } => Store::create_v2_in(
+            storage.clone(),
+            &Schema::bytes(CodecTag::LZ4),
+            OpenOptions { lanes, ..options() },
+        ),
     }
 }
 
@@ -112,10 +135,10 @@ fn run(store: &mut Store<Raw, MemStorage>, op: &Op) {
 /// (the store's creation is operation 0, the final drop the last), the
 /// last committed state before it and those it commits itself; and how many
 /// storage operations each history operation performs.
-fn plan(history: &[Op]) -> (Vec<Vec<State>>, Vec<u64>) {
+fn plan(history: &[Op], fmt: Fmt) -> (Vec<Vec<State>>, Vec<u64>) {
     let storage = MemStorage::new();
     let mut ends = Vec::new();
-    let mut store = Store::open_in(storage.clone(), options()).unwrap();
+    let mut store = create(&storage, fmt).unwrap();
     ends.push(storage.ops());
     let mut allowed = vec![vec![State::new()]];
     let mut pending = State::new();
@@ -139,10 +162,10 @@ fn plan(history: &[Op]) -> (Vec<Vec<State>>, Vec<u64>) {
 }
 
 /// Runs `history` with storage cut off after `k` operations.
-fn crash_at(history: &[Op], k: u64) -> MemStorage {
+fn crash_at(history: &[Op], k: u64, fmt: Fmt) -> MemStorage {
     let storage = MemStorage::new();
     storage.fail_after(k);
-    if let Ok(mut store) = Store::<Raw, MemStorage>::open_in(storage.clone(), options()) {
+    if let Ok(mut store) = create(&storage, fmt) {
         for op in history {
             run(&mut store, op);
         }
@@ -202,12 +225,12 @@ impl Odometer {
 }
 
 /// Every crash point of `history`, every disk state each may leave.
-fn exhaustively(history: &[Op]) -> u64 {
-    let (allowed, ends) = plan(history);
+fn exhaustively(history: &[Op], fmt: Fmt) -> u64 {
+    let (allowed, ends) = plan(history, fmt);
     let mut states = 0;
     for k in 0..*ends.last().unwrap() {
         let j = ends.iter().position(|&end| k < end).unwrap();
-        let crashed = crash_at(history, k);
+        let crashed = crash_at(history, k, fmt);
         let what = || format!("crash at storage op {k} (history op {j})");
         check(&crashed.after_process_crash(), &allowed[j], &|| {
             format!("{} then process exit", what())
@@ -233,11 +256,11 @@ fn exhaustively(history: &[Op]) -> u64 {
 
 /// Every crash point of `history`, and `samples` random disk states each
 /// (plus the harshest: nothing unsynced survived).
-fn sampled(history: &[Op], samples: u64) {
-    let (allowed, ends) = plan(history);
+fn sampled(history: &[Op], samples: u64, fmt: Fmt) {
+    let (allowed, ends) = plan(history, fmt);
     for k in 0..*ends.last().unwrap() {
         let j = ends.iter().position(|&end| k < end).unwrap();
-        let crashed = crash_at(history, k);
+        let crashed = crash_at(history, k, fmt);
         for seed in 0..=samples {
             let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
             let disk = crashed.after_power_loss_with(&mut |n| {
@@ -266,8 +289,45 @@ fn every_disk_state_of_appends_and_syncs() {
         Op::Sync,
         Op::Append(vec![7]),
     ];
-    let states = exhaustively(&history);
+    let states = exhaustively(&history, Fmt::V1);
     assert!(states > 100, "only {states} disk states");
+}
+
+/// The same in format v2 with two lanes: two header slots, checksummed
+/// entries, two tail chunks written by every append.
+#[test]
+fn every_disk_state_of_appends_and_syncs_in_format_v2() {
+    let history = [
+        Op::Append(vec![1, 2, 3]),
+        Op::Sync,
+        Op::Append(vec![4, 5]),
+        Op::Sync,
+        Op::Append(vec![7]),
+    ];
+    let states = exhaustively(&history, Fmt::V2 { lanes: 2 });
+    assert!(states > 100, "only {states} disk states");
+}
+
+#[test]
+fn every_disk_state_of_a_delete_and_a_compaction_in_format_v2() {
+    exhaustively(
+        &[
+            Op::Append(vec![1, 2, 3, 4, 5]),
+            Op::Sync,
+            Op::Delete(vec![1, 3]),
+        ],
+        Fmt::V2 { lanes: 2 },
+    );
+    sampled(
+        &[
+            Op::Append(vec![1, 2, 3, 4, 5, 6]),
+            Op::Delete(vec![0, 2]),
+            Op::Append(vec![7]),
+            Op::Compact,
+        ],
+        12,
+        Fmt::V2 { lanes: 2 },
+    );
 }
 
 /// The table crosses from page 0 (which holds the header) into page 1, so
@@ -281,7 +341,7 @@ fn every_disk_state_of_a_commit_whose_table_spans_pages() {
         Op::Sync,
         Op::Delete(vec![3, 260]),
     ];
-    exhaustively(&history);
+    exhaustively(&history, Fmt::V1);
 }
 
 /// Compaction moves records whose entries lie on page 1 while the frontier
@@ -295,7 +355,7 @@ fn sampled_disk_states_of_a_compaction_whose_table_spans_pages() {
         Op::Delete(vec![257]),
         Op::Compact,
     ];
-    sampled(&history, 24);
+    sampled(&history, 24, Fmt::V1);
 }
 
 #[test]
@@ -306,7 +366,7 @@ fn every_disk_state_of_a_delete() {
         Op::Append(vec![6]),
         Op::Delete(vec![1, 3]),
     ];
-    exhaustively(&history);
+    exhaustively(&history, Fmt::V1);
 }
 
 #[test]
@@ -317,7 +377,7 @@ fn every_disk_state_of_a_compaction() {
         Op::Append(vec![7]),
         Op::Compact,
     ];
-    exhaustively(&history);
+    exhaustively(&history, Fmt::V1);
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -350,11 +410,13 @@ proptest! {
         history in prop::collection::vec(op(), 1..10),
         cut in any::<u64>(),
         seeds in prop::collection::vec(any::<u64>(), 8),
+        v2_lanes in 0u8..4,
     ) {
-        let (allowed, ends) = plan(&history);
+        let fmt = if v2_lanes == 0 { Fmt::V1 } else { Fmt::V2 { lanes: v2_lanes } };
+        let (allowed, ends) = plan(&history, fmt);
         let k = cut % ends.last().unwrap();
         let j = ends.iter().position(|&end| k < end).unwrap();
-        let crashed = crash_at(&history, k);
+        let crashed = crash_at(&history, k, fmt);
         for seed in seeds {
             let mut rng = seed | 1;
             let disk = crashed.after_power_loss_with(&mut |n| {
@@ -363,7 +425,7 @@ proptest! {
                 rng ^= rng << 17;
                 (rng % n as u64) as usize
             });
-            check(&disk, &allowed[j], &|| format!("{history:?}: crash at {k}, seed {seed}"));
+            check(&disk, &allowed[j], &|| format!("{history:?} ({fmt:?}): crash at {k}, seed {seed}"));
         }
     }
 }

@@ -13,13 +13,17 @@
 //! picks and a reader takes the valid slot with the larger sequence, so a
 //! header torn by power loss falls back to the previous commit.
 
+mod checksum;
 mod entry;
 mod header;
 mod schema;
+mod undo;
 
+pub use checksum::{crc32c, crc32c_append};
 pub use entry::{ENTRY_BASE_LEN, decode_entry, dims_of, encode_entry, entry_len};
 pub use header::{HEADER_V2_LEN, HeaderV2, SLOT_LEN, pick_header};
 pub use schema::{Dtype, Kind, MAX_DICT_LEN, MAX_NDIM, Schema};
+pub use undo::{UNDO_MAGIC_V2, UndoLogV2};
 
 /// The version number in a v2 header.
 pub const VERSION_V2: u16 = 2;
@@ -34,16 +38,4 @@ pub const MAX_RECORD_LEN_V2: u32 = i32::MAX as u32;
 #[must_use]
 pub const fn table_offset(schema_len: u32) -> u64 {
     SCHEMA_OFFSET + (schema_len as u64).div_ceil(SLOT_LEN) * SLOT_LEN
-}
-
-/// CRC32C (Castagnoli), the checksum of every v2 structure and record.
-#[must_use]
-pub fn crc32c(bytes: &[u8]) -> u32 {
-    ::crc32c::crc32c(bytes)
-}
-
-/// CRC32C of `bytes` continuing from `crc`.
-#[must_use]
-pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
-    ::crc32c::crc32c_append(crc, bytes)
 }

@@ -112,7 +112,9 @@ impl Schema {
         (self.kind == Kind::Dense).then(|| {
             self.shape
                 .iter()
-                .fold(u64::from(self.dtype.itemsize()), |a, &d| a.saturating_mul(d))
+                .fold(u64::from(self.dtype.itemsize()), |a, &d| {
+                    a.saturating_mul(d)
+                })
         })
     }
 
@@ -150,7 +152,9 @@ impl Schema {
                     ));
                 }
                 if let Some(k) = self.shape.iter().position(|&d| d == 0) {
-                    return bad(format!("item shape dimension {k} is 0 (zero-size records are refused)"));
+                    return bad(format!(
+                        "item shape dimension {k} is 0 (zero-size records are refused)"
+                    ));
                 }
                 let len = self.item_len().unwrap_or(u64::MAX);
                 if len > u64::from(MAX_RECORD_LEN_V2) {
@@ -188,7 +192,8 @@ impl Schema {
     /// If the schema breaks its rules ([`check`](Schema::check) it first).
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        self.check().expect("a schema is checked before it is encoded");
+        self.check()
+            .expect("a schema is checked before it is encoded");
         let dict = self.dictionary.as_deref().unwrap_or(&[]);
         let mut b = Vec::with_capacity(24 + self.shape.len() * 8 + dict.len());
         b.extend_from_slice(&MAGIC);
@@ -228,7 +233,8 @@ impl Schema {
         if r.take(4) != Some(&MAGIC[..]) {
             return bad("schema block does not start with \"ZSCH\"".into());
         }
-        let (Some(kind), Some(codec), Some(ndim), Some(name_len)) = (r.u8(), r.u8(), r.u8(), r.u8())
+        let (Some(kind), Some(codec), Some(ndim), Some(name_len)) =
+            (r.u8(), r.u8(), r.u8(), r.u8())
         else {
             return bad("schema block is truncated".into());
         };
@@ -240,12 +246,17 @@ impl Schema {
         };
         let name = r.take(usize::from(name_len)).unwrap_or(&[]);
         let Some(dtype) = std::str::from_utf8(name).ok().and_then(Dtype::from_name) else {
-            return bad(format!("unsupported dtype {:?}", String::from_utf8_lossy(name)));
+            return bad(format!(
+                "unsupported dtype {:?}",
+                String::from_utf8_lossy(name)
+            ));
         };
         let mut shape = Vec::new();
         if kind == Kind::Dense {
             if usize::from(ndim) > MAX_NDIM {
-                return bad(format!("item shape has {ndim} dimensions (at most {MAX_NDIM})"));
+                return bad(format!(
+                    "item shape has {ndim} dimensions (at most {MAX_NDIM})"
+                ));
             }
             for _ in 0..ndim {
                 let Some(d) = r.u64() else {
@@ -274,7 +285,10 @@ impl Schema {
             Some(dict.to_vec())
         };
         if r.at != bytes.len() {
-            return bad(format!("{} unexpected bytes after the schema", bytes.len() - r.at));
+            return bad(format!(
+                "{} unexpected bytes after the schema",
+                bytes.len() - r.at
+            ));
         }
         let schema = Schema {
             kind,
@@ -304,7 +318,8 @@ impl<'a> Reader<'a> {
         self.take(1).map(|b| b[0])
     }
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        self.take(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
     fn u64(&mut self) -> Option<u64> {
         let mut w = [0u8; 8];

@@ -9,8 +9,13 @@ mod deflate;
 mod lz4;
 mod raw;
 mod zstd;
+mod zstd_dict;
 
 use std::fmt;
+
+pub use self::zstd_dict::{
+    DEFAULT_DICT_SIZE, MAX_DICT_SIZE, TrainError, ZstdDictionary, train_dictionary,
+};
 
 pub use self::{deflate::Deflate, lz4::Lz4, raw::Raw, zstd::Zstd};
 use loaderx_format::CodecTag;
@@ -71,6 +76,11 @@ pub enum CodecId {
     Zstd,
     /// An LZ4 block (tag 3).
     Lz4,
+    /// A zstd frame made with the store's trained dictionary (tag 4, format
+    /// v2 only). It needs the store's [`ZstdDictionary`]: the store encodes
+    /// and decodes it; [`CodecId::encode`] never does, and
+    /// [`CodecId::decode`] refuses.
+    ZstdDict,
 }
 
 impl CodecId {
@@ -85,12 +95,16 @@ impl CodecId {
             CodecId::Deflate => CodecTag::FLATE,
             CodecId::Zstd => CodecTag::ZSTD,
             CodecId::Lz4 => CodecTag::LZ4,
+            CodecId::ZstdDict => CodecTag::ZSTD_DICT,
         }
     }
 
     /// The codec a tag names, if format v1 defines it.
     #[must_use]
     pub fn from_tag(tag: CodecTag) -> Option<CodecId> {
+        if tag == CodecTag::ZSTD_DICT {
+            return Some(CodecId::ZstdDict);
+        }
         CodecId::ALL.into_iter().find(|c| c.tag() == tag)
     }
 
@@ -106,13 +120,16 @@ impl CodecId {
     /// The codec called `name` in the Python API.
     #[must_use]
     pub fn from_name(name: &str) -> Option<CodecId> {
-        CodecId::ALL.into_iter().find(|c| c.name() == name)
+        CodecId::ALL
+            .into_iter()
+            .chain([CodecId::ZstdDict])
+            .find(|c| c.name() == name)
     }
 
     /// Encodes with this codec; see [`Codec::encode`]. `Raw` never encodes.
     pub fn encode(self, src: &[u8], dst: &mut [u8]) -> Option<usize> {
         match self {
-            CodecId::Raw => None,
+            CodecId::Raw | CodecId::ZstdDict => None,
             CodecId::Deflate => Deflate.encode(src, dst),
             CodecId::Zstd => Zstd.encode(src, dst),
             CodecId::Lz4 => Lz4.encode(src, dst),
@@ -129,6 +146,9 @@ impl CodecId {
             CodecId::Deflate => Deflate.decode(src, dst),
             CodecId::Zstd => Zstd.decode(src, dst),
             CodecId::Lz4 => Lz4.decode(src, dst),
+            CodecId::ZstdDict => Err(DecodeError::new(
+                "zstd_dict records decode with their store's dictionary",
+            )),
         }
     }
 }
@@ -182,7 +202,9 @@ mod tests {
             assert_eq!(CodecId::from_tag(c.tag()), Some(c));
         }
         assert_eq!(CodecId::from_name("gzip"), None);
-        assert_eq!(CodecId::from_tag(CodecTag(4)), None);
+        assert_eq!(CodecId::from_tag(CodecTag(4)), Some(CodecId::ZstdDict));
+        assert_eq!(CodecId::from_name("zstd_dict"), Some(CodecId::ZstdDict));
+        assert_eq!(CodecId::from_tag(CodecTag(5)), None);
         assert_eq!(CodecId::Deflate.name(), "flate");
     }
 

@@ -15,7 +15,14 @@ use std::{
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::{FileId, Storage, read_only_error};
-use loaderx_format::{CHUNK_CAPACITY, MAX_CHUNKS, META_LEN, UNDO_MAX_LEN};
+use loaderx_format::CHUNK_CAPACITY;
+
+use crate::slots::Slots;
+
+/// Bytes of address space `meta.zr` is mapped over: room for the v1 table
+/// and for a v2 table of about 9.8 billion 28-byte entries. Only the pages
+/// in use are ever touched.
+pub const META_EXTENT: u64 = 1 << 38;
 
 /// An open file and a read-only shared map of its whole possible extent.
 #[derive(Debug)]
@@ -59,36 +66,44 @@ pub struct FileStorage {
     read_only: bool,
     meta: OnceLock<Mapped>,
     undo: OnceLock<Mapped>,
-    chunks: Box<[OnceLock<Mapped>]>,
+    chunks: Slots<OnceLock<Mapped>>,
+    chunk_extent: u64,
 }
 
 impl FileStorage {
-    /// Storage for the store in `dir`. Opens nothing yet.
+    /// Storage for the store in `dir`, with chunk files of up to 4 GiB.
+    /// Opens nothing yet.
     pub fn new(dir: impl Into<PathBuf>, read_only: bool) -> FileStorage {
+        FileStorage::with_chunk_capacity(dir, read_only, CHUNK_CAPACITY)
+    }
+
+    /// Storage whose chunk files hold up to `chunk_capacity` bytes (the
+    /// extent each is mapped over).
+    pub fn with_chunk_capacity(
+        dir: impl Into<PathBuf>,
+        read_only: bool,
+        chunk_capacity: u64,
+    ) -> FileStorage {
         FileStorage {
             dir: dir.into(),
             read_only,
             meta: OnceLock::new(),
             undo: OnceLock::new(),
-            chunks: (0..MAX_CHUNKS).map(|_| OnceLock::new()).collect(),
+            chunks: Slots::new(),
+            chunk_extent: chunk_capacity.min(CHUNK_CAPACITY),
         }
     }
 
-    fn slot(&self, file: FileId) -> io::Result<&OnceLock<Mapped>> {
+    fn slot(&self, file: FileId) -> &OnceLock<Mapped> {
         match file {
-            FileId::Meta => Ok(&self.meta),
-            FileId::Undo => Ok(&self.undo),
-            FileId::Chunk(id) => self.chunks.get(id as usize).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("chunk id {id} out of range"),
-                )
-            }),
+            FileId::Meta => &self.meta,
+            FileId::Undo => &self.undo,
+            FileId::Chunk(id) => self.chunks.get(id),
         }
     }
 
     fn mapped(&self, file: FileId) -> io::Result<&Mapped> {
-        self.slot(file)?.get().ok_or_else(|| {
+        self.slot(file).get().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("{} is not open", file.file_name()),
@@ -96,11 +111,10 @@ impl FileStorage {
         })
     }
 
-    fn extent(file: FileId) -> u64 {
+    fn extent(&self, file: FileId) -> u64 {
         match file {
-            FileId::Meta => META_LEN,
-            FileId::Undo => UNDO_MAX_LEN,
-            FileId::Chunk(_) => CHUNK_CAPACITY,
+            FileId::Meta | FileId::Undo => META_EXTENT,
+            FileId::Chunk(_) => self.chunk_extent,
         }
     }
 }
@@ -115,7 +129,7 @@ impl Storage for FileStorage {
     }
 
     fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>> {
-        let slot = self.slot(file)?;
+        let slot = self.slot(file);
         if let Some(m) = slot.get() {
             return m.file.metadata().map(|md| Some(md.len()));
         }
@@ -151,7 +165,7 @@ impl Storage for FileStorage {
         // The map covers the file's whole possible extent, so it never has to
         // be redone as the file grows; only validated ranges are ever read.
         let map = MmapOptions::new()
-            .len(Self::extent(file) as usize)
+            .len(self.extent(file) as usize)
             .map_raw_read_only(&f)?;
         let len = md.len();
         let _ = slot.set(Mapped { file: f, map });
@@ -196,7 +210,7 @@ impl Storage for FileStorage {
         if self.read_only {
             return Ok(());
         }
-        match self.slot(file)?.get() {
+        match self.slot(file).get() {
             Some(m) => m.file.sync_data(),
             None => Ok(()),
         }
@@ -270,7 +284,6 @@ impl Storage for FileStorage {
             // Only canonical decimal names: "007.zr" is not chunk 7.
             if let Ok(id) = stem.parse::<u32>()
                 && id.to_string() == stem
-                && id < MAX_CHUNKS
             {
                 ids.push(id);
             }
@@ -283,13 +296,12 @@ impl Storage for FileStorage {
         if self.read_only {
             return Err(read_only_error());
         }
-        self.slot(file)?;
         let slot = match file {
-            FileId::Meta => &mut self.meta,
-            FileId::Undo => &mut self.undo,
-            FileId::Chunk(id) => &mut self.chunks[id as usize],
+            FileId::Meta => Some(&mut self.meta),
+            FileId::Undo => Some(&mut self.undo),
+            FileId::Chunk(id) => self.chunks.peek_mut(id),
         };
-        drop(slot.take());
+        drop(slot.and_then(OnceLock::take));
         match fs::remove_file(self.dir.join(file.file_name())) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),

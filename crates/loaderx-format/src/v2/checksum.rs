@@ -1,0 +1,86 @@
+//! CRC32C (Castagnoli), the checksum format v2 puts on headers, tables and
+//! records.
+//!
+//! Computed by the `crc-fast` crate (pure Rust): carry-less multiplication
+//! (PCLMULQDQ, or VPCLMULQDQ with AVX-512, on `x86_64`; PMULL on `aarch64`),
+//! chosen at run time, with a table-driven fallback elsewhere. On the machine
+//! it was measured on it ran ~2× faster than the `crc32c` crate's CRC32
+//! instruction loop, on 64 B to 1 MiB buffers.
+
+use crc_fast::{CrcAlgorithm, Digest};
+
+/// CRC-32/ISCSI is CRC32C: reflected polynomial 0x1EDC6F41, initial value and
+/// final XOR 0xFFFFFFFF.
+const ALGORITHM: CrcAlgorithm = CrcAlgorithm::Crc32Iscsi;
+
+/// The CRC32C of `bytes`.
+#[must_use]
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    // A 32-bit CRC in a u64: the high half is always zero.
+    crc_fast::checksum(ALGORITHM, bytes) as u32
+}
+
+/// The CRC32C of the bytes `crc` covers followed by `bytes`, so a checksum
+/// can be computed piece by piece: `crc32c_append(crc32c(a), b) ==
+/// crc32c(a ++ b)`, and `crc32c_append(0, b) == crc32c(b)`.
+#[must_use]
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    // The running state is the finished CRC before its final XOR.
+    let mut digest = Digest::new_with_init_state(ALGORITHM, u64::from(!crc));
+    digest.update(bytes);
+    digest.finalize() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bitwise CRC32C straight from the definition (reflected polynomial
+    /// 0x82F63B78, initial and final XOR 0xFFFFFFFF), to check the fast one.
+    fn by_definition(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0x82F6_3B78
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+
+    #[test]
+    fn known_vectors() {
+        // The check value of CRC-32C (e.g. RFC 3720's parameters).
+        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(crc32c(b""), 0);
+        // RFC 3720 B.4: 32 bytes of zeros, and of 0xff.
+        assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
+        assert_eq!(crc32c(&[0xffu8; 32]), 0x62A8_AB43);
+    }
+
+    #[test]
+    fn matches_the_definition_and_appends() {
+        let data: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        // Lengths and alignments around the block sizes the SIMD paths use.
+        for start in 0..9 {
+            for len in [
+                0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
+                511, 512, 513, 1000, 2048, 4000,
+            ] {
+                let piece = &data[start..start + len];
+                assert_eq!(crc32c(piece), by_definition(piece), "{start}+{len}");
+            }
+        }
+        for split in [0, 1, 100, 2500, 4999, 5000] {
+            let (a, b) = data.split_at(split);
+            assert_eq!(crc32c_append(crc32c(a), b), crc32c(&data), "{split}");
+        }
+        assert_eq!(crc32c_append(0, &data), crc32c(&data));
+    }
+}

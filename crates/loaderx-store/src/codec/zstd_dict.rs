@@ -1,0 +1,598 @@
+//! zstd with a trained dictionary, one frame per record.
+//!
+//! A store that uses this codec owns one [`ZstdDictionary`]: the dictionary
+//! bytes plus zstd's prepared forms of them (a `CDict` for compressing at
+//! the plain zstd codec's level, `ZSTD_LEVEL` = 3; a `DDict` for
+//! decompressing), built once when the store opens. The compression and
+//! decompression *contexts* are plain per-thread ones shared by every
+//! dictionary, so many open stores with different dictionaries cost one
+//! context pair per thread, and no record creates one.
+//!
+//! Every frame names the id of the dictionary it was made with (zstd writes
+//! it in the frame header), and decoding refuses a frame that names another
+//! dictionary, or none, before it touches the payload: a record compressed
+//! with one dictionary and decoded with another would otherwise come out as
+//! wrong bytes of the right size.
+//!
+//! [`train_dictionary`] builds a dictionary from sample records with zstd's
+//! own trainer (`ZDICT_trainFromBuffer`, the "fast cover" algorithm).
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::Mutex;
+
+use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
+
+use super::DecodeError;
+use super::zstd::ZSTD_LEVEL;
+
+/// The four bytes every zstd dictionary starts with (`0xEC30A437`,
+/// little-endian). Bytes without them would be taken by zstd as a "raw
+/// content" dictionary, which carries no id; this codec refuses those.
+pub const DICT_MAGIC: [u8; 4] = 0xEC30_A437_u32.to_le_bytes();
+
+/// Default dictionary size, 110 KiB: the size zstd's own command line
+/// trains by default (`zstd --train`), a good fit for records of a few
+/// hundred bytes to a few tens of KiB.
+pub const DEFAULT_DICT_SIZE: usize = 110 * 1024;
+
+/// Smallest dictionary [`train_dictionary`] accepts (`ZDICT_DICTSIZE_MIN`):
+/// zstd's trainer refuses to build anything smaller.
+pub const MIN_DICT_SIZE: usize = 256;
+
+/// Largest dictionary, 1 MiB, both to train and to load. zstd has no hard
+/// limit, but every decode reads from the dictionary, so past a few hundred
+/// KiB it stops fitting in cache and gains flatten out; a store holds its
+/// dictionary twice more in prepared form (plus ~0.8 MiB of level-3 match
+/// tables), so the cap also bounds what opening a store costs. Readers refuse
+/// larger dictionaries as corrupt, so raising this is a format change.
+pub const MAX_DICT_SIZE: usize = 1024 * 1024;
+
+/// Most sample bytes [`train_dictionary`] accepts, 100 MiB. zstd's guidance is
+/// samples of about 100× the dictionary size (so ~11 MiB for
+/// [`DEFAULT_DICT_SIZE`]) and "a few thousand samples"; 100 MiB is 100× the
+/// largest dictionary. Training time grows with the sample size (roughly
+/// linearly), and the trainer holds the samples plus a few MiB of tables in
+/// memory, so callers should pick a bounded sample rather than a whole store.
+pub const MAX_SAMPLE_BYTES: usize = 100 * 1024 * 1024;
+
+/// Fewest samples [`train_dictionary`] accepts. zstd's trainer keeps a quarter
+/// of the samples back to score candidate dictionaries and needs at least
+/// five to train on, so seven is the least it can work with; a useful
+/// dictionary needs hundreds to thousands.
+pub const MIN_SAMPLES: usize = 7;
+
+thread_local! {
+    static CCTX: RefCell<Option<CCtx<'static>>> = const { RefCell::new(None) };
+    static DCTX: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+/// zstd's trainer writes a few C globals (its display level) while it runs,
+/// so trainings take turns. Training is rare and slow; the lock costs nothing
+/// that matters.
+static TRAINING: Mutex<()> = Mutex::new(());
+
+/// A zstd dictionary, prepared for compressing and decompressing records.
+///
+/// Cheap to share behind an `Arc`: it is `Send + Sync`, and encoding or
+/// decoding only reads it.
+pub struct ZstdDictionary {
+    bytes: Box<[u8]>,
+    id: u32,
+    cdict: CDict<'static>,
+    ddict: DDict<'static>,
+}
+
+impl fmt::Debug for ZstdDictionary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZstdDictionary")
+            .field("id", &self.id)
+            .field("len", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZstdDictionary {
+    /// Checks that `bytes` are a zstd dictionary (the [`DICT_MAGIC`], a
+    /// non-zero id, entropy tables zstd can load), keeps a copy, and prepares
+    /// it for compression at the plain zstd codec's level (`ZSTD_LEVEL`, 3)
+    /// and for decompression.
+    ///
+    /// # Errors
+    /// When `bytes` are empty, longer than [`MAX_DICT_SIZE`], do not start with
+    /// the zstd dictionary magic, carry id 0, or hold tables zstd cannot load.
+    pub fn new(bytes: &[u8]) -> Result<ZstdDictionary, DecodeError> {
+        if bytes.is_empty() {
+            return Err(DecodeError::new("zstd dictionary is empty"));
+        }
+        if bytes.len() > MAX_DICT_SIZE {
+            return Err(DecodeError::new(format!(
+                "zstd dictionary is {} bytes, more than the {MAX_DICT_SIZE}-byte limit",
+                bytes.len()
+            )));
+        }
+        if bytes.len() < 8 || bytes[..4] != DICT_MAGIC {
+            let head = &bytes[..bytes.len().min(4)];
+            return Err(DecodeError::new(format!(
+                "not a zstd dictionary: {} bytes starting with {head:02x?}, expected the magic {DICT_MAGIC:02x?} and an id",
+                bytes.len()
+            )));
+        }
+        let Some(id) = zstd_safe::get_dict_id_from_dict(bytes) else {
+            return Err(DecodeError::new(
+                "zstd dictionary has id 0, which zstd reserves for \"no dictionary\"",
+            ));
+        };
+        let corrupt = || {
+            DecodeError::new(format!(
+                "zstd could not load dictionary {} ({} bytes): its entropy tables are corrupt",
+                id.get(),
+                bytes.len()
+            ))
+        };
+        let cdict = CDict::try_create(bytes, ZSTD_LEVEL).ok_or_else(corrupt)?;
+        let ddict = DDict::try_create(bytes).ok_or_else(corrupt)?;
+        Ok(ZstdDictionary {
+            bytes: bytes.into(),
+            id: id.get(),
+            cdict,
+            ddict,
+        })
+    }
+
+    /// The dictionary as given to [`ZstdDictionary::new`].
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The dictionary id, which every frame made with it names (never 0).
+    #[must_use]
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Encodes `src` into `dst` as one zstd frame made with this dictionary,
+    /// returning the frame's length, or `None` when it does not fit in `dst`;
+    /// the contract of [`Codec::encode`](super::Codec::encode).
+    pub fn encode(&self, src: &[u8], dst: &mut [u8]) -> Option<usize> {
+        CCTX.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.is_none() {
+                *slot = CCtx::try_create();
+            }
+            let cctx = slot.as_mut()?;
+            cctx.compress_using_cdict(dst, src, &self.cdict)
+                .ok()
+                .filter(|&n| n > 0 && n <= dst.len())
+        })
+    }
+
+    /// Decodes one frame made with this dictionary into `dst`, which is
+    /// exactly the record's logical size; the contract of
+    /// [`Codec::decode`](super::Codec::decode).
+    ///
+    /// # Errors
+    /// When `src` is not a zstd frame, names another dictionary or none,
+    /// declares or decodes to a size other than `dst.len()`, or is corrupt.
+    pub fn decode(&self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
+        match zstd_safe::get_frame_content_size(src) {
+            Err(_) => {
+                return Err(DecodeError::new(format!(
+                    "not a zstd frame header ({} bytes)",
+                    src.len()
+                )));
+            }
+            Ok(Some(size)) if size != dst.len() as u64 => {
+                return Err(DecodeError::new(format!(
+                    "zstd frame declares {size} bytes, expected {}",
+                    dst.len()
+                )));
+            }
+            Ok(_) => {}
+        }
+        match zstd_safe::get_dict_id_from_frame(src) {
+            Some(id) if id.get() == self.id => {}
+            Some(id) => {
+                return Err(DecodeError::new(format!(
+                    "zstd frame was made with dictionary {}, this store's dictionary is {}",
+                    id.get(),
+                    self.id
+                )));
+            }
+            None => {
+                return Err(DecodeError::new(format!(
+                    "zstd frame names no dictionary, expected dictionary {}",
+                    self.id
+                )));
+            }
+        }
+        DCTX.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.is_none() {
+                *slot = DCtx::try_create();
+            }
+            let Some(dctx) = slot.as_mut() else {
+                return Err(DecodeError::new("zstd context: out of memory"));
+            };
+            match dctx.decompress_using_ddict(dst, src, &self.ddict) {
+                Ok(n) if n == dst.len() => Ok(()),
+                Ok(n) => Err(DecodeError::wrong_size(n, dst.len())),
+                Err(code) => Err(DecodeError::new(format!(
+                    "invalid zstd frame: {}",
+                    zstd_safe::get_error_name(code)
+                ))),
+            }
+        })
+    }
+}
+
+/// Why [`train_dictionary`] made no dictionary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainError {
+    /// What was wrong with the request, or what zstd's trainer reported.
+    pub reason: String,
+}
+
+impl TrainError {
+    fn new(reason: impl Into<String>) -> TrainError {
+        TrainError {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for TrainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for TrainError {}
+
+/// Trains a zstd dictionary of at most `max_size` bytes from samples laid end
+/// to end in `samples`, `sample_sizes[i]` bytes each (so they must add up to
+/// `samples.len()`). The result loads with [`ZstdDictionary::new`].
+///
+/// Good samples are whole records, picked at random across the data, about
+/// 100× `max_size` bytes in all and a few thousand of them; see
+/// [`DEFAULT_DICT_SIZE`] and [`MAX_SAMPLE_BYTES`].
+///
+/// # Errors
+/// When `max_size` is outside [`MIN_DICT_SIZE`]..=[`MAX_DICT_SIZE`], the
+/// sizes do not add up, there are fewer than [`MIN_SAMPLES`] samples or more
+/// than [`MAX_SAMPLE_BYTES`] bytes of them, or zstd's trainer fails (too
+/// little or too uniform data for a dictionary to help).
+pub fn train_dictionary(
+    samples: &[u8],
+    sample_sizes: &[usize],
+    max_size: usize,
+) -> Result<Vec<u8>, TrainError> {
+    if !(MIN_DICT_SIZE..=MAX_DICT_SIZE).contains(&max_size) {
+        return Err(TrainError::new(format!(
+            "dictionary size {max_size} is outside {MIN_DICT_SIZE}..={MAX_DICT_SIZE} bytes"
+        )));
+    }
+    let total = sample_sizes
+        .iter()
+        .try_fold(0usize, |total, &size| total.checked_add(size));
+    if total != Some(samples.len()) {
+        return Err(TrainError::new(format!(
+            "{} sample sizes do not add up to the {} sample bytes given",
+            sample_sizes.len(),
+            samples.len()
+        )));
+    }
+    if samples.len() > MAX_SAMPLE_BYTES {
+        return Err(TrainError::new(format!(
+            "{} sample bytes is more than the {MAX_SAMPLE_BYTES}-byte limit; train on a random subset",
+            samples.len()
+        )));
+    }
+    if sample_sizes.len() < MIN_SAMPLES {
+        return Err(TrainError::new(format!(
+            "{} samples are too few to train a zstd dictionary (at least {MIN_SAMPLES}, ideally thousands)",
+            sample_sizes.len()
+        )));
+    }
+    let trained = {
+        let _turn = TRAINING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        zstd::dict::from_continuous(samples, sample_sizes, max_size)
+    };
+    let dict = trained.map_err(|e| {
+        TrainError::new(format!(
+            "zstd could not train a dictionary from {} samples ({} bytes): {e}; \
+             too few, too small or too uniform samples make no useful dictionary",
+            sample_sizes.len(),
+            samples.len()
+        ))
+    })?;
+    if dict.len() < 8 || dict[..4] != DICT_MAGIC {
+        return Err(TrainError::new(
+            "zstd's trainer returned bytes that are not a dictionary",
+        ));
+    }
+    Ok(dict)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::{Codec, Zstd};
+    use super::*;
+
+    /// splitmix64: a small deterministic generator for test data.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        /// Zipf-like (log-uniform) id in 0..vocab: small ids are common.
+        #[allow(clippy::cast_precision_loss, clippy::cast_sign_loss)]
+        fn zipf(&mut self, vocab: u64) -> u64 {
+            let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+            ((vocab as f64).powf(u) as u64 - 1).min(vocab - 1)
+        }
+    }
+
+    /// Token records as a tokenizer would write them: little-endian i32 ids,
+    /// 16–512 per record, Zipf-distributed, often in recurring phrases (the
+    /// phrase book differs per `seed`, like two corpora).
+    fn token_records(seed: u64, count: usize) -> Vec<Vec<u8>> {
+        const VOCAB: u64 = 50_000;
+        let mut rng = Rng(seed);
+        let phrases: Vec<Vec<i32>> = (0..300)
+            .map(|_| {
+                let n = 3 + rng.below(10);
+                (0..n).map(|_| rng.zipf(VOCAB) as i32).collect()
+            })
+            .collect();
+        (0..count)
+            .map(|_| {
+                let n = 16 + rng.below(497) as usize;
+                let mut tokens = vec![1i32]; // beginning of sequence
+                while tokens.len() < n {
+                    if rng.below(10) < 4 {
+                        let p = &phrases[rng.zipf(phrases.len() as u64) as usize];
+                        tokens.extend_from_slice(p);
+                    } else {
+                        tokens.push(rng.zipf(VOCAB) as i32);
+                    }
+                }
+                tokens.truncate(n);
+                tokens.iter().flat_map(|t| t.to_le_bytes()).collect()
+            })
+            .collect()
+    }
+
+    fn train_on(records: &[Vec<u8>], max_size: usize) -> ZstdDictionary {
+        let samples: Vec<u8> = records.concat();
+        let sizes: Vec<usize> = records.iter().map(Vec::len).collect();
+        let dict = train_dictionary(&samples, &sizes, max_size).unwrap();
+        assert!(dict.len() <= max_size);
+        ZstdDictionary::new(&dict).unwrap()
+    }
+
+    fn encode(dict: &ZstdDictionary, record: &[u8]) -> Option<Vec<u8>> {
+        let mut packed = vec![0u8; record.len() - 1];
+        let n = dict.encode(record, &mut packed)?;
+        packed.truncate(n);
+        Some(packed)
+    }
+
+    #[test]
+    fn token_records_round_trip_and_beat_plain_zstd() {
+        let train = token_records(1, 3000);
+        let dict = train_on(&train, DEFAULT_DICT_SIZE);
+        assert_ne!(dict.id(), 0);
+        assert!(format!("{dict:?}").len() < 100, "Debug must not dump bytes");
+
+        let test = token_records(2, 600);
+        // Sizes by record length in tokens: [raw, zstd-3, zstd-3 + dictionary].
+        let mut buckets = [[0usize; 3]; 3];
+        for record in &test {
+            let packed = encode(&dict, record).expect("token records shrink with a dictionary");
+            let mut out = vec![0u8; record.len()];
+            dict.decode(&packed, &mut out).unwrap();
+            assert_eq!(&out, record);
+            // A destination one byte off is refused, never partly filled.
+            let mut short = vec![0u8; record.len() - 1];
+            assert!(dict.decode(&packed, &mut short).is_err());
+            let mut long = vec![0u8; record.len() + 1];
+            assert!(dict.decode(&packed, &mut long).is_err());
+
+            let mut plain = vec![0u8; record.len() - 1];
+            let plain = Zstd.encode(record, &mut plain).unwrap_or(record.len());
+            let bucket = match record.len() / 4 {
+                ..64 => 0,
+                64..256 => 1,
+                _ => 2,
+            };
+            for (sum, n) in buckets[bucket]
+                .iter_mut()
+                .zip([record.len(), plain, packed.len()])
+            {
+                *sum += n;
+            }
+        }
+        let mut total = [0usize; 3];
+        for (name, [raw, plain, with_dict]) in ["16-63", "64-255", "256-512"].iter().zip(buckets) {
+            eprintln!(
+                "{name} tokens: raw {raw} B, zstd-3 {plain} B, zstd-3 + {} B dictionary {with_dict} B",
+                dict.bytes().len()
+            );
+            for (t, n) in total.iter_mut().zip([raw, plain, with_dict]) {
+                *t += n;
+            }
+        }
+        let [raw, plain, with_dict] = total;
+        eprintln!(
+            "all {} records: raw {raw} B, zstd-3 {plain} B, with dictionary {with_dict} B",
+            test.len()
+        );
+        assert!(
+            with_dict < plain,
+            "dictionary {with_dict} bytes vs plain {plain}"
+        );
+    }
+
+    #[test]
+    fn another_dictionary_or_none_is_refused() {
+        let a = train_on(&token_records(10, 1500), 16 * 1024);
+        let b = train_on(&token_records(20, 1500), 16 * 1024);
+        assert_ne!(a.id(), b.id());
+        for record in token_records(30, 50) {
+            // Room for frames that do not shrink: this is about refusing them.
+            let mut packed = vec![0u8; record.len() + 64];
+            let n = a.encode(&record, &mut packed).unwrap();
+            packed.truncate(n);
+            let mut out = vec![0u8; record.len()];
+            let err = b.decode(&packed, &mut out).unwrap_err();
+            assert!(
+                err.reason.contains(&a.id().to_string())
+                    && err.reason.contains(&b.id().to_string()),
+                "{err}"
+            );
+            // A plain zstd frame names no dictionary.
+            let plain = zstd::bulk::compress(&record, ZSTD_LEVEL).unwrap();
+            let err = a.decode(&plain, &mut out).unwrap_err();
+            assert!(err.reason.contains("names no dictionary"), "{err}");
+        }
+    }
+
+    #[test]
+    fn garbage_frames_are_errors() {
+        let dict = train_on(&token_records(3, 1000), 8 * 1024);
+        let record = &token_records(4, 1)[0];
+        let packed = encode(&dict, record).unwrap();
+        let mut out = vec![0u8; record.len()];
+        assert!(dict.decode(&[], &mut out).is_err());
+        assert!(dict.decode(&[0xff; 64], &mut out).is_err());
+        for cut in [1, 4, 6, packed.len() / 2, packed.len() - 1] {
+            assert!(dict.decode(&packed[..cut], &mut out).is_err(), "cut {cut}");
+        }
+        let mut rng = Rng(5);
+        for _ in 0..2000 {
+            let len = rng.below(300) as usize;
+            let mut src: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            if len >= 8 && rng.below(2) == 0 {
+                // A valid header start, so the payload decoder runs too.
+                src[..8].copy_from_slice(&packed[..8]);
+            }
+            let _ = dict.decode(&src, &mut out);
+        }
+    }
+
+    #[test]
+    fn new_refuses_what_is_not_a_dictionary() {
+        let good = train_dictionary(
+            &token_records(6, 1000).concat(),
+            &token_records(6, 1000)
+                .iter()
+                .map(Vec::len)
+                .collect::<Vec<_>>(),
+            8 * 1024,
+        )
+        .unwrap();
+        let mut zero_id = good.clone();
+        zero_id[4..8].fill(0);
+        let mut bad_tables = good.clone();
+        bad_tables[8..200].fill(0xff);
+        let cases: [(&[u8], &str); 6] = [
+            (&[], "empty"),
+            (b"hello, world", "not a zstd dictionary"),
+            (&good[8..], "not a zstd dictionary"),
+            (&zero_id, "id 0"),
+            (&bad_tables, "corrupt"),
+            (&good[..40], "corrupt"),
+        ];
+        for (bytes, why) in cases {
+            let err = ZstdDictionary::new(bytes).unwrap_err();
+            assert!(err.reason.contains(why), "{why}: {err}");
+        }
+        let huge = [&good[..], &vec![0u8; MAX_DICT_SIZE]].concat();
+        assert!(
+            ZstdDictionary::new(&huge)
+                .unwrap_err()
+                .reason
+                .contains("limit")
+        );
+        let dict = ZstdDictionary::new(&good).unwrap();
+        assert_eq!(dict.bytes(), &good[..]);
+        // The id is the little-endian u32 after the magic.
+        assert_eq!(
+            dict.id(),
+            u32::from_le_bytes(good[4..8].try_into().unwrap())
+        );
+    }
+
+    #[test]
+    fn training_refuses_bad_requests_without_panicking() {
+        let records = token_records(7, 50);
+        let samples = records.concat();
+        let sizes: Vec<usize> = records.iter().map(Vec::len).collect();
+        let refused = |samples: &[u8], sizes: &[usize], max: usize, why: &str| {
+            let err = train_dictionary(samples, sizes, max).unwrap_err();
+            assert!(err.reason.contains(why), "{why}: {err}");
+        };
+        refused(&samples, &sizes, 100, "outside");
+        refused(&samples, &sizes, MAX_DICT_SIZE + 1, "outside");
+        refused(&samples, &sizes[1..], 4096, "do not add up");
+        refused(&samples, &[usize::MAX, 2], 4096, "do not add up");
+        refused(
+            &samples[..sizes[..3].iter().sum()],
+            &sizes[..3],
+            4096,
+            "too few",
+        );
+        let big = vec![0u8; MAX_SAMPLE_BYTES + 1];
+        refused(&big, &[big.len()], 4096, "limit");
+        // Samples too small for zstd's trainer: its refusal is an error.
+        // Uniform ones may or may not make a (useless) dictionary.
+        refused(&[7u8; 7], &[1; 7], 4096, "could not train");
+        let zeros = vec![0u8; 64 * 1000];
+        match train_dictionary(&zeros, &[64; 1000], 4096) {
+            Err(e) => assert!(e.reason.contains("could not train"), "{e}"),
+            Ok(dict) => drop(ZstdDictionary::new(&dict).unwrap()),
+        }
+    }
+
+    #[test]
+    fn threads_share_contexts_across_dictionaries() {
+        let dicts = [
+            Arc::new(train_on(&token_records(40, 1000), 16 * 1024)),
+            Arc::new(train_on(&token_records(50, 1000), 16 * 1024)),
+        ];
+        let records = token_records(60, 200);
+        std::thread::scope(|s| {
+            for t in 0..4usize {
+                let dicts = dicts.clone();
+                let records = &records;
+                s.spawn(move || {
+                    for (i, record) in records.iter().enumerate() {
+                        let dict = &dicts[(i + t) % 2];
+                        let other = &dicts[(i + t + 1) % 2];
+                        let packed = encode(dict, record).unwrap();
+                        let mut out = vec![0u8; record.len()];
+                        dict.decode(&packed, &mut out).unwrap();
+                        assert_eq!(&out, record);
+                        assert!(other.decode(&packed, &mut out).is_err());
+                    }
+                });
+            }
+        });
+    }
+}

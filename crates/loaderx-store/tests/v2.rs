@@ -1,0 +1,423 @@
+//! Format v2 end to end: typed schemas, lanes, checksums, the dictionary
+//! codec, and the ceilings format v1 had (records, record size, chunks).
+
+mod common;
+
+use std::fs;
+
+use common::{contents, image_like};
+use loaderx_store::{
+    CodecId, Deflate, Error, OpenOptions, Store, ZstdDictionary,
+    format::{
+        CodecTag,
+        v2::{Dtype, Kind, Schema},
+    },
+    storage::MemStorage,
+    train_dictionary,
+};
+
+fn dense(dtype: &str, shape: &[u64], codec: CodecTag) -> Schema {
+    Schema {
+        kind: Kind::Dense,
+        dtype: Dtype::from_name(dtype).unwrap(),
+        shape: shape.to_vec(),
+        ndim: shape.len() as u8,
+        codec,
+        dictionary: None,
+    }
+}
+
+fn ragged(dtype: &str, ndim: u8, codec: CodecTag, dictionary: Option<Vec<u8>>) -> Schema {
+    Schema {
+        kind: Kind::Ragged,
+        dtype: Dtype::from_name(dtype).unwrap(),
+        shape: vec![],
+        ndim,
+        codec,
+        dictionary,
+    }
+}
+
+fn lanes(n: u8) -> OpenOptions {
+    OpenOptions {
+        lanes: n,
+        ..OpenOptions::default()
+    }
+}
+
+/// Token-like int32 sequences, 16..=512 tokens, as bytes.
+fn tokens(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|_| {
+            let len = 16 + (next() % 497) as usize;
+            (0..len)
+                .flat_map(|_| {
+                    let r = next() % 1000;
+                    // Zipf-ish: small ids are common.
+                    let id = (r * r / 1000) as i32;
+                    id.to_le_bytes()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn pack(records: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>, Vec<u32>) {
+    let mut src = Vec::new();
+    let mut offsets = Vec::new();
+    let mut lens = Vec::new();
+    for r in records {
+        offsets.push(src.len() as u64);
+        lens.push(r.len() as u32);
+        src.extend_from_slice(r);
+    }
+    (src, offsets, lens)
+}
+
+#[test]
+fn a_dense_store_round_trips_through_every_codec_and_lane_count() {
+    for codec in [
+        CodecTag::RAW,
+        CodecTag::FLATE,
+        CodecTag::ZSTD,
+        CodecTag::LZ4,
+    ] {
+        for n_lanes in [1u8, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("d");
+            let schema = dense("|u1", &[3, 16, 16], codec);
+            let items: Vec<u8> = (0..40).flat_map(|i| image_like(i, 768)).collect();
+            {
+                let store: Store = Store::create_v2(&path, &schema, lanes(n_lanes)).unwrap();
+                assert_eq!(store.format_version(), 2);
+                store.append_fixed(&items[..768 * 25], 25, 768).unwrap();
+                store.append_fixed(&items[768 * 25..], 15, 768).unwrap();
+                // A record of another size is refused by the schema.
+                let err = store.append_fixed(&items[..767], 1, 767).unwrap_err();
+                assert!(matches!(err, Error::Schema { .. }), "{err}");
+                assert!(err.to_string().contains("768 bytes"), "{err}");
+            }
+            let store: Store = Store::open_read_only(&path).unwrap();
+            assert_eq!(store.schema(), Some(&schema));
+            assert_eq!(store.len(), 40);
+            let mut out = vec![0u8; 768 * 3];
+            store.gather_exact(&[39, 0, 17], &mut out, 768).unwrap();
+            assert_eq!(&out[..768], &items[768 * 39..768 * 40]);
+            assert_eq!(&out[768..1536], &items[..768]);
+            assert_eq!(&out[1536..], &items[768 * 17..768 * 18]);
+            store.verify().unwrap();
+            assert!(store.damaged().unwrap().is_empty());
+            if n_lanes == 3 {
+                for c in 0..3 {
+                    assert!(path.join(format!("{c}.zr")).exists());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ragged_records_keep_their_dimensions_and_refuse_mismatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    let schema = ragged("<f4", 3, CodecTag::ZSTD, None);
+    let shapes: Vec<[u32; 3]> = (0..30).map(|i| [1 + i % 3, 2 + i % 5, 1 + i % 7]).collect();
+    let records: Vec<Vec<u8>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| image_like(i as u64, (s[0] * s[1] * s[2] * 4) as usize))
+        .collect();
+    let (src, offsets, lens) = pack(&records);
+    let dims: Vec<u32> = shapes.iter().flatten().copied().collect();
+    {
+        let store: Store = Store::create_v2(&path, &schema, lanes(2)).unwrap();
+        store.append_shaped(&src, &offsets, &lens, &dims).unwrap();
+        let mut bad = dims.clone();
+        bad[4] += 1;
+        let err = store
+            .append_shaped(&src, &offsets, &lens, &bad)
+            .unwrap_err();
+        assert!(err.to_string().contains("record 1"), "{err}");
+        let err = store.append_fixed(&src[..8], 1, 8).unwrap_err();
+        assert!(err.to_string().contains("append_shaped"), "{err}");
+        assert_eq!(store.len(), 30);
+    }
+    let store: Store = Store::open(&path).unwrap();
+    assert_eq!(contents(&store), records);
+    let mut got = vec![0u32; 6];
+    store.dims(&[29, 3], &mut got).unwrap();
+    assert_eq!(&got[..3], &shapes[29]);
+    assert_eq!(&got[3..], &shapes[3]);
+}
+
+#[test]
+fn delete_and_compact_keep_every_survivor_and_its_dimensions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    let schema = ragged("<i4", 1, CodecTag::LZ4, None);
+    let records = tokens(7, 300);
+    let (src, offsets, lens) = pack(&records);
+    let dims: Vec<u32> = lens.iter().map(|l| l / 4).collect();
+    let options = OpenOptions {
+        chunk_capacity: 20_000,
+        ..lanes(3)
+    };
+    let mut store: Store = Store::create_v2(&path, &schema, options).unwrap();
+    store.append_shaped(&src, &offsets, &lens, &dims).unwrap();
+    let mut model = records.clone();
+    let doomed = [0u64, 5, 299, 150, 151, 7];
+    store.delete(&doomed).unwrap();
+    let mut sorted = doomed.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    for idx in sorted {
+        let last = model.pop().unwrap();
+        if (idx as usize) < model.len() {
+            model[idx as usize] = last;
+        }
+    }
+    assert_eq!(contents(&store), model);
+    let before = store.stats().unwrap();
+    store.compact().unwrap();
+    let after = store.stats().unwrap();
+    assert!(
+        after.chunk_bytes < before.chunk_bytes,
+        "{before:?} -> {after:?}"
+    );
+    // What is left is the unused ends of full chunks (records never straddle).
+    assert!(
+        after.reclaimable < before.reclaimable,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(contents(&store), model);
+    let idxs: Vec<u64> = (0..model.len() as u64).collect();
+    let mut got = vec![0u32; model.len()];
+    store.dims(&idxs, &mut got).unwrap();
+    assert!(
+        got.iter()
+            .zip(&model)
+            .all(|(&d, r)| d as usize * 4 == r.len())
+    );
+    drop(store);
+    let store: Store = Store::open_with(&path, options).unwrap();
+    assert_eq!(contents(&store), model);
+    store.verify().unwrap();
+}
+
+#[test]
+fn damage_to_a_record_an_entry_the_schema_or_the_dictionary_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("z");
+    let records = tokens(3, 400);
+    let (src, offsets, lens) = pack(&records);
+    let dict = train_dictionary(
+        &src,
+        &lens.iter().map(|&l| l as usize).collect::<Vec<_>>(),
+        16 << 10,
+    )
+    .unwrap();
+    let schema = ragged("<i4", 1, CodecTag::ZSTD_DICT, Some(dict));
+    let dims: Vec<u32> = lens.iter().map(|l| l / 4).collect();
+    {
+        let store: Store = Store::create_v2(&path, &schema, OpenOptions::default()).unwrap();
+        store.append_shaped(&src, &offsets, &lens, &dims).unwrap();
+    }
+    let store: Store = Store::open_read_only(&path).unwrap();
+    assert_eq!(contents(&store), records);
+    drop(store);
+
+    // A flipped byte inside record 10's stored bytes.
+    let meta = fs::read(path.join("meta.zr")).unwrap();
+    let chunk = fs::read(path.join("0.zr")).unwrap();
+    let store: Store = Store::open_read_only(&path).unwrap();
+    let stored_at: usize = {
+        // Records are packed in order in one lane: record 10 starts after the
+        // stored bytes of records 0..10, which `stats` cannot tell; find it
+        // by damaging each byte until record 10 (and only it) fails.
+        let mut at = 0;
+        for i in 0..chunk.len() {
+            let mut bad = chunk.clone();
+            bad[i] ^= 0x40;
+            fs::write(path.join("0.zr"), &bad).unwrap();
+            let damaged = store.damaged().unwrap();
+            if damaged.first().map(|d| d.0) == Some(10) {
+                at = i;
+                break;
+            }
+        }
+        at
+    };
+    let damaged = store.damaged().unwrap();
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    assert!(damaged[0].1.contains("checksum"), "{damaged:?}");
+    let len = records[10].len();
+    let mut out = vec![0u8; len];
+    let err = store.gather(&[10], &mut out, len).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { entry: 10, .. }), "{err}");
+    assert!(err.to_string().contains("0.zr"), "{err}");
+    assert!(stored_at > 0);
+    fs::write(path.join("0.zr"), &chunk).unwrap();
+    drop(store);
+
+    // A flipped byte in table entry 3.
+    let table = loaderx_store::format::v2::table_offset(u32::from_le_bytes(
+        meta[24..28].try_into().unwrap(),
+    )) as usize;
+    let entry_len = u16::from_le_bytes(meta[32..34].try_into().unwrap()) as usize;
+    let mut bad = meta.clone();
+    bad[table + 3 * entry_len + 9] ^= 1;
+    fs::write(path.join("meta.zr"), &bad).unwrap();
+    let store: Store = Store::open_read_only(&path).unwrap();
+    let damaged = store.damaged().unwrap();
+    assert_eq!(damaged.iter().map(|d| d.0).collect::<Vec<_>>(), [3]);
+    assert!(damaged[0].1.contains("entry checksum"), "{damaged:?}");
+    assert!(store.verify().is_err());
+    drop(store);
+
+    // The schema block, and the dictionary inside it.
+    for (what, at) in [("schema", 8192 + 5), ("dictionary", 8192 + 200)] {
+        let mut bad = meta.clone();
+        bad[at] ^= 1;
+        fs::write(path.join("meta.zr"), &bad).unwrap();
+        let err = Store::<Deflate>::open_read_only(&path).unwrap_err();
+        assert_eq!(err.code(), -8, "{err}");
+        assert!(err.to_string().contains("schema"), "{what}: {err}");
+    }
+    fs::write(path.join("meta.zr"), &meta).unwrap();
+    Store::<Deflate>::open_read_only(&path)
+        .unwrap()
+        .verify()
+        .unwrap();
+}
+
+#[test]
+fn a_torn_header_slot_falls_back_to_the_previous_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    let schema = Schema::bytes(CodecTag::RAW);
+    {
+        let store: Store = Store::create_v2(&path, &schema, OpenOptions::default()).unwrap();
+        store.append_fixed(&[1u8; 40], 4, 10).unwrap();
+        store.sync().unwrap();
+        store.append_fixed(&[2u8; 20], 2, 10).unwrap();
+    }
+    let mut meta = fs::read(path.join("meta.zr")).unwrap();
+    let seq = |m: &[u8], at: usize| u64::from_le_bytes(m[at + 8..at + 16].try_into().unwrap());
+    let newest = if seq(&meta, 0) > seq(&meta, 4096) {
+        0
+    } else {
+        4096
+    };
+    meta[newest + 20] ^= 0xff;
+    fs::write(path.join("meta.zr"), &meta).unwrap();
+    let store: Store = Store::open_read_only(&path).unwrap();
+    assert_eq!(store.len(), 4);
+    assert_eq!(contents(&store), vec![vec![1u8; 10]; 4]);
+}
+
+#[test]
+fn creating_over_a_store_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let schema = dense("<i8", &[], CodecTag::RAW);
+    {
+        let store: Store = Store::create_v2(&path, &schema, OpenOptions::default()).unwrap();
+        store.append_fixed(&[7u8; 16], 2, 8).unwrap();
+    }
+    let before = fs::read(path.join("meta.zr")).unwrap();
+    let err = Store::<Deflate>::create_v2(&path, &schema, OpenOptions::default()).unwrap_err();
+    assert!(matches!(err, Error::Exists { .. }), "{err}");
+    assert_eq!(fs::read(path.join("meta.zr")).unwrap(), before);
+    for bad in [
+        dense("<f4", &[3, 0], CodecTag::RAW),
+        ragged("<f4", 1, CodecTag::ZSTD_DICT, None),
+        ragged("<f4", 0, CodecTag::RAW, None),
+    ] {
+        let p = dir.path().join("bad");
+        let err = Store::<Deflate>::create_v2(&p, &bad, OpenOptions::default()).unwrap_err();
+        assert_eq!(err.code(), -8, "{err}");
+        assert!(!p.join("meta.zr").exists());
+    }
+    let err = Store::<Deflate>::create_v2(dir.path().join("l"), &schema, lanes(17)).unwrap_err();
+    assert!(err.to_string().contains("lanes"), "{err}");
+}
+
+#[test]
+fn a_64_mib_record_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big");
+    let schema = Schema::bytes(CodecTag::ZSTD);
+    let record = image_like(1, 64 << 20);
+    let store: Store = Store::create_v2(&path, &schema, OpenOptions::default()).unwrap();
+    store
+        .append_fixed_with(CodecId::Zstd, &record, 1, record.len())
+        .unwrap();
+    let mut out = vec![0u8; record.len()];
+    store.gather_exact(&[0], &mut out, record.len()).unwrap();
+    assert!(out == record);
+}
+
+#[test]
+fn chunk_ids_past_65536_work() {
+    let storage = MemStorage::new();
+    let options = OpenOptions {
+        chunk_capacity: 16,
+        ..OpenOptions::default()
+    };
+    let schema = Schema::bytes(CodecTag::RAW);
+    let store: Store<Deflate, MemStorage> =
+        Store::create_v2_in(storage.clone(), &schema, options).unwrap();
+    // One 10-byte record per 16-byte chunk.
+    let n = 65_540usize;
+    let src: Vec<u8> = (0..n).flat_map(|i| [(i % 251) as u8; 10]).collect();
+    store.append_fixed(&src, n, 10).unwrap();
+    drop(store);
+    let store: Store<Deflate, MemStorage> = Store::open_in(storage, options).unwrap();
+    let mut out = vec![0u8; 20];
+    store.gather(&[65_539, 1], &mut out, 10).unwrap();
+    assert_eq!(out[0], (65_539 % 251) as u8);
+    assert_eq!(out[10], 1);
+    assert_eq!(store.stats().unwrap().records, n as u64);
+}
+
+#[test]
+fn a_store_crosses_two_to_the_24_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many");
+    let schema = dense("|u1", &[], CodecTag::RAW);
+    let n = (1usize << 24) + 3;
+    let src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+    {
+        let store: Store = Store::create_v2(&path, &schema, OpenOptions::default()).unwrap();
+        store.append_fixed(&src[..n / 2], n / 2, 1).unwrap();
+        store.append_fixed(&src[n / 2..], n - n / 2, 1).unwrap();
+    }
+    let store: Store = Store::open_read_only(&path).unwrap();
+    assert_eq!(store.len(), n as u64);
+    let last = [n as u64 - 1, 1 << 24, 0];
+    let mut out = [0u8; 3];
+    store.gather_exact(&last, &mut out, 1).unwrap();
+    assert_eq!(out, [src[n - 1], src[1 << 24], src[0]]);
+}
+
+#[test]
+fn the_dictionary_is_refused_when_damaged_at_creation() {
+    let err = ZstdDictionary::new(b"not a dictionary").unwrap_err();
+    assert!(!err.to_string().is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let schema = ragged(
+        "<i4",
+        1,
+        CodecTag::ZSTD_DICT,
+        Some(b"not a dictionary".to_vec()),
+    );
+    let err = Store::<Deflate>::create_v2(dir.path().join("x"), &schema, OpenOptions::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("dictionary"), "{err}");
+}
