@@ -15,7 +15,7 @@
 
 use loaderx_store::format::v2::{Dtype, Kind, MAX_NDIM, MAX_RECORD_LEN_V2, Schema};
 use loaderx_store::format::{CodecTag, MAX_LANES};
-use loaderx_store::{Error, Result};
+use loaderx_store::{CodecId, Error, Result};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -59,10 +59,7 @@ pub(crate) fn add_constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_LANES", MAX_LANES)?;
     m.add("MAX_ITEM_LEN", MAX_RECORD_LEN_V2)?;
     m.add("DEFAULT_DICT_SIZE", loaderx_store::DEFAULT_DICT_SIZE)?;
-    m.add("MIN_DICT_SIZE", loaderx_store::MIN_DICT_SIZE)?;
     m.add("MAX_DICT_SIZE", loaderx_store::MAX_DICT_SIZE)?;
-    m.add("MAX_SAMPLE_BYTES", loaderx_store::MAX_SAMPLE_BYTES)?;
-    m.add("MIN_SAMPLES", loaderx_store::MIN_SAMPLES)?;
     m.add_function(wrap_pyfunction!(train_dictionary, m)?)?;
     Ok(())
 }
@@ -237,10 +234,16 @@ pub(crate) fn ragged_dims(engine: &Engine, idxs: &[u64]) -> Result<Vec<u32>> {
     Ok(dims)
 }
 
-/// Appends `n` dense records packed in `src`.
+/// Appends `n` dense records packed in `src`, with the schema's codec
+/// (`append_fixed` would use the engine type's default codec).
 pub(crate) fn append_dense(engine: &Engine, src: &[u8], n: usize) -> Result<u64> {
+    let schema = typed_schema(engine, Kind::Dense)?;
+    let codec = CodecId::from_tag(schema.codec).ok_or_else(|| Error::Schema {
+        path: engine.path().to_owned(),
+        reason: format!("the schema names codec tag {}, which this build cannot write", schema.codec.0),
+    })?;
     let item_len = dense_item_len(engine)?;
-    engine.append_fixed(src, n, item_len)
+    engine.append_fixed_with(codec, src, n, item_len)
 }
 
 /// Appends ragged records `src[offsets[i]..][..lens[i]]` of dimensions

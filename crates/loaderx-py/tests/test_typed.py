@@ -232,14 +232,17 @@ def test_every_codec(tmp_path: Path, rng: np.random.Generator, codec: str) -> No
             assert ds.stats()["live_bytes"] < data.nbytes
 
 
-def test_zstd_dict_compresses_better_than_zstd_on_small_records(tmp_path: Path) -> None:
-    data = compressible(2000, (16,), np.int32)
-    d = train_dict(data, 2048)
+def test_zstd_dict_compresses_small_records_better_than_zstd(tmp_path: Path, rng: np.random.Generator) -> None:
+    # Records of 128 bytes drawn from a shared vocabulary of 16-byte words:
+    # each is too short for zstd alone to find repeats, the dictionary has them.
+    vocab = rng.integers(0, 256, size=(40, 16), dtype=np.uint8)
+    data = vocab[rng.integers(0, 40, size=(3000, 8))].reshape(3000, 128)
+    d = train_dict(data, 4096)
     write_dense(tmp_path / "plain", data, codec="zstd")
     write_dense(tmp_path / "dict", data, codec="zstd_dict", dict_bytes=d)
     with Dense.open(tmp_path / "plain") as plain, Dense.open(tmp_path / "dict") as with_dict:
         np.testing.assert_array_equal(with_dict[:], data)
-        assert with_dict.stats()["live_bytes"] < plain.stats()["live_bytes"]
+        assert with_dict.stats()["live_bytes"] < plain.stats()["live_bytes"] // 2
 
 
 # --- indexing ------------------------------------------------------------------------
@@ -677,7 +680,21 @@ def test_large_list_is_checked_whole_first(tmp_path: Path, monkeypatch: pytest.M
 # --- integrity -----------------------------------------------------------------------
 
 
-def test_damaged_record_is_named(tmp_path: Path) -> None:
+def flip_byte(path: Path, needle: bytes | None = None) -> None:
+    """Flip one byte of the store's record data: inside `needle` when given,
+    else in the middle of the largest chunk file."""
+    files = [p for p in path.iterdir() if p.is_file() and p.name.endswith(".zr") and p.name != "meta.zr"]
+    if needle is not None:
+        files = [p for p in files if needle in p.read_bytes()]
+        assert len(files) == 1, files
+    target = max(files, key=lambda p: p.stat().st_size)
+    raw = bytearray(target.read_bytes())
+    at = raw.index(needle) + 10 if needle is not None else len(raw) // 2
+    raw[at] ^= 0xFF
+    target.write_bytes(bytes(raw))
+
+
+def test_damaged_raw_record_is_named_by_verify(tmp_path: Path) -> None:
     path = tmp_path / "d"
     data = np.zeros((10, 64), np.uint8)
     marker = bytes(range(7, 71))
@@ -686,21 +703,32 @@ def test_damaged_record_is_named(tmp_path: Path) -> None:
     with Dense.open(path) as ds:
         ds.verify()
         assert ds.damaged() == []
-    hits = [p for p in path.iterdir() if p.is_file() and marker in p.read_bytes()]
-    assert len(hits) == 1, hits
-    raw = bytearray(hits[0].read_bytes())
-    raw[raw.index(marker) + 10] ^= 0xFF
-    hits[0].write_bytes(bytes(raw))
+    flip_byte(path, marker)
     with Dense.open(path) as ds:
         damaged = ds.damaged()
         assert [i for i, _ in damaged] == [6]
+        assert damaged[0][1]
         with pytest.raises(ZrecordError) as err:
             ds.verify()
         assert err.value.code == -7 and "6" in str(err.value)
-        with pytest.raises(ZrecordError) as err:
-            ds[[5, 6]]
-        assert err.value.code == -7
         np.testing.assert_array_equal(ds[[5, 7]], data[[5, 7]])
+
+
+@pytest.mark.parametrize("codec", ["zstd", "flate"])
+def test_damaged_compressed_record_fails_its_read(tmp_path: Path, codec: str) -> None:
+    path = tmp_path / "r"
+    records = [compressible(1, (3 + i % 5, 40))[0] for i in range(50)]
+    write_ragged(path, records, codec=codec, data_shards=1)
+    flip_byte(path)
+    with Ragged.open(path) as rg:
+        damaged = [i for i, _ in rg.damaged()]
+        assert len(damaged) == 1
+        bad = damaged[0]
+        with pytest.raises(ZrecordError) as err:
+            rg[[0, bad]]
+        assert err.value.code == -7 and str(bad) in str(err.value)
+        good = [i for i in range(50) if i != bad]
+        assert_same_records(rg[good], [records[i] for i in good])
 
 
 # --- the DataLoader ------------------------------------------------------------------
@@ -771,5 +799,5 @@ def test_train_dict_refuses_bad_input() -> None:
         train_dict(["text"] * 10)
     with pytest.raises(ValueError, match="dict_size|dictionary size"):
         train_dict(compressible(100, (64,)), 10)
-    with pytest.raises(ValueError, match="sample_bytes"):
-        train_dict(compressible(100, (64,)), 1024, sample_bytes=1 << 40)
+    with pytest.raises(ValueError, match="dict_size"):
+        train_dict(compressible(100, (64,)), 2 << 20)

@@ -21,10 +21,7 @@ __all__ = [
     "MAX_LANES",
     "MAX_ITEM_LEN",
     "DEFAULT_DICT_SIZE",
-    "MIN_DICT_SIZE",
     "MAX_DICT_SIZE",
-    "MAX_SAMPLE_BYTES",
-    "MIN_SAMPLES",
     "train_dictionary",
     "__version__",
 ]
@@ -39,10 +36,7 @@ MAX_NDIM: Final[int]
 MAX_LANES: Final[int]
 MAX_ITEM_LEN: Final[int]
 DEFAULT_DICT_SIZE: Final[int]
-MIN_DICT_SIZE: Final[int]
 MAX_DICT_SIZE: Final[int]
-MAX_SAMPLE_BYTES: Final[int]
-MIN_SAMPLES: Final[int]
 
 def train_dictionary(
     samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int

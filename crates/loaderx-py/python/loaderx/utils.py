@@ -20,13 +20,8 @@ from .zrecord import Dense, Ragged
 
 #: Dictionary size used when none is given, in bytes.
 DEFAULT_DICT_SIZE: int = int(_native.DEFAULT_DICT_SIZE)
-#: Smallest and largest dictionary, in bytes.
-MIN_DICT_SIZE: int = int(_native.MIN_DICT_SIZE)
+#: Largest dictionary, in bytes.
 MAX_DICT_SIZE: int = int(_native.MAX_DICT_SIZE)
-#: Most sample bytes one training reads.
-MAX_SAMPLE_BYTES: int = int(_native.MAX_SAMPLE_BYTES)
-#: Fewest samples a training needs (thousands are better).
-MIN_SAMPLES: int = int(_native.MIN_SAMPLES)
 
 #: Sample bytes per dictionary byte when `sample_bytes` is not given (zstd's
 #: guidance: about 100 times the dictionary size).
@@ -150,10 +145,10 @@ def train_dict(
         source: an array (one record per slice along axis 0), an iterable
             of records (NumPy arrays or bytes), or an open :class:`Dense` or
             :class:`Ragged` reader.
-        dict_size: the dictionary's largest size in bytes
-            (``MIN_DICT_SIZE..=MAX_DICT_SIZE``).
+        dict_size: the dictionary's largest size in bytes (at least 256,
+            at most ``MAX_DICT_SIZE``).
         sample_bytes: how many bytes of records to train on; default 100
-            times `dict_size`, at most ``MAX_SAMPLE_BYTES``. Records are
+            times `dict_size`, at most 100 MiB. Records are
             picked at random from an array or a container (with `seed`), and
             taken from the start of any other iterable, which is read no
             further than that.
@@ -162,38 +157,23 @@ def train_dict(
         The dictionary, for ``Dense.create(..., dict_bytes=...)``.
 
     Raises:
-        ValueError: too few samples (fewer than ``MIN_SAMPLES``), a size out
-            of bounds, or data zstd cannot build a dictionary from.
+        ValueError: too few samples (fewer than 7), a size out of bounds,
+            or data zstd cannot build a dictionary from; the message names
+            the bound.
     """
     dict_size = _positive(dict_size, "dict_size")
-    if not MIN_DICT_SIZE <= dict_size <= MAX_DICT_SIZE:
-        raise ValueError(
-            f"dict_size {dict_size} is outside {MIN_DICT_SIZE}..={MAX_DICT_SIZE} bytes"
-        )
+    if dict_size > MAX_DICT_SIZE:
+        raise ValueError(f"dict_size {dict_size} is over the {MAX_DICT_SIZE}-byte limit")
     if sample_bytes is None:
-        budget = min(MAX_SAMPLE_BYTES, dict_size * SAMPLES_PER_DICT_BYTE)
+        budget = dict_size * SAMPLES_PER_DICT_BYTE
     else:
         budget = _positive(sample_bytes, "sample_bytes")
-        if budget > MAX_SAMPLE_BYTES:
-            raise ValueError(
-                f"sample_bytes {budget} is over the {MAX_SAMPLE_BYTES}-byte training limit"
-            )
     samples = _samples(source, budget, operator.index(seed))
-    if len(samples) < MIN_SAMPLES:
-        raise ValueError(
-            f"{len(samples)} records are too few to train a dictionary (at least "
-            f"{MIN_SAMPLES}, ideally thousands)"
-        )
+    # The trainer checks the rest (smallest dictionary, fewest samples,
+    # largest sample), naming the bound.
     sizes = np.fromiter((len(s) for s in samples), dtype=np.uint64, count=len(samples))
     flat = np.frombuffer(b"".join(samples), dtype=np.uint8)
     return bytes(_native.train_dictionary(flat, sizes, dict_size))
 
 
-__all__ = [
-    "DEFAULT_DICT_SIZE",
-    "MAX_DICT_SIZE",
-    "MAX_SAMPLE_BYTES",
-    "MIN_DICT_SIZE",
-    "MIN_SAMPLES",
-    "train_dict",
-]
+__all__ = ["DEFAULT_DICT_SIZE", "MAX_DICT_SIZE", "train_dict"]

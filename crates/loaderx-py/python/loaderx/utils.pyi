@@ -6,20 +6,10 @@ import numpy.typing as npt
 
 from .zrecord import Dense, Ragged
 
-__all__ = [
-    "DEFAULT_DICT_SIZE",
-    "MAX_DICT_SIZE",
-    "MAX_SAMPLE_BYTES",
-    "MIN_DICT_SIZE",
-    "MIN_SAMPLES",
-    "train_dict",
-]
+__all__ = ["DEFAULT_DICT_SIZE", "MAX_DICT_SIZE", "train_dict"]
 
 DEFAULT_DICT_SIZE: int
-MIN_DICT_SIZE: int
 MAX_DICT_SIZE: int
-MAX_SAMPLE_BYTES: int
-MIN_SAMPLES: int
 SAMPLES_PER_DICT_BYTE: int
 
 Source = Union[npt.NDArray[Any], Dense, Ragged, Iterable[Any]]
