@@ -318,7 +318,12 @@ impl Store {
 
     /// Appends `n` dense records packed in `src` (borrowed, not copied);
     /// returns the index of the first.
-    fn append_dense(&self, py: Python<'_>, src: PyReadonlyArray1<'_, u8>, n: usize) -> PyResult<u64> {
+    fn append_dense(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        n: usize,
+    ) -> PyResult<u64> {
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         self.handle
             .shared(py, |engine| typed::append_dense(engine, src, n))

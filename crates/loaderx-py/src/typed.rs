@@ -98,7 +98,11 @@ pub(crate) fn build_schema(
                 "unknown codec {codec:?}, expected one of {known:?}"
             ))
         })?;
-    let rank = if kind == Kind::Dense { shape.len() } else { ndim };
+    let rank = if kind == Kind::Dense {
+        shape.len()
+    } else {
+        ndim
+    };
     let ndim = u8::try_from(rank)
         .ok()
         .filter(|&n| usize::from(n) <= MAX_NDIM)
@@ -240,7 +244,10 @@ pub(crate) fn append_dense(engine: &Engine, src: &[u8], n: usize) -> Result<u64>
     let schema = typed_schema(engine, Kind::Dense)?;
     let codec = CodecId::from_tag(schema.codec).ok_or_else(|| Error::Schema {
         path: engine.path().to_owned(),
-        reason: format!("the schema names codec tag {}, which this build cannot write", schema.codec.0),
+        reason: format!(
+            "the schema names codec tag {}, which this build cannot write",
+            schema.codec.0
+        ),
     })?;
     let item_len = dense_item_len(engine)?;
     engine.append_fixed_with(codec, src, n, item_len)
