@@ -282,22 +282,25 @@ impl Store {
     }
 
     /// Opens an existing store (any version) without creating anything:
-    /// read-only unless `writable`.
+    /// read-only unless `writable`; with `check_raw`, gathers check the
+    /// CRC32C of raw records too (compressed ones are always checked).
     #[staticmethod]
-    fn open_existing(py: Python<'_>, path: PathBuf, writable: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path, writable, check_raw = false))]
+    fn open_existing(
+        py: Python<'_>,
+        path: PathBuf,
+        writable: bool,
+        check_raw: bool,
+    ) -> PyResult<Self> {
         non_empty(&path)?;
+        let options = OpenOptions {
+            read_only: !writable,
+            create: false,
+            check_raw,
+            ..OpenOptions::default()
+        };
         let engine = py
-            .detach(|| {
-                if writable {
-                    let options = OpenOptions {
-                        create: false,
-                        ..OpenOptions::default()
-                    };
-                    Engine::open_with(&path, options)
-                } else {
-                    Engine::open_read_only(&path)
-                }
-            })
+            .detach(|| Engine::open_with(&path, options))
             .map_err(|err| store_error(py, err))?;
         Ok(Store::wrap(&path, engine))
     }

@@ -478,8 +478,13 @@ def test_readers_pickle_as_their_path(dense: Any) -> None:
     clone = pickle.loads(pickle.dumps(ds))
     try:
         assert isinstance(clone, Dense) and clone.item_shape == ds.item_shape
+        assert not clone.writer
         np.testing.assert_array_equal(clone[:], data)
     finally:
+        clone.close()
+    with Dense.open(ds.path, check_raw=True) as checked:
+        clone = pickle.loads(pickle.dumps(checked))
+        assert clone._check_raw
         clone.close()
 
 
@@ -710,6 +715,13 @@ def test_damaged_raw_record_is_named_by_verify(tmp_path: Path) -> None:
         assert damaged[0][1]
         with pytest.raises(ZrecordError) as err:
             ds.verify()
+        assert err.value.code == -7 and "6" in str(err.value)
+        # Raw records are read without a second pass unless asked for.
+        np.testing.assert_array_equal(ds[[5, 7]], data[[5, 7]])
+        assert ds[6].tobytes() != marker
+    with Dense.open(path, check_raw=True) as ds:
+        with pytest.raises(ZrecordError) as err:
+            ds[[5, 6]]
         assert err.value.code == -7 and "6" in str(err.value)
         np.testing.assert_array_equal(ds[[5, 7]], data[[5, 7]])
 

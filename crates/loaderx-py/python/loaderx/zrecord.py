@@ -176,6 +176,11 @@ def _pipelined(blocks: Iterator[Any], write: Callable[[Any], None]) -> None:
         raise failure[0]
 
 
+def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
+    """Unpickles a reader."""
+    return cls._open(path, False, check_raw)
+
+
 class _Container(_Closing):
     """What :class:`Dense` and :class:`Ragged` share: the handle, its mode,
     index parsing and maintenance."""
@@ -198,17 +203,20 @@ class _Container(_Closing):
         self._readable = readable
         self._writable = writable
         self._editable = editable
+        self._check_raw = False
         _OPEN.add(self)
 
     @classmethod
-    def _open(cls: type[_T], path: Any, writable: bool) -> _T:
+    def _open(cls: type[_T], path: Any, writable: bool, check_raw: bool) -> _T:
         shown = os.fspath(path)
         if not isinstance(shown, str):
             shown = os.fsdecode(shown)
         if not os.path.isdir(shown):
             raise FileNotFoundError(f"no {cls._KIND} container at {shown}")
-        store = _native.Store.open_existing(shown, bool(writable))
-        return cls(store, shown, readable=True, writable=bool(writable), editable=bool(writable))
+        store = _native.Store.open_existing(shown, bool(writable), bool(check_raw))
+        opened = cls(store, shown, readable=True, writable=bool(writable), editable=bool(writable))
+        opened._check_raw = bool(check_raw)
+        return opened
 
     @classmethod
     def _create(cls: type[_T], path: Any, dtype: Any, shape: tuple[int, ...], ndim: int,
@@ -287,7 +295,7 @@ class _Container(_Closing):
         self._reading()
         if self._writable:
             raise TypeError(f"a writable {type(self).__name__} cannot be pickled; pickle a reader")
-        return (type(self).open, (self.path,))
+        return (_reopen, (type(self), self.path, self._check_raw))
 
     def close(self) -> None:
         """Publish what was appended and release the store. Idempotent;
@@ -418,10 +426,14 @@ class Dense(_Container):
         return cls._create(path, dtype, _shape(item_shape), 0, codec, dict_bytes, data_shards)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], writable: bool = False) -> Dense:
+    def open(
+        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
+    ) -> Dense:
         """A reader of the store at `path`; with ``writable=True`` it also
-        appends, deletes and compacts."""
-        return cls._open(path, writable)
+        appends, deletes and compacts. Reads check the checksum of every
+        compressed record; ``check_raw=True`` checks raw records too (a
+        second pass over their bytes)."""
+        return cls._open(path, writable, check_raw)
 
     def _describe(self) -> str:
         return f"{self.dtype.str}{list(self.item_shape)}"
@@ -519,10 +531,14 @@ class Ragged(_Container):
         return cls._create(path, dtype, (), rank, codec, dict_bytes, data_shards)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], writable: bool = False) -> Ragged:
+    def open(
+        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
+    ) -> Ragged:
         """A reader of the store at `path`; with ``writable=True`` it also
-        appends, deletes and compacts."""
-        return cls._open(path, writable)
+        appends, deletes and compacts. Reads check the checksum of every
+        compressed record; ``check_raw=True`` checks raw records too (a
+        second pass over their bytes)."""
+        return cls._open(path, writable, check_raw)
 
     def _describe(self) -> str:
         return f"{self.dtype.str}, ndim={self.ndim}"
