@@ -599,6 +599,7 @@ def test_create_refuses_bad_arguments(tmp_path: Path) -> None:
         (lambda: Dense.create(p, np.float32, (3,), codec="raw", data_shards=0), ValueError, "data_shards"),
         (lambda: Dense.create(p, np.float32, (3,), codec="raw", data_shards=17), ValueError, "data_shards"),
         (lambda: Dense.create(p, np.float32, (1,) * 17, codec="raw"), ValueError, "17"),
+        (lambda: Dense.create(p, np.float32, (1 << 20, 1 << 10), codec="raw"), ValueError, "record limit"),
         (lambda: Ragged.create(p, np.float32, 0, codec="raw"), ValueError, "ndim"),
         (lambda: Ragged.create(p, np.float32, 17, codec="raw"), ValueError, "ndim"),
         (lambda: Dense.create(p, np.float32, "3", codec="raw"), TypeError, "item_shape"),
