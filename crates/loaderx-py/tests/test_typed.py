@@ -771,6 +771,11 @@ def test_dataloader_over_multi_axis_ragged(tmp_path: Path, rng: np.random.Genera
             for _ in range(5):
                 batch = next(loader)
                 assert_same_records(batch["x"], [records[i] for i in batch["id"]])
+                # Gathered by the native loader (no Python worker threads),
+                # into one buffer per batch.
+                assert not [t for t in threading.enumerate() if t.name.startswith("loaderx-worker")]
+                owner = batch["x"][0].base
+                assert all(x.base is owner for x in batch["x"])
 
 
 # --- train_dict ----------------------------------------------------------------------

@@ -682,20 +682,30 @@ class Ragged(_Container):
             yield self[i]
 
     def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None:
-        """One-axis records can be gathered by the native loader (their
-        shape is their length); others are read through
-        :meth:`__getitems__`, which also reads their shapes."""
+        """``(name, native store, 0)``: the native loader gathers the
+        records' bytes; :meth:`native_indexed_batch` gives them their
+        shapes."""
         super().native_stream(name)
-        if self.ndim != 1:
-            return None
         return (name, self._reading(), 0)
 
-    def native_batch(self, data: np.ndarray, offsets: np.ndarray | None) -> list[np.ndarray]:
-        """A gathered one-axis column as a list of views into its buffer."""
+    def native_indexed_batch(
+        self, data: np.ndarray, offsets: np.ndarray | None, idxs: np.ndarray
+    ) -> list[np.ndarray]:
+        """A gathered column (records `idxs`, back to back in `data` at the
+        byte `offsets`) as a list of views into its buffer, each of its
+        record's shape. One-axis records are shaped by their length; others
+        by their dimensions, read from the store (they cannot change while
+        this reader is open: deletes need every other handle closed)."""
         assert offsets is not None  # the loader gives offsets for every ragged stream
         items = data.view(self.dtype)
         bounds = (offsets // self.dtype.itemsize).tolist()
-        return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+        if self.ndim == 1:
+            return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+        idx64 = np.ascontiguousarray(idxs, dtype=np.uint64)
+        shapes = self._reading().dims(idx64).reshape(idx64.size, self.ndim).tolist()
+        return [
+            items[lo:hi].reshape(shape) for lo, hi, shape in zip(bounds, bounds[1:], shapes)
+        ]
 
 
 __all__ = [
