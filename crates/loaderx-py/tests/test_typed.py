@@ -79,7 +79,9 @@ def write_dense(path: Path, data: np.ndarray, codec: str = "zstd", **kw: Any) ->
         w.append(data)
 
 
-def ragged_records(rng: np.random.Generator, n: int, ndim: int, dtype: Any = np.float32) -> list[np.ndarray]:
+def ragged_records(
+    rng: np.random.Generator, n: int, ndim: int, dtype: Any = np.float32
+) -> list[np.ndarray]:
     """`n` records of rank `ndim`; every axis varies from record to record."""
     out = []
     for _ in range(n):
@@ -173,7 +175,9 @@ def test_module_names() -> None:
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: np.dtype(t).name)
-def test_dense_round_trips_every_dtype(tmp_path: Path, rng: np.random.Generator, dtype: Any) -> None:
+def test_dense_round_trips_every_dtype(
+    tmp_path: Path, rng: np.random.Generator, dtype: Any
+) -> None:
     data = values(rng, dtype, (40, 3, 5))
     write_dense(tmp_path / "d", data)
     with Dense.open(tmp_path / "d") as ds:
@@ -184,7 +188,9 @@ def test_dense_round_trips_every_dtype(tmp_path: Path, rng: np.random.Generator,
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: np.dtype(t).name)
-def test_ragged_round_trips_every_dtype(tmp_path: Path, rng: np.random.Generator, dtype: Any) -> None:
+def test_ragged_round_trips_every_dtype(
+    tmp_path: Path, rng: np.random.Generator, dtype: Any
+) -> None:
     records = ragged_records(rng, 30, 2, dtype)
     write_ragged(tmp_path / "r", records)
     with Ragged.open(tmp_path / "r") as rg:
@@ -232,7 +238,9 @@ def test_every_codec(tmp_path: Path, rng: np.random.Generator, codec: str) -> No
             assert ds.stats()["live_bytes"] < data.nbytes
 
 
-def test_zstd_dict_compresses_small_records_better_than_zstd(tmp_path: Path, rng: np.random.Generator) -> None:
+def test_zstd_dict_compresses_small_records_better_than_zstd(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
     # Records of 128 bytes drawn from a shared vocabulary of 16-byte words:
     # each is too short for zstd alone to find repeats, the dictionary has them.
     vocab = rng.integers(0, 256, size=(40, 16), dtype=np.uint8)
@@ -371,7 +379,9 @@ def test_gather_flat(ragged: Any) -> None:
     assert offsets.dtype == np.int64 and offsets.shape == (4,)
     assert shapes.dtype == np.int64 and shapes.shape == (3, 2)
     for k, i in enumerate([4, 0, 4]):
-        np.testing.assert_array_equal(flat[offsets[k] : offsets[k + 1]].reshape(shapes[k]), records[i])
+        np.testing.assert_array_equal(
+            flat[offsets[k] : offsets[k + 1]].reshape(shapes[k]), records[i]
+        )
     assert offsets[-1] == flat.size
     empty = rg.gather_flat([])
     assert empty[0].size == 0 and empty[1].tolist() == [0] and empty[2].shape == (0, 2)
@@ -588,18 +598,38 @@ def test_create_refuses_bad_arguments(tmp_path: Path) -> None:
         (lambda: Dense.create(p, np.float32, (3,), codec="gzip"), ValueError, "gzip"),
         (lambda: Dense.create(p, np.float32, (3,)), TypeError, "codec"),
         (lambda: Dense.create(p, object, (3,), codec="raw"), ValueError, "Python objects"),
-        (lambda: Dense.create(p, [("a", "<i4"), ("b", "<f4")], (3,), codec="raw"), ValueError, "structured"),
+        (
+            lambda: Dense.create(p, [("a", "<i4"), ("b", "<f4")], (3,), codec="raw"),
+            ValueError,
+            "structured",
+        ),
         (lambda: Dense.create(p, ">f4", (3,), codec="raw"), ValueError, ">f4"),
         (lambda: Dense.create(p, "U5", (3,), codec="raw"), ValueError, "cannot be stored"),
         (lambda: Dense.create(p, "nonsense", (3,), codec="raw"), TypeError, "nonsense"),
         (lambda: Dense.create(p, np.float32, (3, 0), codec="raw"), ValueError, "zero-size"),
         (lambda: Dense.create(p, np.float32, (3,), codec="zstd_dict"), ValueError, "dict_bytes"),
         (lambda: Ragged.create(p, np.float32, 2, codec="zstd_dict"), ValueError, "dict_bytes"),
-        (lambda: Dense.create(p, np.float32, (3,), codec="zstd", dict_bytes=b"x" * 300), ValueError, "dictionary"),
-        (lambda: Dense.create(p, np.float32, (3,), codec="raw", data_shards=0), ValueError, "data_shards"),
-        (lambda: Dense.create(p, np.float32, (3,), codec="raw", data_shards=17), ValueError, "data_shards"),
+        (
+            lambda: Dense.create(p, np.float32, (3,), codec="zstd", dict_bytes=b"x" * 300),
+            ValueError,
+            "dictionary",
+        ),
+        (
+            lambda: Dense.create(p, np.float32, (3,), codec="raw", data_shards=0),
+            ValueError,
+            "data_shards",
+        ),
+        (
+            lambda: Dense.create(p, np.float32, (3,), codec="raw", data_shards=17),
+            ValueError,
+            "data_shards",
+        ),
         (lambda: Dense.create(p, np.float32, (1,) * 17, codec="raw"), ValueError, "17"),
-        (lambda: Dense.create(p, np.float32, (1 << 20, 1 << 10), codec="raw"), ValueError, "record limit"),
+        (
+            lambda: Dense.create(p, np.float32, (1 << 20, 1 << 10), codec="raw"),
+            ValueError,
+            "record limit",
+        ),
         (lambda: Ragged.create(p, np.float32, 0, codec="raw"), ValueError, "ndim"),
         (lambda: Ragged.create(p, np.float32, 17, codec="raw"), ValueError, "ndim"),
         (lambda: Dense.create(p, np.float32, "3", codec="raw"), TypeError, "item_shape"),
@@ -647,7 +677,9 @@ def test_open_refuses_the_wrong_store(tmp_path: Path) -> None:
     assert not (tmp_path / "missing").exists()
 
 
-def test_generator_appends_block_by_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
+def test_generator_appends_block_by_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
+) -> None:
     monkeypatch.setattr(zrecord, "WRITE_CHUNK_BYTES", 4096)
     records = ragged_records(rng, 400, 2, np.float64)
     with Ragged.create(tmp_path / "gen", np.float64, 2, codec="zstd") as w:
@@ -689,7 +721,9 @@ def test_large_list_is_checked_whole_first(tmp_path: Path, monkeypatch: pytest.M
 def flip_byte(path: Path, needle: bytes | None = None) -> None:
     """Flip one byte of the store's record data: inside `needle` when given,
     else in the middle of the largest chunk file."""
-    files = [p for p in path.iterdir() if p.is_file() and p.name.endswith(".zr") and p.name != "meta.zr"]
+    files = [
+        p for p in path.iterdir() if p.is_file() and p.name.endswith(".zr") and p.name != "meta.zr"
+    ]
     if needle is not None:
         files = [p for p in files if needle in p.read_bytes()]
         assert len(files) == 1, files
@@ -790,8 +824,13 @@ def test_train_dict_from_every_source(tmp_path: Path) -> None:
         for source in sources:
             d = train_dict(source, 1024)
             assert isinstance(d, bytes) and 0 < len(d) <= 1024
-            with Dense.create(tmp_path / f"z{len(os.listdir(tmp_path))}", np.int32, (32,),
-                              codec="zstd_dict", dict_bytes=d) as w:
+            with Dense.create(
+                tmp_path / f"z{len(os.listdir(tmp_path))}",
+                np.int32,
+                (32,),
+                codec="zstd_dict",
+                dict_bytes=d,
+            ) as w:
                 w.append(data)
 
 

@@ -1,4 +1,5 @@
-"""Typed containers (the loaderx 2.x API): ``from loaderx.zrecord import Dense, Ragged, ZrecordError``.
+"""Typed containers, the loaderx 2.x API:
+``from loaderx.zrecord import Dense, Ragged, ZrecordError``.
 
 * :class:`Dense` holds records that are all one NumPy item of a fixed dtype
   and shape (``item_shape``; ``()`` for scalars). Reads come back stacked,
@@ -88,7 +89,9 @@ def _dtype(dtype: Any) -> np.dtype:
     if found.hasobject:
         raise ValueError(f"dtype {found} holds Python objects; a container stores plain numbers")
     if found.fields is not None or found.subdtype is not None:
-        raise ValueError(f"structured or sub-array dtype {found} is not supported; store each field separately")
+        raise ValueError(
+            f"structured or sub-array dtype {found} is not supported; store each field separately"
+        )
     if found.str not in DTYPES:
         raise ValueError(f"dtype {found.str} ({found}) cannot be stored; supported: {list(DTYPES)}")
     return found
@@ -187,12 +190,16 @@ class _Container(_Closing):
 
     _KIND = ""
 
-    def __init__(self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool) -> None:
+    def __init__(
+        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> None:
         schema = store.schema()
         if schema is None or schema["kind"] != self._KIND:
             store.close()
-            what = "a format v1 byte store (use loaderx.Zrecord or Dataset)" if schema is None else (
-                f"a {schema['kind']} container (use {schema['kind'].capitalize()}.open)"
+            what = (
+                "a format v1 byte store (use loaderx.Zrecord or Dataset)"
+                if schema is None
+                else (f"a {schema['kind']} container (use {schema['kind'].capitalize()}.open)")
             )
             raise ValueError(f"{path} holds {what}, not a {self._KIND} container")
         self._store: _native.Store | None = store
@@ -219,8 +226,16 @@ class _Container(_Closing):
         return opened
 
     @classmethod
-    def _create(cls: type[_T], path: Any, dtype: Any, shape: tuple[int, ...], ndim: int,
-                codec: Any, dict_bytes: Any, data_shards: Any) -> _T:
+    def _create(
+        cls: type[_T],
+        path: Any,
+        dtype: Any,
+        shape: tuple[int, ...],
+        ndim: int,
+        codec: Any,
+        dict_bytes: Any,
+        data_shards: Any,
+    ) -> _T:
         shown = os.fspath(path)
         if not isinstance(shown, str):
             shown = os.fsdecode(shown)
@@ -284,7 +299,10 @@ class _Container(_Closing):
     def __repr__(self) -> str:
         mode = "writer" if not self._readable else ("writable" if self._writable else "reader")
         state = "closed" if self._store is None else f"{len(self._store)} records"
-        return f"<{type(self).__name__} {mode} {self.path!r}: {self._describe()}, codec={self.codec}, {state}>"
+        return (
+            f"<{type(self).__name__} {mode} {self.path!r}: {self._describe()}, "
+            f"codec={self.codec}, {state}>"
+        )
 
     def _describe(self) -> str:
         raise NotImplementedError
@@ -331,9 +349,7 @@ class _Container(_Closing):
         if arr.dtype == np.bool_:
             n = len(self)
             if arr.ndim != 1 or arr.shape[0] != n:
-                raise IndexError(
-                    f"boolean mask of shape {arr.shape} does not match {n} records"
-                )
+                raise IndexError(f"boolean mask of shape {arr.shape} does not match {n} records")
             return np.flatnonzero(arr).astype(np.uint64)
         n = len(self)
         return _as_indices(arr if arr.dtype.kind != "f" else idx, wrap=n)
@@ -403,7 +419,9 @@ class Dense(_Container):
 
     _KIND = "dense"
 
-    def __init__(self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool) -> None:
+    def __init__(
+        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> None:
         super().__init__(store, path, readable, writable, editable)
         self.item_shape: tuple[int, ...] = tuple(int(d) for d in self._schema["shape"])
         self._item_len = int(self._schema["item_len"])
@@ -503,7 +521,9 @@ class Ragged(_Container):
 
     _KIND = "ragged"
 
-    def __init__(self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool) -> None:
+    def __init__(
+        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> None:
         super().__init__(store, path, readable, writable, editable)
         self.ndim: int = int(self._schema["ndim"])
 
@@ -560,7 +580,8 @@ class Ragged(_Container):
             )
         if record.size == 0:
             raise ZrecordError(
-                _RECORD_SIZE, f"record {pos} has shape {tuple(record.shape)}: zero-size records are refused"
+                _RECORD_SIZE,
+                f"record {pos} has shape {tuple(record.shape)}: zero-size records are refused",
             )
         if record.nbytes > MAX_ITEM_LEN:
             raise ZrecordError(
@@ -703,9 +724,7 @@ class Ragged(_Container):
             return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
         idx64 = np.ascontiguousarray(idxs, dtype=np.uint64)
         shapes = self._reading().dims(idx64).reshape(idx64.size, self.ndim).tolist()
-        return [
-            items[lo:hi].reshape(shape) for lo, hi, shape in zip(bounds, bounds[1:], shapes)
-        ]
+        return [items[lo:hi].reshape(shape) for lo, hi, shape in zip(bounds, bounds[1:], shapes)]
 
 
 __all__ = [
