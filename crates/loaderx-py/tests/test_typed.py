@@ -410,6 +410,17 @@ def test_dense_append_does_not_copy_a_contiguous_array(tmp_path: Path) -> None:
         np.testing.assert_array_equal(ds[[0, 1000, -1]], data[[0, 1000, -1]])
 
 
+def test_dense_append_takes_a_read_only_memory_map(tmp_path: Path) -> None:
+    data = compressible(300, (5, 7), np.int16)
+    np.save(tmp_path / "a.npy", data)
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert not mapped.flags.writeable
+    with Dense.create(tmp_path / "d", np.int16, (5, 7), codec="lz4") as w:
+        w.append(mapped)
+    with Dense.open(tmp_path / "d") as ds:
+        np.testing.assert_array_equal(ds[:], data)
+
+
 def test_dense_append_takes_non_contiguous_arrays(tmp_path: Path) -> None:
     base = compressible(40, (6, 4))
     strided = base[::2, :, ::2]
