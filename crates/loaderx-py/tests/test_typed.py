@@ -8,6 +8,7 @@ import os
 import pickle
 import threading
 import tracemalloc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import loaderx
-from conftest import assert_same_image, image
+from conftest import assert_same_image, image, needs_proc
 from loaderx import Zrecord, zrecord
 from loaderx.utils import train_dict
 from loaderx.zrecord import Dense, Ragged, ZrecordError
@@ -549,6 +550,26 @@ def test_several_readers_of_one_store(tmp_path: Path) -> None:
     a.close()
     np.testing.assert_array_equal(b[:], data)
     b.close()
+
+
+@needs_proc
+def test_open_read_close_cycles_leak_no_descriptors_or_batches(tmp_path: Path) -> None:
+    write_dense(tmp_path / "d", compressible(64, (16,)))
+    write_ragged(tmp_path / "r", [np.ones((1 + i % 4, 3), np.float32) for i in range(64)])
+
+    def cycle() -> list[weakref.ref[Any]]:
+        with Dense.open(tmp_path / "d") as ds, Ragged.open(tmp_path / "r") as rg:
+            dense_batch = ds[np.arange(0, 64, 3)]
+            ragged_batch = rg[np.arange(0, 64, 3)]
+            return [weakref.ref(dense_batch.base), weakref.ref(ragged_batch[0].base)]
+
+    for _ in range(5):
+        cycle()
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(200):
+        owners = cycle()
+        assert all(ref() is None for ref in owners), "a batch outlived its last view"
+    assert len(os.listdir("/proc/self/fd")) == fds
 
 
 # --- bad input: a clear error, and nothing changed -----------------------------------
