@@ -13,7 +13,13 @@ use std::{
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use loaderx_benches::{BATCH, RECORD, image_records, random_batches, text_record, token_record};
-use loaderx_store::{CodecId, Deflate, Store};
+use loaderx_store::{
+    CodecId, Deflate, OpenOptions, Store,
+    format::{
+        CodecTag,
+        v2::{Dtype, Kind, Schema},
+    },
+};
 
 const RECORDS: usize = 4096;
 
@@ -66,6 +72,47 @@ fn gather(c: &mut Criterion) {
             (RECORDS * RECORD) as f64 / stats.live_bytes as f64
         );
         group.bench_function(codec.name(), |b| {
+            b.iter(|| {
+                let idxs = &batches[k % batches.len()];
+                k += 1;
+                store.gather(idxs, &mut dst, RECORD).unwrap();
+                black_box(&dst);
+            })
+        });
+    }
+    // Format v2 (a dense store of the same records): table entries carry
+    // their own checksum, and compressed records are checked before they
+    // are decoded; `+crc` also checks raw records (`check_raw`).
+    for (codec, tag, check_raw) in [
+        (CodecId::Raw, CodecTag::RAW, false),
+        (CodecId::Raw, CodecTag::RAW, true),
+        (CodecId::Lz4, CodecTag::LZ4, false),
+        (CodecId::Zstd, CodecTag::ZSTD, false),
+        (CodecId::Deflate, CodecTag::FLATE, false),
+    ] {
+        let schema = Schema {
+            kind: Kind::Dense,
+            dtype: Dtype::U8,
+            shape: vec![RECORD as u64],
+            ndim: 1,
+            codec: tag,
+            dictionary: None,
+        };
+        let name = format!("v2-{}{}", codec.name(), if check_raw { "+crc" } else { "" });
+        let path = dir.path().join(&name);
+        Store::<Deflate>::create_v2(&path, &schema, OpenOptions::default())
+            .unwrap()
+            .append_fixed_with(codec, &data, RECORDS, RECORD)
+            .unwrap();
+        let options = OpenOptions {
+            check_raw,
+            ..OpenOptions::read_only()
+        };
+        let store: Store<Deflate> = Store::open_with(&path, options).unwrap();
+        for idxs in &batches {
+            store.gather(idxs, &mut dst, RECORD).unwrap();
+        }
+        group.bench_function(&name, |b| {
             b.iter(|| {
                 let idxs = &batches[k % batches.len()];
                 k += 1;

@@ -296,9 +296,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .append_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(lock) = &self.lock {
-            lock.writer()?;
-        }
+        self.become_writer()?;
         let before = self.head();
         let first = before.length;
         // Writing at a frontier past a tail chunk's real end would leave a

@@ -8,6 +8,7 @@ use crate::files::Entry;
 
 use crate::{
     Codec, Error, Result, Store,
+    lock::StoreLock,
     storage::{FileId, Storage},
     undo,
 };
@@ -41,9 +42,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if idxs.is_empty() {
             return Ok(());
         }
-        let len = self.len();
-        if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
-            return Err(Error::IndexOutOfRange { index: bad, len });
+        // A handle that is the writer sees the whole store: refuse bad
+        // indices before committing anything. Any other handle may be
+        // behind another writer's commits, so its indices are checked once
+        // the store is ours and its view caught up.
+        if self.lock.as_ref().is_none_or(StoreLock::is_writer) {
+            let len = self.len();
+            if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
+                return Err(Error::IndexOutOfRange { index: bad, len });
+            }
         }
         self.exclusively(|store| store.delete_exclusive(idxs))
     }

@@ -391,6 +391,23 @@ impl<S: Storage> Files<S> {
         self.write(FileId::Meta, self.entry_at(first), encoded, "write table")
     }
 
+    /// The header on disk now, checked (either version).
+    pub(crate) fn read_head(&self) -> Result<Head> {
+        match self.layout {
+            Layout::V1 => {
+                let fail = |e| Error::format(self.path(FileId::Meta), e);
+                let header =
+                    loaderx_format::Header::decode(&self.read_header_bytes()?).map_err(fail)?;
+                header.check_limits().map_err(fail)?;
+                Ok(Head::from(header))
+            }
+            Layout::V2 { .. } => self.read_header_v2().map(|h| {
+                self.sequence.store(h.sequence, Ordering::Release);
+                h.head
+            }),
+        }
+    }
+
     /// The v2 header to trust now: the valid slot with the larger sequence.
     pub(crate) fn read_head_v2(&self) -> Result<Head> {
         self.read_header_v2().map(|h| h.head)

@@ -83,10 +83,21 @@ impl StoreLock {
         }
     }
 
-    /// Makes this handle the store's one writer (a no-op when it already is).
-    pub(crate) fn writer(&self) -> Result<()> {
+    /// Makes this handle the store's one writer (a no-op when it already
+    /// is). Returns whether it just became the writer: another writer may
+    /// have committed since this handle read the header.
+    pub(crate) fn writer(&self) -> Result<bool> {
         let mut held = self.held()?;
         self.take_writer(&mut held)
+    }
+
+    /// Whether this handle holds the writer role now (in this process).
+    pub(crate) fn is_writer(&self) -> bool {
+        let held = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.pid == std::process::id() && held.writer.is_some()
     }
 
     /// Runs `f` while no other handle, in any process, has the store open.
@@ -182,9 +193,9 @@ impl StoreLock {
         Ok(held)
     }
 
-    fn take_writer(&self, held: &mut Held) -> Result<()> {
+    fn take_writer(&self, held: &mut Held) -> Result<bool> {
         if held.writer.is_some() {
-            return Ok(());
+            return Ok(false);
         }
         let path = self.dir.join(loaderx_format::LOCK_FILE);
         let mut file = OpenOptions::new()
@@ -202,7 +213,7 @@ impl StoreLock {
                     holder: holder_of(&mut file),
                 });
             }
-            Err(TryLockError::Error(e)) if unsupported(&e) => return Ok(()),
+            Err(TryLockError::Error(e)) if unsupported(&e) => return Ok(false),
             Err(TryLockError::Error(e)) => return Err(Error::io(&path, "lock", e)),
         }
         // Best effort: the id only makes the error of the next would-be
@@ -212,7 +223,7 @@ impl StoreLock {
             .and_then(|()| file.seek(SeekFrom::Start(0)))
             .and_then(|_| write!(file, "{}", std::process::id()));
         held.writer = Some(file);
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -346,9 +346,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if head == *committed {
             return Ok(());
         }
-        if let Some(lock) = &self.lock {
-            lock.writer()?;
-        }
+        self.become_writer()?;
         // Every chunk written since the last commit: each lane's, from its
         // committed tail to its tail now.
         let lanes = u32::from(head.lanes);
@@ -375,16 +373,75 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Runs `f` with every other handle, in any process, shut out (the
     /// cross-process half of `&mut self`): [`Error::Locked`] while another
-    /// handle has the store open. Pending appends are committed first, so
-    /// `f` starts from a durable state.
+    /// handle has the store open. The handle's view is brought up to date
+    /// with the header on disk (another writer may have committed since it
+    /// was opened) and pending appends are committed first, so `f` starts
+    /// from the durable state.
     pub(crate) fn exclusively<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
         let lock = self.lock.take();
         let result = match &lock {
-            Some(lock) => lock.exclusive(|| self.commit().and_then(|()| f(self))),
+            Some(lock) => lock.exclusive(|| {
+                self.refresh()
+                    .and_then(|()| self.commit())
+                    .and_then(|()| f(self))
+            }),
             None => self.commit().and_then(|()| f(self)),
         };
         self.lock = lock;
         result
+    }
+
+    /// Takes the writer role (across processes) if this handle does not
+    /// hold it yet, and then first catches up with what the previous
+    /// writer committed, so appends start from the store's real frontier,
+    /// never over records committed since this handle read the header.
+    pub(crate) fn become_writer(&self) -> Result<()> {
+        match &self.lock {
+            Some(lock) if lock.writer()? => self.refresh(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Adopts the header on disk when it differs from what this handle last
+    /// committed or read. Only for callers holding the writer role (or
+    /// exclusive access), with nothing pending: nobody else can be changing
+    /// the store then.
+    pub(crate) fn refresh(&self) -> Result<()> {
+        let mut committed = self
+            .committed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let disk = self.files.read_head()?;
+        if disk == *committed {
+            return Ok(());
+        }
+        debug_assert_eq!(
+            self.head(),
+            *committed,
+            "appends pending without the writer role"
+        );
+        // Measure the chunks that are new or may have grown: the lanes'
+        // tails, and everything past the tails this handle knew.
+        let lanes = usize::from(disk.lanes);
+        let grown = committed
+            .lane_tails()
+            .iter()
+            .zip(disk.lane_tails())
+            .flat_map(|(old, new)| (old.chunk..=new.chunk).step_by(lanes));
+        for c in grown {
+            match self.files.open(FileId::Chunk(c))? {
+                Some(len) => self.chunk_lens.grow(c, len),
+                None => {
+                    return Err(Error::NotAStore {
+                        path: self.file_path(FileId::Chunk(c)),
+                        reason: "chunk file is missing (the header says it exists)".into(),
+                    });
+                }
+            }
+        }
+        self.frontier.publish(&disk);
+        *committed = disk;
+        Ok(())
     }
 
     /// Whether appends are waiting for a commit.

@@ -139,3 +139,59 @@ fn recovery_waits_for_the_store_to_be_free() {
     store.gather(&[2], &mut buf, 100).unwrap();
     assert!(buf.iter().all(|&b| b == 2));
 }
+
+/// A handle opened before another handle appended and committed keeps the
+/// header it read at open; when it later becomes the writer (the other
+/// closed), it must catch up with the header on disk first, not append from
+/// its stale frontier over the other's records.
+#[test]
+fn a_late_writer_does_not_overwrite_records_committed_since_it_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let first: Store<Deflate> = Store::open(&path).unwrap();
+    let late: Store<Deflate> = Store::open(&path).unwrap();
+    first.append_fixed(&[1u8; 400], 4, 100).unwrap();
+    first.sync().unwrap();
+    drop(first);
+    // Refusing is a fix too; appending after the committed records is the other.
+    let appended = late.append_fixed(&[2u8; 100], 1, 100).is_ok();
+    drop(late);
+    let store: Store<Deflate> = Store::open(&path).unwrap();
+    assert_eq!(store.len(), if appended { 5 } else { 4 });
+    let mut buf = vec![0u8; 400];
+    store.gather(&[0, 1, 2, 3], &mut buf, 100).unwrap();
+    assert!(buf.iter().all(|&b| b == 1), "committed records overwritten");
+}
+
+/// The same for a format v2 store with lanes, and for a delete by a handle
+/// that was opened before the other's appends (it must delete from the
+/// store as it is on disk).
+#[test]
+fn a_late_writer_catches_up_in_format_v2_and_before_a_delete() {
+    use loaderx_store::{
+        OpenOptions,
+        format::{CodecTag, v2::Schema},
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2");
+    let options = OpenOptions {
+        lanes: 3,
+        ..OpenOptions::default()
+    };
+    drop(Store::<Deflate>::create_v2(&path, &Schema::bytes(CodecTag::ZSTD), options).unwrap());
+    let first: Store<Deflate> = Store::open(&path).unwrap();
+    let mut late: Store<Deflate> = Store::open(&path).unwrap();
+    first.append_fixed(&[1u8; 600], 6, 100).unwrap();
+    first.sync().unwrap();
+    drop(first);
+    late.delete(&[5]).unwrap();
+    late.append_fixed(&[2u8; 100], 1, 100).unwrap();
+    drop(late);
+    let store: Store<Deflate> = Store::open(&path).unwrap();
+    assert_eq!(store.len(), 6);
+    let mut buf = vec![0u8; 600];
+    store.gather(&[0, 1, 2, 3, 4, 5], &mut buf, 100).unwrap();
+    assert!(buf[..500].iter().all(|&b| b == 1));
+    assert!(buf[500..].iter().all(|&b| b == 2));
+    store.verify().unwrap();
+}
