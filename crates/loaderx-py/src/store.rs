@@ -1,6 +1,12 @@
 //! `loaderx._native.Store`: one open store, shared by any number of Python
 //! threads.
 //!
+//! `Store(path)` opens (or creates) a byte store for `Zrecord`/`Dataset`;
+//! `Store.create_typed` and `Store.open_existing` make the handles of the
+//! typed containers (`Dense`/`Ragged`, format v2), whose schema, reads and
+//! appends live in module `typed`; the methods here only borrow the NumPy
+//! arguments, take the lock and release the GIL.
+//!
 //! The engine sits in an `RwLock`: gathers, appends, lengths, stats and sync
 //! take it shared (the engine itself lets them run concurrently), while
 //! `delete`, `compact` and `close` take it exclusively, so they wait for the
