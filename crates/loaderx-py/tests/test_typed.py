@@ -504,10 +504,6 @@ def test_readers_pickle_as_their_path(dense: Any) -> None:
         np.testing.assert_array_equal(clone[:], data)
     finally:
         clone.close()
-    with Dense.open(ds.path, check_raw=True) as checked:
-        clone = pickle.loads(pickle.dumps(checked))
-        assert clone._check_raw
-        clone.close()
 
 
 def test_writers_do_not_pickle(tmp_path: Path) -> None:
@@ -791,6 +787,11 @@ def test_damaged_raw_record_is_named_by_verify(tmp_path: Path) -> None:
             ds[[5, 6]]
         assert err.value.code == -7 and "6" in str(err.value)
         np.testing.assert_array_equal(ds[[5, 7]], data[[5, 7]])
+        # A pickled reader keeps checking.
+        clone = pickle.loads(pickle.dumps(ds))
+        with pytest.raises(ZrecordError):
+            clone[6]
+        clone.close()
 
 
 @pytest.mark.parametrize("codec", ["zstd", "flate"])
