@@ -6,6 +6,11 @@
 //! sampler state and of a loader state (the sampler's plus the stream
 //! names), both built, read and checked here, as dicts.
 //!
+//! Typed stores (format v2, the `Dense`/`Ragged` containers) are the same
+//! `Store` class, created by `Store.create_typed` or opened by
+//! `Store.open_existing`; module `typed` holds their schema, their limits
+//! and dtype and codec names, and the reads that allocate their output.
+//!
 //! Three thin classes (private modules, so named rather than linked):
 //! `store::Store` wraps a [`loaderx_store::Store`], `sampler::Sampler` a
 //! [`loaderx_sampler::Sampler`], and `loader::Loader` a
@@ -18,8 +23,9 @@
 //! engine errors into `loaderx.ZrecordError` with their stable code
 //! (module `errors`).
 //!
-//! It never interprets record bytes, never allocates output arrays (the
-//! caller passes them in), and never holds the GIL while it waits for a lock.
+//! It never interprets record bytes, allocates output arrays only for typed
+//! reads (which then reach NumPy without a copy; byte-record reads fill what
+//! the caller passes in), and never holds the GIL while it waits for a lock.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +33,7 @@ mod errors;
 mod loader;
 mod sampler;
 mod store;
+mod typed;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -46,6 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("CODECS", codecs)?;
     m.add("ERROR_CODES", errors::error_codes(py)?)?;
+    typed::add_constants(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,6 +1,12 @@
 //! `loaderx._native.Store`: one open store, shared by any number of Python
 //! threads.
 //!
+//! `Store(path)` opens (or creates) a byte store for `Zrecord`/`Dataset`;
+//! `Store.create_typed` and `Store.open_existing` make the handles of the
+//! typed containers (`Dense`/`Ragged`, format v2), whose schema, reads and
+//! appends live in module `typed`; the methods here only borrow the NumPy
+//! arguments, take the lock and release the GIL.
+//!
 //! The engine sits in an `RwLock`: gathers, appends, lengths, stats and sync
 //! take it shared (the engine itself lets them run concurrently), while
 //! `delete`, `compact` and `close` take it exclusively, so they wait for the
@@ -24,14 +30,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 
 use loaderx_loader::Source;
-use loaderx_store::{CodecId, Deflate, ErrorCode};
-use numpy::{PyReadonlyArray1, PyReadwriteArray1};
-use pyo3::exceptions::PyValueError;
+use loaderx_store::{CodecId, ErrorCode, OpenOptions};
+use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
+use pyo3::exceptions::{PyFileExistsError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
-
-type Engine = loaderx_store::Store<Deflate>;
+use crate::typed::{self, Engine};
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub(crate) struct Store {
@@ -212,28 +218,204 @@ impl Handle {
     }
 }
 
+impl Store {
+    fn wrap(path: &std::path::Path, engine: Engine) -> Store {
+        Store {
+            handle: Arc::new(Handle {
+                path: path.display().to_string(),
+                opened_by: std::process::id(),
+                closed: AtomicBool::new(false),
+                engine: RwLock::new(Some(engine)),
+            }),
+        }
+    }
+}
+
+/// The engine would take "" for the current directory.
+fn non_empty(path: &std::path::Path) -> PyResult<()> {
+    if path.as_os_str().is_empty() {
+        return Err(PyValueError::new_err("the store path is empty"));
+    }
+    Ok(())
+}
+
 #[pymethods]
 impl Store {
     /// Opens the store at `path`, creating the directory and an empty store
     /// when absent.
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        if path.as_os_str().is_empty() {
-            // The engine would take "" for the current directory.
-            return Err(PyValueError::new_err("the store path is empty"));
-        }
-        let shown = path.display().to_string();
+        non_empty(&path)?;
         let engine = py
             .detach(|| Engine::open(&path))
             .map_err(|err| store_error(py, err))?;
-        Ok(Store {
-            handle: Arc::new(Handle {
-                path: shown,
-                opened_by: std::process::id(),
-                closed: AtomicBool::new(false),
-                engine: RwLock::new(Some(engine)),
-            }),
+        Ok(Store::wrap(&path, engine))
+    }
+
+    /// Creates a typed (format v2) store in `path`: `kind` is `"dense"`
+    /// (items of `dtype` and `shape`) or `"ragged"` (arrays of `dtype` and
+    /// rank `ndim`); `dictionary` is the zstd dictionary of a `zstd_dict`
+    /// store; `lanes` its write lanes. `FileExistsError` when `path` already
+    /// holds a store.
+    #[staticmethod]
+    #[pyo3(signature = (path, kind, dtype, shape, ndim, codec, dictionary = None, lanes = 1))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_typed(
+        py: Python<'_>,
+        path: PathBuf,
+        kind: &str,
+        dtype: &str,
+        shape: Vec<u64>,
+        ndim: usize,
+        codec: &str,
+        dictionary: Option<&Bound<'_, PyBytes>>,
+        lanes: usize,
+    ) -> PyResult<Self> {
+        non_empty(&path)?;
+        let dictionary = dictionary.map(|d| d.as_bytes().to_vec());
+        let schema = typed::build_schema(kind, dtype, shape, ndim, codec, dictionary)?;
+        let options = OpenOptions {
+            lanes: typed::lanes(lanes)?,
+            ..OpenOptions::default()
+        };
+        let engine = py
+            .detach(|| Engine::create_v2(&path, &schema, options))
+            .map_err(|err| match err {
+                loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
+                err => store_error(py, err),
+            })?;
+        Ok(Store::wrap(&path, engine))
+    }
+
+    /// Opens an existing store (any version) without creating anything:
+    /// read-only unless `writable`; with `check_raw`, gathers check the
+    /// CRC32C of raw records too (compressed ones are always checked).
+    #[staticmethod]
+    #[pyo3(signature = (path, writable, check_raw = false))]
+    fn open_existing(
+        py: Python<'_>,
+        path: PathBuf,
+        writable: bool,
+        check_raw: bool,
+    ) -> PyResult<Self> {
+        non_empty(&path)?;
+        let options = OpenOptions {
+            read_only: !writable,
+            create: false,
+            check_raw,
+            ..OpenOptions::default()
+        };
+        let engine = py
+            .detach(|| Engine::open_with(&path, options))
+            .map_err(|err| store_error(py, err))?;
+        Ok(Store::wrap(&path, engine))
+    }
+
+    /// The on-disk format version (1 or 2).
+    fn format_version(&self, py: Python<'_>) -> PyResult<u16> {
+        self.handle.shared(py, |engine| Ok(engine.format_version()))
+    }
+
+    /// The schema of a typed store (`kind`, `dtype`, `shape`, `ndim`,
+    /// `codec`, `item_len`), or `None` for a format v1 store.
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let schema = self
+            .handle
+            .shared(py, |engine| Ok(engine.schema().cloned()))?;
+        schema.map(|s| typed::schema_dict(py, &s)).transpose()
+    }
+
+    /// Appends `n` dense records packed in `src` (borrowed, not copied);
+    /// returns the index of the first.
+    fn append_dense(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        n: usize,
+    ) -> PyResult<u64> {
+        let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
+        self.handle
+            .shared(py, |engine| typed::append_dense(engine, src, n))
+    }
+
+    /// Appends ragged records `src[offsets[i] ..][.. lens[i]]` whose
+    /// dimensions are `dims[i * ndim ..][.. ndim]`; returns the index of the
+    /// first.
+    fn append_shaped(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        offsets: PyReadonlyArray1<'_, u64>,
+        lens: PyReadonlyArray1<'_, u64>,
+        dims: PyReadonlyArray1<'_, u32>,
+    ) -> PyResult<u64> {
+        let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
+        let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
+        let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
+        let dims = dims.as_slice().map_err(|_| not_contiguous("dims"))?;
+        self.handle.shared(py, |engine| {
+            typed::append_ragged(engine, src, offsets, lens, dims)
         })
+    }
+
+    /// Dense records `idxs`, back to back in one new `uint8` array.
+    fn gather_dense<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: PyReadonlyArray1<'_, u64>,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let data = self
+            .handle
+            .shared(py, |engine| typed::gather_dense(engine, idxs))?;
+        Ok(PyArray1::from_vec(py, data))
+    }
+
+    /// Ragged records `idxs` in one new `uint8` array: `(data, offsets,
+    /// dims)` with the `n + 1` byte offsets of the records in `data` and
+    /// their `n * ndim` dimensions.
+    #[allow(clippy::type_complexity)]
+    fn gather_shaped<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: PyReadonlyArray1<'_, u64>,
+    ) -> PyResult<(
+        Bound<'py, PyArray1<u8>>,
+        Bound<'py, PyArray1<u64>>,
+        Bound<'py, PyArray1<u32>>,
+    )> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let batch = self
+            .handle
+            .shared(py, |engine| typed::gather_ragged(engine, idxs))?;
+        Ok((
+            PyArray1::from_vec(py, batch.data),
+            PyArray1::from_vec(py, batch.offsets),
+            PyArray1::from_vec(py, batch.dims),
+        ))
+    }
+
+    /// The dimensions of ragged records `idxs`, `ndim` per record.
+    fn dims<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: PyReadonlyArray1<'_, u64>,
+    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let dims = self
+            .handle
+            .shared(py, |engine| typed::ragged_dims(engine, idxs))?;
+        Ok(PyArray1::from_vec(py, dims))
+    }
+
+    /// Checks every record and entry; raises the first problem.
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        self.handle.shared(py, |engine| engine.verify())
+    }
+
+    /// Every damaged record: `(index, reason)`, empty when healthy.
+    fn damaged(&self, py: Python<'_>) -> PyResult<Vec<(u64, String)>> {
+        self.handle.shared(py, |engine| engine.damaged())
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {

@@ -4,6 +4,10 @@
   gathers any batch of them in parallel straight into a NumPy array.
 * :class:`Dataset` is a typed NumPy view over a store (``Dataset.write``
   converts an array, ``ds[idxs]`` reads a batch).
+* :class:`Dense` and :class:`Ragged` (also ``loaderx.zrecord``, the 2.x
+  spelling) are typed containers: NumPy records of one dtype, of a fixed
+  item shape or each with its own shape (``loaderx.utils.train_dict``
+  trains the dictionary of their ``zstd_dict`` codec).
 * :class:`DataLoader` draws index batches from a :class:`Sampler` and hands
   the training loop ready batches, endlessly: ``{"data", "label"}`` from two
   datasets, or any dict of named streams, sharded over hosts and resumable
@@ -20,6 +24,7 @@ from ._sampler import Sampler
 from ._zrecord import CODECS, ERROR_CODES, MAX_RECORD_LEN, Zrecord, ZrecordError
 from .dataloader import DataLoader
 from .dataset import Dataset
+from .zrecord import Dense, Ragged
 
 #: The package version, as Cargo builds the native module.
 __version__: str = _native.__version__
@@ -29,7 +34,9 @@ __all__ = [
     "ERROR_CODES",
     "DataLoader",
     "Dataset",
+    "Dense",
     "MAX_RECORD_LEN",
+    "Ragged",
     "Sampler",
     "Zrecord",
     "ZrecordError",

@@ -8,6 +8,8 @@ from ._zrecord import Zrecord as Zrecord
 from ._zrecord import ZrecordError as ZrecordError
 from .dataloader import DataLoader as DataLoader
 from .dataset import Dataset as Dataset
+from .zrecord import Dense as Dense
+from .zrecord import Ragged as Ragged
 
 __version__: str
 __all__ = [
@@ -15,7 +17,9 @@ __all__ = [
     "ERROR_CODES",
     "DataLoader",
     "Dataset",
+    "Dense",
     "MAX_RECORD_LEN",
+    "Ragged",
     "Sampler",
     "Zrecord",
     "ZrecordError",

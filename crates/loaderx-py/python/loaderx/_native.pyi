@@ -15,6 +15,14 @@ __all__ = [
     "MAX_RECORD_LEN",
     "CODECS",
     "ERROR_CODES",
+    "DTYPES",
+    "TYPED_CODECS",
+    "MAX_NDIM",
+    "MAX_LANES",
+    "MAX_ITEM_LEN",
+    "DEFAULT_DICT_SIZE",
+    "MAX_DICT_SIZE",
+    "train_dictionary",
     "__version__",
 ]
 
@@ -22,10 +30,51 @@ __version__: str
 MAX_RECORD_LEN: Final[int]
 CODECS: dict[str, int]
 ERROR_CODES: dict[int, tuple[str, str]]
+DTYPES: list[str]
+TYPED_CODECS: dict[str, int]
+MAX_NDIM: Final[int]
+MAX_LANES: Final[int]
+MAX_ITEM_LEN: Final[int]
+DEFAULT_DICT_SIZE: Final[int]
+MAX_DICT_SIZE: Final[int]
+
+def train_dictionary(
+    samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int
+) -> bytes: ...
 
 @final
 class Store:
     def __new__(cls, path: str) -> Store: ...
+    @staticmethod
+    def create_typed(
+        path: str,
+        kind: str,
+        dtype: str,
+        shape: list[int],
+        ndim: int,
+        codec: str,
+        dictionary: bytes | None = None,
+        lanes: int = 1,
+    ) -> Store: ...
+    @staticmethod
+    def open_existing(path: str, writable: bool, check_raw: bool = False) -> Store: ...
+    def format_version(self) -> int: ...
+    def schema(self) -> dict[str, Any] | None: ...
+    def append_dense(self, src: npt.NDArray[np.uint8], n: int) -> int: ...
+    def append_shaped(
+        self,
+        src: npt.NDArray[np.uint8],
+        offsets: npt.NDArray[np.uint64],
+        lens: npt.NDArray[np.uint64],
+        dims: npt.NDArray[np.uint32],
+    ) -> int: ...
+    def gather_dense(self, idxs: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint8]: ...
+    def gather_shaped(
+        self, idxs: npt.NDArray[np.uint64]
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], npt.NDArray[np.uint32]]: ...
+    def dims(self, idxs: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint32]: ...
+    def verify(self) -> None: ...
+    def damaged(self) -> list[tuple[int, str]]: ...
     def __len__(self) -> int: ...
     @property
     def closed(self) -> bool: ...

@@ -17,9 +17,10 @@ import numpy as np
 from . import _native
 from ._sampler import Sampler
 
-#: Turns one gathered column, ``(bytes, offsets or None)``, into the value a
-#: batch holds for that stream.
-View = Callable[[np.ndarray, "np.ndarray | None"], Any]
+#: Turns one gathered column, ``(bytes, offsets or None, indices)``, into
+#: the value a batch holds for that stream (`indices`: the records the
+#: batch was gathered at, in batch order).
+View = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], Any]
 
 
 class NativeEngine:
@@ -53,9 +54,9 @@ class NativeEngine:
         got = self.loader.next()
         if got is None:
             return None
-        step, _idxs, columns = got
+        step, idxs, columns = got
         batch = {
-            name: view(data, offsets)
+            name: view(data, offsets, idxs)
             for name, view, (data, offsets) in zip(self.names, self.views, columns)
         }
         return step, batch

@@ -44,7 +44,9 @@ A stream plugs into the native loader through two methods: ``native_stream(
 name)`` returns ``(name, native store, bytes per record)`` (0 bytes: ragged
 records) or ``None``; ``native_batch(data, offsets)``, if present, turns the
 gathered ``uint8`` buffer (and, for a ragged stream, its ``n + 1`` byte
-offsets) into the batch's value. Without ``native_batch`` a fixed-size
+offsets) into the batch's value. A stream that needs the batch's record
+indices too (a multi-axis ``Ragged`` reads its records' shapes) has
+``native_indexed_batch(data, offsets, idxs)`` instead. Without either, a fixed-size
 stream is viewed as ``(n, *stream.shape)`` of ``stream.dtype``, and a ragged
 one as a list of 1-D ``stream.dtype`` arrays that are views into one buffer.
 """
@@ -165,14 +167,14 @@ def _check_streams(streams: Mapping[Any, Any]) -> int:
 
 
 def _fixed_view(dtype: np.dtype, shape: tuple[int, ...]) -> View:
-    def view(data: np.ndarray, _offsets: np.ndarray | None) -> np.ndarray:
+    def view(data: np.ndarray, _offsets: np.ndarray | None, _idxs: np.ndarray) -> np.ndarray:
         return data.view(dtype).reshape((-1, *shape))
 
     return view
 
 
 def _ragged_view(dtype: np.dtype) -> View:
-    def view(data: np.ndarray, offsets: np.ndarray | None) -> list[np.ndarray]:
+    def view(data: np.ndarray, offsets: np.ndarray | None, _idxs: np.ndarray) -> list[np.ndarray]:
         assert offsets is not None  # the loader gives offsets for every ragged stream
         items = data.view(dtype)
         bounds = (offsets // dtype.itemsize).tolist()
@@ -188,9 +190,12 @@ def _native_plan(name: str, stream: Any) -> tuple[tuple[str, Any, int], View] | 
     spec = hook(name) if callable(hook) else None
     if spec is None:
         return None
+    indexed = getattr(stream, "native_indexed_batch", None)
+    if callable(indexed):
+        return spec, indexed
     custom = getattr(stream, "native_batch", None)
     if callable(custom):
-        return spec, custom
+        return spec, lambda data, offsets, _idxs: custom(data, offsets)
     dtype = np.dtype(getattr(stream, "dtype", np.uint8))
     if spec[2] == 0:
         return spec, _ragged_view(dtype)

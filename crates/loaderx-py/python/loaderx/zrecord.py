@@ -1,0 +1,740 @@
+"""Typed containers, the loaderx 2.x API:
+``from loaderx.zrecord import Dense, Ragged, ZrecordError``.
+
+* :class:`Dense` holds records that are all one NumPy item of a fixed dtype
+  and shape (``item_shape``; ``()`` for scalars). Reads come back stacked,
+  ``(n, *item_shape)``.
+* :class:`Ragged` holds records of a fixed dtype and rank (``ndim``), each
+  with its own shape. A batch comes back as a list of arrays that are views
+  into one allocation, or flat as ``(flat, offsets, shapes)``
+  (:meth:`Ragged.gather_flat`).
+
+``X.create(path, ...)`` makes a new store and returns a **writer** (append,
+``len``, ``close``; ``close()`` publishes). ``X.open(path)`` returns a
+**reader**; ``X.open(path, writable=True)`` a handle that reads, appends,
+deletes and compacts. Reading from a writer or appending to a reader raises
+:class:`io.UnsupportedOperation` (a ``ValueError``), as a file opened in
+the other mode does.
+
+Both are stored in format v2 (checksummed records, a schema block naming
+dtype, shape and codec) by the Rust engine: the dtype names, codec names
+and limits below come from it (``loaderx._native``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import operator
+import os
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+from . import _native
+from ._zrecord import (
+    _INDEX_OUT_OF_RANGE,
+    _RECORD_SIZE,
+    ZrecordError,
+    _as_indices,
+    _Closing,
+)
+
+#: Element types a typed container stores, as NumPy ``dtype.str``.
+DTYPES: tuple[str, ...] = tuple(_native.DTYPES)
+
+#: Codec names a typed container accepts as ``codec=``, mapped to their tag.
+CODECS: dict[str, int] = dict(_native.TYPED_CODECS)
+
+#: Most dimensions of an item shape or of a ragged record.
+MAX_NDIM: int = int(_native.MAX_NDIM)
+
+#: Most ``data_shards`` (write lanes) a store may have.
+MAX_SHARDS: int = int(_native.MAX_LANES)
+
+#: Largest record, in bytes.
+MAX_ITEM_LEN: int = int(_native.MAX_ITEM_LEN)
+
+#: Default bound on the source bytes handed to one append call (the rest of
+#: a large array follows in further calls; packing of ragged records
+#: overlaps with writing the previous block).
+WRITE_CHUNK_BYTES = 64 << 20
+
+_T = TypeVar("_T", bound="_Container")
+
+# Handles still open at interpreter exit are closed, so what writers
+# appended is published.
+_OPEN: weakref.WeakSet[_Container] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open() -> None:
+    for container in list(_OPEN):
+        try:
+            container.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    """`dtype` as a stored element type, or ``ValueError``/``TypeError``
+    naming why it cannot be one."""
+    try:
+        found = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"dtype {dtype!r} is not a NumPy dtype: {exc}") from None
+    if found.hasobject:
+        raise ValueError(f"dtype {found} holds Python objects; a container stores plain numbers")
+    if found.fields is not None or found.subdtype is not None:
+        raise ValueError(
+            f"structured or sub-array dtype {found} is not supported; store each field separately"
+        )
+    if found.str not in DTYPES:
+        raise ValueError(f"dtype {found.str} ({found}) cannot be stored; supported: {list(DTYPES)}")
+    return found
+
+
+def _shape(item_shape: Any) -> tuple[int, ...]:
+    if isinstance(item_shape, (int, np.integer)) and not isinstance(item_shape, bool):
+        item_shape = (item_shape,)
+    try:
+        dims = tuple(operator.index(d) for d in item_shape)
+    except TypeError:
+        raise TypeError(f"item_shape must be a tuple of integers, got {item_shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"item_shape {dims} has a negative dimension")
+    return dims
+
+
+def _codec(codec: Any) -> str:
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}, expected one of {list(CODECS)}")
+    return codec
+
+
+def _dictionary(codec: str, dict_bytes: Any) -> bytes | None:
+    if dict_bytes is None:
+        if codec == "zstd_dict":
+            raise ValueError(
+                "codec 'zstd_dict' needs dict_bytes: train one with "
+                "loaderx.utils.train_dict(sample_records)"
+            )
+        return None
+    try:
+        return bytes(memoryview(dict_bytes))
+    except TypeError:
+        raise TypeError(f"dict_bytes must be bytes, got {type(dict_bytes).__name__}") from None
+
+
+def _shards(data_shards: Any) -> int:
+    if isinstance(data_shards, bool):
+        raise TypeError(f"data_shards must be an integer, got {data_shards!r}")
+    try:
+        count = operator.index(data_shards)
+    except TypeError:
+        raise TypeError(f"data_shards must be an integer, got {data_shards!r}") from None
+    if not 1 <= count <= MAX_SHARDS:
+        raise ValueError(f"data_shards must be between 1 and {MAX_SHARDS}, got {count}")
+    return count
+
+
+def _is_record_index(idx: Any) -> bool:
+    if isinstance(idx, (bool, np.bool_)):
+        return False
+    return isinstance(idx, (int, np.integer)) or (
+        isinstance(idx, np.ndarray) and idx.ndim == 0 and idx.dtype.kind in "iu"
+    )
+
+
+def _pipelined(blocks: Iterator[Any], write: Callable[[Any], None]) -> None:
+    """``write(block)`` for every block, in order, on a helper thread, while
+    this thread produces the next block (packing ragged records overlaps with
+    writing the previous ones; the writes release the GIL). The first error
+    of either side is raised once the write in flight has finished."""
+    failure: list[BaseException] = []
+
+    def run(block: Any) -> None:
+        try:
+            write(block)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
+            failure.append(exc)
+
+    worker: threading.Thread | None = None
+    try:
+        for block in blocks:
+            if worker is not None:
+                worker.join()
+                worker = None
+                if failure:
+                    break
+            worker = threading.Thread(target=run, args=(block,), name="loaderx-append")
+            worker.start()
+    finally:
+        if worker is not None:
+            worker.join()
+    if failure:
+        raise failure[0]
+
+
+def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
+    """Unpickles a reader."""
+    return cls._open(path, False, check_raw)
+
+
+class _Container(_Closing):
+    """What :class:`Dense` and :class:`Ragged` share: the handle, its mode,
+    index parsing and maintenance."""
+
+    _KIND = ""
+
+    def __init__(
+        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> None:
+        schema = store.schema()
+        if schema is None or schema["kind"] != self._KIND:
+            store.close()
+            what = (
+                "a format v1 byte store (use loaderx.Zrecord or Dataset)"
+                if schema is None
+                else (f"a {schema['kind']} container (use {schema['kind'].capitalize()}.open)")
+            )
+            raise ValueError(f"{path} holds {what}, not a {self._KIND} container")
+        self._store: _native.Store | None = store
+        self.path = path
+        self.dtype: np.dtype = np.dtype(schema["dtype"])
+        self.codec: str = schema["codec"]
+        self._schema = schema
+        self._readable = readable
+        self._writable = writable
+        self._editable = editable
+        self._check_raw = False
+        _OPEN.add(self)
+
+    @classmethod
+    def _open(cls: type[_T], path: Any, writable: bool, check_raw: bool) -> _T:
+        shown = os.fspath(path)
+        if not isinstance(shown, str):
+            shown = os.fsdecode(shown)
+        if not os.path.isdir(shown):
+            raise FileNotFoundError(f"no {cls._KIND} container at {shown}")
+        store = _native.Store.open_existing(shown, bool(writable), bool(check_raw))
+        opened = cls(store, shown, readable=True, writable=bool(writable), editable=bool(writable))
+        opened._check_raw = bool(check_raw)
+        return opened
+
+    @classmethod
+    def _create(
+        cls: type[_T],
+        path: Any,
+        dtype: Any,
+        shape: tuple[int, ...],
+        ndim: int,
+        codec: Any,
+        dict_bytes: Any,
+        data_shards: Any,
+    ) -> _T:
+        shown = os.fspath(path)
+        if not isinstance(shown, str):
+            shown = os.fsdecode(shown)
+        found = _dtype(dtype)
+        codec = _codec(codec)
+        dictionary = _dictionary(codec, dict_bytes)
+        lanes = _shards(data_shards)
+        store = _native.Store.create_typed(
+            shown, cls._KIND, found.str, list(shape), ndim, codec, dictionary, lanes
+        )
+        return cls(store, shown, readable=False, writable=True, editable=False)
+
+    # --- the handle -------------------------------------------------------------------
+
+    def _live(self) -> _native.Store:
+        store = self._store
+        if store is None:
+            raise ValueError(f"operation on a closed {type(self).__name__} ({self.path})")
+        return store
+
+    def _reading(self) -> _native.Store:
+        store = self._live()
+        if not self._readable:
+            raise io.UnsupportedOperation(
+                f"this {type(self).__name__} at {self.path} is a writer: close it and read "
+                f"with {type(self).__name__}.open(path)"
+            )
+        return store
+
+    def _appending(self) -> _native.Store:
+        store = self._live()
+        if not self._writable:
+            raise io.UnsupportedOperation(
+                f"this {type(self).__name__} at {self.path} is a reader: append through the "
+                f"writer from {type(self).__name__}.create, or open with writable=True"
+            )
+        return store
+
+    def _editing(self, op: str) -> _native.Store:
+        store = self._live()
+        if not self._editable:
+            raise io.UnsupportedOperation(
+                f"cannot {op} {self.path}: open it with {type(self).__name__}.open(path, "
+                f"writable=True) first"
+            )
+        return store
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._store is None
+
+    @property
+    def writer(self) -> bool:
+        """Whether this handle only appends (made by ``create``)."""
+        return not self._readable
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __repr__(self) -> str:
+        mode = "writer" if not self._readable else ("writable" if self._writable else "reader")
+        state = "closed" if self._store is None else f"{len(self._store)} records"
+        return (
+            f"<{type(self).__name__} {mode} {self.path!r}: {self._describe()}, "
+            f"codec={self.codec}, {state}>"
+        )
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A reader pickles as its path (a PyTorch worker started by spawn
+        reopens it there); writers do not pickle."""
+        self._reading()
+        if self._writable:
+            raise TypeError(f"a writable {type(self).__name__} cannot be pickled; pickle a reader")
+        return (_reopen, (type(self), self.path, self._check_raw))
+
+    def close(self) -> None:
+        """Publish what was appended and release the store. Idempotent;
+        waits for the calls in flight."""
+        store = getattr(self, "_store", None)
+        if store is not None:
+            self._store = None
+            store.close()
+
+    def sync(self) -> None:
+        """Make everything appended so far durable and visible to handles
+        opened from now on (``close()`` does it too)."""
+        self._appending().sync()
+
+    # --- indices ----------------------------------------------------------------------
+
+    def _indices(self, idx: Any) -> np.ndarray:
+        """The record indices `idx` selects, as uint64 (negative ones count
+        from the end, a boolean mask picks where it is true)."""
+        if isinstance(idx, slice):
+            return np.arange(*idx.indices(len(self)), dtype=np.uint64)
+        if idx is Ellipsis:
+            return np.arange(len(self), dtype=np.uint64)
+        if isinstance(idx, tuple):
+            for pos, item in enumerate(idx):
+                if not _is_record_index(item):
+                    raise TypeError(
+                        f"a tuple selects records and must hold integers, got "
+                        f"{type(item).__name__} at position {pos}"
+                    )
+            idx = np.array([operator.index(i) for i in idx], dtype=object)
+        arr = idx if isinstance(idx, np.ndarray) else np.asarray(idx)
+        if arr.dtype == np.bool_:
+            n = len(self)
+            if arr.ndim != 1 or arr.shape[0] != n:
+                raise IndexError(f"boolean mask of shape {arr.shape} does not match {n} records")
+            return np.flatnonzero(arr).astype(np.uint64)
+        n = len(self)
+        return _as_indices(arr if arr.dtype.kind != "f" else idx, wrap=n)
+
+    def _index(self, idx: Any) -> int:
+        """One record index, negative counting from the end."""
+        i = operator.index(idx)
+        n = len(self)
+        if not -n <= i < n:
+            raise ZrecordError(
+                _INDEX_OUT_OF_RANGE,
+                f"index {i} is out of range for {self.path} ({n} records)",
+            )
+        return i + n if i < 0 else i
+
+    # --- integrity and maintenance ----------------------------------------------------
+
+    def verify(self) -> None:
+        """Check every record and table entry against its checksum; raises
+        ``ZrecordError`` (code -7) naming the first damaged record."""
+        self._live().verify()
+
+    def damaged(self) -> list[tuple[int, str]]:
+        """Every damaged record as ``(index, reason)``; empty when healthy."""
+        return [(int(i), str(why)) for i, why in self._live().damaged()]
+
+    def delete(self, idxs: Any) -> None:
+        """Remove records; the last records move into the holes so the
+        indices stay ``0..len``. Needs ``open(path, writable=True)``."""
+        store = self._editing("delete from")
+        store.delete(self._indices(idxs))
+
+    def compact(self) -> None:
+        """Reclaim the space deleted records left. Needs
+        ``open(path, writable=True)``."""
+        self._editing("compact").compact()
+
+    def stats(self) -> dict[str, int]:
+        """``records``, ``live_bytes``, ``chunk_bytes`` and ``reclaimable``."""
+        records, live, chunk, reclaimable = self._live().stats()
+        return {
+            "records": records,
+            "live_bytes": live,
+            "chunk_bytes": chunk,
+            "reclaimable": reclaimable,
+        }
+
+    def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None:
+        """How the native loader gathers this container (``DataLoader``);
+        ``ValueError`` for a writer."""
+        if not self._readable:
+            raise ValueError(
+                f"stream {name!r} is a {type(self).__name__} writer ({self.path}); pass a reader "
+                f"from {type(self).__name__}.open"
+            )
+        return None
+
+
+class Dense(_Container):
+    """Records that are each one item of ``dtype`` and ``item_shape``.
+
+    ``Dense.create(path, dtype, item_shape, *, codec, ...)`` returns a
+    writer; ``Dense.open(path)`` a reader: ``ds[i]`` is one record,
+    ``ds[i, j, k]`` (several records), a list, an integer array, a slice
+    or a boolean mask a stacked ``(n, *item_shape)`` array.
+    """
+
+    _KIND = "dense"
+
+    def __init__(
+        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> None:
+        super().__init__(store, path, readable, writable, editable)
+        self.item_shape: tuple[int, ...] = tuple(int(d) for d in self._schema["shape"])
+        self._item_len = int(self._schema["item_len"])
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        dtype: Any,
+        item_shape: Any,
+        *,
+        codec: str,
+        dict_bytes: bytes | None = None,
+        data_shards: int = 4,
+    ) -> Dense:
+        """A writer for a new store at `path` (which must not hold one:
+        ``FileExistsError``). `codec` is ``"raw"``, ``"flate"``, ``"zstd"``,
+        ``"lz4"`` or ``"zstd_dict"`` (with `dict_bytes` from
+        :func:`loaderx.utils.train_dict`); `data_shards` write lanes."""
+        return cls._create(path, dtype, _shape(item_shape), 0, codec, dict_bytes, data_shards)
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
+    ) -> Dense:
+        """A reader of the store at `path`; with ``writable=True`` it also
+        appends, deletes and compacts. Reads check the checksum of every
+        compressed record; ``check_raw=True`` checks raw records too (a
+        second pass over their bytes)."""
+        return cls._open(path, writable, check_raw)
+
+    def _describe(self) -> str:
+        return f"{self.dtype.str}{list(self.item_shape)}"
+
+    def append(self, array: np.ndarray) -> None:
+        """Add one record per slice of `array` along axis 0; its dtype and
+        ``shape[1:]`` must be ``dtype`` and ``item_shape`` exactly. The array
+        is written from its own memory (no copy when C-contiguous)."""
+        store = self._appending()
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"append takes a NumPy array, got {type(array).__name__}")
+        if array.dtype != self.dtype:
+            raise ValueError(
+                f"{self.path} holds {self.dtype.str} ({self.dtype}) records, found an array of "
+                f"{array.dtype.str} ({array.dtype})"
+            )
+        if array.ndim != 1 + len(self.item_shape) or tuple(array.shape[1:]) != self.item_shape:
+            expected = "".join(f", {d}" for d in self.item_shape)
+            raise ValueError(
+                f"{self.path} holds records of shape {self.item_shape}: expected an array of "
+                f"shape (n{expected}), found {tuple(array.shape)}"
+            )
+        step = max(1, WRITE_CHUNK_BYTES // self._item_len)
+        for start in range(0, array.shape[0], step):
+            block = array[start : start + step]
+            if not block.flags.c_contiguous:
+                block = np.ascontiguousarray(block)
+            store.append_dense(block.reshape(-1).view(np.uint8), block.shape[0])
+
+    def _gather(self, idx64: np.ndarray) -> np.ndarray:
+        data = self._reading().gather_dense(idx64)
+        return data.view(self.dtype).reshape((idx64.size, *self.item_shape))
+
+    def __getitem__(self, idx: Any) -> Any:
+        """One record for an integer (negative counts from the end); a
+        stacked ``(n, *item_shape)`` array for anything else."""
+        self._reading()
+        if _is_record_index(idx):
+            return self._gather(np.array([self._index(idx)], dtype=np.uint64))[0]
+        return self._gather(self._indices(idx))
+
+    def __getitems__(self, idxs: Any) -> np.ndarray:
+        """The batch ``(n, *item_shape)`` at `idxs` (PyTorch's batch hook)."""
+        self._reading()
+        return self._gather(self._indices(idxs))
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None:
+        super().native_stream(name)
+        return (name, self._reading(), self._item_len)
+
+    def native_batch(self, data: np.ndarray, offsets: np.ndarray | None) -> np.ndarray:
+        """A gathered column as ``(n, *item_shape)`` (no copy)."""
+        return data.view(self.dtype).reshape((-1, *self.item_shape))
+
+
+class Ragged(_Container):
+    """Records of ``dtype`` and rank ``ndim``, each with its own shape.
+
+    ``Ragged.create(path, dtype, ndim, *, codec, ...)`` returns a writer;
+    ``Ragged.open(path)`` a reader: ``rg[i]`` is one array, any other index
+    a list of arrays that are views into one allocation.
+    """
+
+    _KIND = "ragged"
+
+    def __init__(
+        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> None:
+        super().__init__(store, path, readable, writable, editable)
+        self.ndim: int = int(self._schema["ndim"])
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        dtype: Any,
+        ndim: int,
+        *,
+        codec: str,
+        dict_bytes: bytes | None = None,
+        data_shards: int = 4,
+    ) -> Ragged:
+        """A writer for a new store at `path` (which must not hold one:
+        ``FileExistsError``) of arrays of `dtype` with `ndim` axes."""
+        if isinstance(ndim, bool):
+            raise TypeError(f"ndim must be an integer, got {ndim!r}")
+        try:
+            rank = operator.index(ndim)
+        except TypeError:
+            raise TypeError(f"ndim must be an integer, got {ndim!r}") from None
+        if not 1 <= rank <= MAX_NDIM:
+            raise ValueError(f"ndim must be between 1 and {MAX_NDIM}, got {rank}")
+        return cls._create(path, dtype, (), rank, codec, dict_bytes, data_shards)
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
+    ) -> Ragged:
+        """A reader of the store at `path`; with ``writable=True`` it also
+        appends, deletes and compacts. Reads check the checksum of every
+        compressed record; ``check_raw=True`` checks raw records too (a
+        second pass over their bytes)."""
+        return cls._open(path, writable, check_raw)
+
+    def _describe(self) -> str:
+        return f"{self.dtype.str}, ndim={self.ndim}"
+
+    # --- writing ----------------------------------------------------------------------
+
+    def _check(self, pos: int, record: Any) -> np.ndarray:
+        if not isinstance(record, np.ndarray):
+            raise TypeError(f"record {pos} is a {type(record).__name__}, not a NumPy array")
+        if record.dtype != self.dtype:
+            raise ValueError(
+                f"record {pos}: {self.path} holds {self.dtype.str} ({self.dtype}) arrays, found "
+                f"{record.dtype.str} ({record.dtype})"
+            )
+        if record.ndim != self.ndim:
+            raise ValueError(
+                f"record {pos}: {self.path} holds arrays of {self.ndim} dimensions, found "
+                f"{record.ndim} (shape {tuple(record.shape)})"
+            )
+        if record.size == 0:
+            raise ZrecordError(
+                _RECORD_SIZE,
+                f"record {pos} has shape {tuple(record.shape)}: zero-size records are refused",
+            )
+        if record.nbytes > MAX_ITEM_LEN:
+            raise ZrecordError(
+                _RECORD_SIZE,
+                f"record {pos} is {record.nbytes} bytes, over the {MAX_ITEM_LEN}-byte record limit",
+            )
+        return record
+
+    def _blocks(self, records: Iterable[Any], checked: bool) -> Iterator[list[np.ndarray]]:
+        """Records (checked here unless `checked`) in blocks of about
+        ``WRITE_CHUNK_BYTES``."""
+        block: list[np.ndarray] = []
+        size = 0
+        for pos, record in enumerate(records):
+            if not checked:
+                record = self._check(pos, record)
+            block.append(record)
+            size += record.nbytes
+            if size >= WRITE_CHUNK_BYTES:
+                yield block
+                block, size = [], 0
+        if block:
+            yield block
+
+    def _pack(self, block: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """One buffer holding `block` back to back, with the byte offset,
+        length and dimensions of each record."""
+        lens = np.fromiter((r.nbytes for r in block), dtype=np.uint64, count=len(block))
+        offsets = np.zeros(len(block), dtype=np.uint64)
+        np.cumsum(lens[:-1], out=offsets[1:])
+        dims = np.array([r.shape for r in block], dtype=np.uint32).reshape(-1)
+        data = np.empty(int(lens.sum()), dtype=np.uint8)
+        items = data.view(self.dtype)
+        at = 0
+        for record in block:
+            n = record.size
+            np.copyto(items[at : at + n].reshape(record.shape), record)
+            at += n
+        return data, offsets, lens, dims
+
+    def append(self, records: Iterable[np.ndarray]) -> None:
+        """Add each array of `records` as one record: dtype ``dtype``, ``ndim``
+        axes of any lengths, at least one element.
+
+        A list or tuple is checked whole before anything is written, so a bad
+        record leaves the store unchanged; from any other iterable, records
+        are checked block by block (about ``WRITE_CHUNK_BYTES`` each) and the
+        blocks before a bad record stay appended."""
+        store = self._appending()
+        if isinstance(records, np.ndarray) and records.dtype != np.object_:
+            raise TypeError(
+                "append takes an iterable of arrays (one per record), got one array; "
+                "wrap it in a list to store it as one record"
+            )
+        if isinstance(records, (Sequence, np.ndarray)) and not isinstance(records, (str, bytes)):
+            checked = [self._check(pos, r) for pos, r in enumerate(records)]
+            if sum(r.nbytes for r in checked) <= WRITE_CHUNK_BYTES:
+                if checked:
+                    store.append_shaped(*self._pack(checked))
+                return
+            blocks = self._blocks(checked, checked=True)
+        else:
+            blocks = self._blocks(records, checked=False)
+
+        def write(packed: tuple[np.ndarray, ...]) -> None:
+            store.append_shaped(*packed)
+
+        _pipelined((self._pack(b) for b in blocks), write)
+
+    # --- reading ----------------------------------------------------------------------
+
+    def _gather(self, idx64: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        data, offsets, dims = self._reading().gather_shaped(idx64)
+        return (
+            data.view(self.dtype),
+            (offsets // self.dtype.itemsize).astype(np.int64),
+            dims.reshape(idx64.size, self.ndim).astype(np.int64),
+        )
+
+    @staticmethod
+    def _views(flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray) -> list[np.ndarray]:
+        bounds = offsets.tolist()
+        return [
+            flat[lo:hi].reshape(shape)
+            for lo, hi, shape in zip(bounds, bounds[1:], map(tuple, shapes.tolist()))
+        ]
+
+    def gather_flat(self, idxs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The records at `idxs` as ``(flat, offsets, shapes)``: `flat` a 1-D
+        ``dtype`` array holding them back to back, record ``i`` being
+        ``flat[offsets[i]:offsets[i + 1]].reshape(shapes[i])`` (`offsets`
+        int64, ``n + 1`` element offsets; `shapes` int64 ``(n, ndim)``)."""
+        self._reading()
+        return self._gather(self._indices(idxs))
+
+    def shapes(self, idxs: Any) -> np.ndarray:
+        """The shape of each record at `idxs`, ``(n, ndim)`` int64, without
+        reading the records."""
+        idx64 = self._indices(idxs)
+        dims = self._reading().dims(idx64)
+        return dims.reshape(idx64.size, self.ndim).astype(np.int64)
+
+    def __getitem__(self, idx: Any) -> Any:
+        """One array for an integer (negative counts from the end); a list
+        of arrays, views into one allocation, for anything else."""
+        self._reading()
+        if _is_record_index(idx):
+            flat, offsets, shapes = self._gather(np.array([self._index(idx)], dtype=np.uint64))
+            return self._views(flat, offsets, shapes)[0]
+        return self._views(*self._gather(self._indices(idx)))
+
+    def __getitems__(self, idxs: Any) -> list[np.ndarray]:
+        """The records at `idxs`, a list of views into one allocation."""
+        self._reading()
+        return self._views(*self._gather(self._indices(idxs)))
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None:
+        """``(name, native store, 0)``: the native loader gathers the
+        records' bytes; :meth:`native_indexed_batch` gives them their
+        shapes."""
+        super().native_stream(name)
+        return (name, self._reading(), 0)
+
+    def native_indexed_batch(
+        self, data: np.ndarray, offsets: np.ndarray | None, idxs: np.ndarray
+    ) -> list[np.ndarray]:
+        """A gathered column (records `idxs`, back to back in `data` at the
+        byte `offsets`) as a list of views into its buffer, each of its
+        record's shape. One-axis records are shaped by their length; others
+        by their dimensions, read from the store (they cannot change while
+        this reader is open: deletes need every other handle closed)."""
+        assert offsets is not None  # the loader gives offsets for every ragged stream
+        items = data.view(self.dtype)
+        bounds = (offsets // self.dtype.itemsize).tolist()
+        if self.ndim == 1:
+            return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+        idx64 = np.ascontiguousarray(idxs, dtype=np.uint64)
+        shapes = self._reading().dims(idx64).reshape(idx64.size, self.ndim).tolist()
+        return [items[lo:hi].reshape(shape) for lo, hi, shape in zip(bounds, bounds[1:], shapes)]
+
+
+__all__ = [
+    "CODECS",
+    "DTYPES",
+    "Dense",
+    "MAX_ITEM_LEN",
+    "MAX_NDIM",
+    "MAX_SHARDS",
+    "Ragged",
+    "WRITE_CHUNK_BYTES",
+    "ZrecordError",
+]

@@ -1,0 +1,123 @@
+import os
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._zrecord import ZrecordError as ZrecordError
+
+__all__ = [
+    "CODECS",
+    "DTYPES",
+    "Dense",
+    "MAX_ITEM_LEN",
+    "MAX_NDIM",
+    "MAX_SHARDS",
+    "Ragged",
+    "WRITE_CHUNK_BYTES",
+    "ZrecordError",
+]
+
+DTYPES: tuple[str, ...]
+CODECS: dict[str, int]
+MAX_NDIM: int
+MAX_SHARDS: int
+MAX_ITEM_LEN: int
+WRITE_CHUNK_BYTES: Final[int]
+
+class _Container:
+    path: str
+    dtype: np.dtype[Any]
+    codec: str
+    def __init__(
+        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def writer(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+    def close(self) -> None: ...
+    def sync(self) -> None: ...
+    def verify(self) -> None: ...
+    def damaged(self) -> list[tuple[int, str]]: ...
+    def delete(self, idxs: npt.ArrayLike) -> None: ...
+    def compact(self) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+    def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None: ...
+    def __del__(self) -> None: ...
+
+class Dense(_Container):
+    item_shape: tuple[int, ...]
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        dtype: npt.DTypeLike,
+        item_shape: int | tuple[int, ...],
+        *,
+        codec: str,
+        dict_bytes: bytes | None = None,
+        data_shards: int = 4,
+    ) -> Dense: ...
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
+    ) -> Dense: ...
+    def append(self, array: npt.NDArray[Any]) -> None: ...
+    def __getitem__(self, idx: Any) -> Any: ...
+    def __getitems__(self, idxs: npt.ArrayLike) -> npt.NDArray[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def native_batch(
+        self, data: npt.NDArray[np.uint8], offsets: npt.NDArray[np.uint64] | None
+    ) -> npt.NDArray[Any]: ...
+    def __enter__(self) -> Dense: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None: ...
+
+class Ragged(_Container):
+    ndim: int
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        dtype: npt.DTypeLike,
+        ndim: int,
+        *,
+        codec: str,
+        dict_bytes: bytes | None = None,
+        data_shards: int = 4,
+    ) -> Ragged: ...
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
+    ) -> Ragged: ...
+    def append(self, records: Iterable[npt.NDArray[Any]]) -> None: ...
+    def gather_flat(
+        self, idxs: npt.ArrayLike
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+    def shapes(self, idxs: npt.ArrayLike) -> npt.NDArray[np.int64]: ...
+    def __getitem__(self, idx: Any) -> Any: ...
+    def __getitems__(self, idxs: npt.ArrayLike) -> list[npt.NDArray[Any]]: ...
+    def __iter__(self) -> Iterator[npt.NDArray[Any]]: ...
+    def native_indexed_batch(
+        self,
+        data: npt.NDArray[np.uint8],
+        offsets: npt.NDArray[np.uint64] | None,
+        idxs: npt.NDArray[np.uint64],
+    ) -> list[npt.NDArray[Any]]: ...
+    def __enter__(self) -> Ragged: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None: ...
