@@ -287,6 +287,26 @@ impl Store {
         Ok(Store::wrap(&path, engine))
     }
 
+    /// Creates an untyped byte-record store in format v2 (the 0.5.x API's
+    /// `format=2`), with `codec` as its codec. `FileExistsError` when `path`
+    /// already holds a store.
+    #[staticmethod]
+    fn create_v2_bytes(py: Python<'_>, path: PathBuf, codec: &str) -> PyResult<Self> {
+        non_empty(&path)?;
+        let tag = loaderx_store::CodecId::from_name(codec)
+            .filter(|c| *c != loaderx_store::CodecId::ZstdDict)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown codec {codec:?}")))?
+            .tag();
+        let schema = loaderx_store::format::v2::Schema::bytes(tag);
+        let engine = py
+            .detach(|| Engine::create_v2(&path, &schema, OpenOptions::default()))
+            .map_err(|err| match err {
+                loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
+                err => store_error(py, err),
+            })?;
+        Ok(Store::wrap(&path, engine))
+    }
+
     /// Opens an existing store (any version) without creating anything:
     /// read-only unless `writable`; with `check_raw`, gathers check the
     /// CRC32C of raw records too (compressed ones are always checked).

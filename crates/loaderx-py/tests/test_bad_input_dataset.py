@@ -30,7 +30,7 @@ BAD_SCHEMAS: dict[str, tuple[Any, str]] = {
     "shape of floats": ({"shape": [1.5]}, "'shape' must be a list"),
     "shape of bools": ({"shape": [True]}, "'shape' must be a list"),
     "zero-byte samples": ({"shape": [0]}, "is 0 bytes"),
-    "samples over 1 MiB": ({"shape": [1 << 40]}, "outside 1..=1048576"),
+    "samples over 2 GiB": ({"shape": [1 << 40]}, "outside 1..=2147483647"),
     "unknown codec": ({"codec": "snappy"}, "unknown codec 'snappy'"),
     "other sample size (dtype)": ({"dtype": "<f8"}, "record 0 of the store is 64 bytes"),
     "other sample size (shape)": ({"shape": [8]}, "<i4[8] (32 bytes)"),

@@ -364,6 +364,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if first.saturating_add(n as u64) > max_records {
             return Err(self.full(n, "record", max_records));
         }
+        // The table must stay inside the extent `meta.zr` is mapped over.
+        if v2 && self.files.table_end(first + n as u64) > crate::storage::META_EXTENT {
+            let fit = (crate::storage::META_EXTENT - self.files.table_end(0))
+                / self.files.entry_len() as u64;
+            return Err(self.full(n, "record (the table's mapped extent)", fit));
+        }
 
         // In windows of at most WINDOW source bytes, so memory stays bounded
         // whatever the append's size: encode in parallel, place, write the

@@ -407,7 +407,8 @@ fn read_layout<S: Storage>(files: &mut Files<S>) -> Result<Option<Schema>> {
     }
     let mut start = [0u8; 6];
     files.read(FileId::Meta, 0, &mut start, "read header")?;
-    if u16::from_le_bytes([start[4], start[5]]) != v2::VERSION_V2 {
+    if u16::from_le_bytes([start[4], start[5]]) != v2::VERSION_V2 && !slot1_is_v2(files, meta_len)?
+    {
         return Ok(None);
     }
     let header = pick_slots(files, meta_len).map_err(|e| match e {
@@ -454,6 +455,17 @@ fn read_layout<S: Storage>(files: &mut Files<S>) -> Result<Option<Schema>> {
         header.sequence,
     );
     Ok(Some(schema))
+}
+
+/// Whether header slot 1 holds a valid v2 header: a v2 store whose slot 0
+/// was damaged is still one (a v1 table entry cannot pass its checksum).
+fn slot1_is_v2<S: Storage>(files: &Files<S>, meta_len: u64) -> Result<bool> {
+    if meta_len < v2::SLOT_LEN + v2::HEADER_V2_LEN as u64 {
+        return Ok(false);
+    }
+    let mut slot = [0u8; v2::HEADER_V2_LEN];
+    files.read(FileId::Meta, v2::SLOT_LEN, &mut slot, "read header")?;
+    Ok(HeaderV2::decode(&slot).is_ok())
 }
 
 /// The v2 header to trust: the valid slot with the larger sequence.

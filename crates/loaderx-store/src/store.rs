@@ -283,9 +283,30 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.check_usable()?;
         let head = self.head();
         self.check_meta_len(&head)?;
+        let itemsize = self
+            .schema
+            .as_ref()
+            .map_or(1, |schema| u64::from(schema.dtype.itemsize()));
         for (&idx, slot) in idxs.iter().zip(out.chunks_exact_mut(ndim)) {
-            self.entry(idx, &head)?;
+            let loc = self.entry(idx, &head)?;
             self.files.read_dims(idx, slot)?;
+            // The entry's checksum covers its dimensions; this also catches
+            // an entry written wrong in the first place.
+            let expected = slot
+                .iter()
+                .fold(itemsize, |a, &d| a.saturating_mul(u64::from(d)));
+            if expected != u64::from(loc.logic_length) {
+                return Err(Error::format(
+                    self.file_path(FileId::Meta),
+                    FormatError::BadEntry {
+                        entry: idx,
+                        reason: loaderx_format::EntryFault::Dims {
+                            expected,
+                            found: loc.logic_length,
+                        },
+                    },
+                ));
+            }
         }
         Ok(())
     }

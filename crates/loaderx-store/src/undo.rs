@@ -210,7 +210,13 @@ fn read_log<S: Storage>(files: &Files<S>) -> Result<Option<Log>> {
     let Some(len) = files.open(FileId::Undo)? else {
         return Ok(None);
     };
-    if files.layout() == Layout::V1 && len > UNDO_MAX_LEN {
+    // A log names at most every entry of the table once, so it is at most
+    // about twice the table: anything longer is not a log.
+    let cap = match files.layout() {
+        Layout::V1 => UNDO_MAX_LEN,
+        Layout::V2 { .. } => 64 + 2 * files.current_len(FileId::Meta)?,
+    };
+    if len > cap {
         return Ok(None);
     }
     let mut bytes = vec![0u8; len as usize];

@@ -225,6 +225,11 @@ impl Schema {
         let bad = |why: String| Err(FormatError::BadSchema(why));
         let computed = super::crc32c(bytes);
         if computed != crc {
+            // Say which part is damaged when the dictionary's own checksum
+            // fails too (parsing untrusted bytes is bounds-checked).
+            if let Some(why) = damaged_dictionary(bytes) {
+                return Err(FormatError::BadDictionary(why));
+            }
             return bad(format!(
                 "schema checksum mismatch (header says {crc:#010x}, block has {computed:#010x})"
             ));
@@ -301,6 +306,24 @@ impl Schema {
         schema.check()?;
         Ok(schema)
     }
+}
+
+/// Why the dictionary in an (untrusted) schema block is damaged, if its own
+/// checksum says it is.
+fn damaged_dictionary(bytes: &[u8]) -> Option<String> {
+    let mut r = Reader { bytes, at: 4 };
+    let (kind, _, ndim, name_len) = (r.u8()?, r.u8()?, r.u8()?, r.u8()?);
+    r.take(usize::from(name_len))?;
+    if kind == 1 {
+        r.take(8 * usize::from(ndim))?;
+    }
+    let (len, stored) = (r.u32()?, r.u32()?);
+    let dict = r.bytes.get(r.at..)?;
+    let dict = dict.get(..(len as usize).min(dict.len()))?;
+    let got = super::crc32c(dict);
+    (len > 0 && got != stored).then(|| {
+        format!("dictionary checksum mismatch (stored {stored:#010x}, computed {got:#010x})")
+    })
 }
 
 struct Reader<'a> {

@@ -113,6 +113,18 @@ if ZrecordError.__doc__:
     ZrecordError.__doc__ = ZrecordError.__doc__.replace("{table}", _code_table())
 
 
+def _open_store(path: str, codec: str, format: int) -> _native.Store:
+    """Open `path`, creating a store of `format` (1 or 2) when none is there."""
+    if format not in (1, 2):
+        raise ValueError(f"format must be 1 or 2, got {format!r}")
+    if format == 2 and not os.path.exists(os.path.join(path, "meta.zr")):
+        try:
+            return _native.Store.create_v2_bytes(path, codec)
+        except FileExistsError:
+            pass  # another creator won the race: open its store
+    return _native.Store(path)
+
+
 def _check_codec(codec: str) -> str:
     if not isinstance(codec, str) or codec not in CODECS:
         raise ValueError(f"unknown codec {codec!r}, expected one of {sorted(CODECS)}")
@@ -246,12 +258,20 @@ class Zrecord(_Closing):
     nothing is deleted.
     """
 
-    def __init__(self, path: str | os.PathLike[str], codec: str = "flate") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], codec: str = "flate", *, format: int = 1
+    ) -> None:
         """Open the store at `path`, creating the directory and an empty store
-        when absent. `codec` is the default for appends."""
+        when absent. `codec` is the default for appends.
+
+        `format` picks the on-disk format of a store created here: 1 (the
+        default; loaderx 0.5.x reads it) or 2 (no 2^24-record or 1 MiB
+        ceilings, checksums; 0.5.x cannot read it). An existing store is
+        opened in whatever format it has.
+        """
         self.codec = _check_codec(codec)
         self.path = os.fspath(path)
-        self._store: _native.Store | None = _native.Store(self.path)
+        self._store: _native.Store | None = _open_store(self.path, codec, format)
         _OPEN.add(self)
 
     def _live(self) -> _native.Store:

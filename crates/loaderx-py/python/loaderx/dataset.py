@@ -89,10 +89,12 @@ def _parse_schema(path: Path, schema: dict[str, Any]) -> tuple[np.dtype, tuple[i
         )
     shape = tuple(raw_shape)
     itemsize = math.prod(shape) * dtype.itemsize
-    if not 1 <= itemsize <= MAX_RECORD_LEN:
+    # Format 2 stores hold samples past format 1's limit; the store itself
+    # refuses what its format cannot hold.
+    if not 1 <= itemsize <= _native.MAX_ITEM_LEN:
         raise ValueError(
             f"{where}: a sample of {dtype.str}{list(shape)} is {itemsize} bytes, outside "
-            f"1..={MAX_RECORD_LEN}"
+            f"1..={_native.MAX_ITEM_LEN}"
         )
     if not isinstance(codec, str) or codec not in CODECS:
         raise ValueError(
@@ -260,8 +262,14 @@ class Dataset(_Closing):
         array: Any,
         codec: str = "flate",
         chunk_bytes: int = WRITE_CHUNK_BYTES,
+        *,
+        format: int = 1,
     ) -> Dataset:
         """Store `array` as a dataset, one record per slice along axis 0.
+
+        `format` is the on-disk format of a new store (1, readable by loaderx
+        0.5.x, or 2: no 1 MiB sample or 2^24-sample ceilings, checksums); an
+        existing dataset keeps its own.
 
         A 1-D array becomes a dataset of scalars (what a label set usually is).
         The array is streamed in blocks of at most `chunk_bytes` (at least one
@@ -288,16 +296,22 @@ class Dataset(_Closing):
         dtype = _sample_dtype(np.dtype(array.dtype))
         shape = tuple(int(d) for d in array.shape[1:])
         itemsize = math.prod(shape) * dtype.itemsize
-        if itemsize > MAX_RECORD_LEN:
-            raise ValueError(
-                f"a sample of shape {shape} and dtype {dtype} is {itemsize} bytes, over the "
-                f"{MAX_RECORD_LEN} byte record limit"
-            )
+        if format not in (1, 2):
+            raise ValueError(f"format must be 1 or 2, got {format!r}")
         if itemsize == 0:
             raise ValueError(f"a sample of shape {shape} and dtype {dtype} has zero bytes")
 
         path = Path(path)
         schema_path = path / SCHEMA
+        if (path / "meta.zr").is_file():  # an existing store keeps its format
+            with Zrecord(path) as existing:
+                format = existing.native_store().format_version()
+        limit = MAX_RECORD_LEN if format == 1 else _native.MAX_ITEM_LEN
+        if itemsize > limit:
+            raise ValueError(
+                f"a sample of shape {shape} and dtype {dtype} is {itemsize} bytes, over the "
+                f"{limit} byte record limit of format {format}"
+            )
         if schema_path.is_file():
             found_dtype, found_shape, codec = _parse_schema(path, _read_schema(path))
             if (found_dtype, found_shape) != (dtype, shape):
@@ -319,7 +333,7 @@ class Dataset(_Closing):
             os.replace(tmp, schema_path)
 
         step = max(1, chunk_bytes // itemsize)
-        with Zrecord(path, codec=codec) as store:
+        with Zrecord(path, codec=codec, format=format) as store:
             for start in range(0, len(array), step):
                 block = np.ascontiguousarray(array[start : start + step], dtype=dtype)
                 store.append(block, len(block), itemsize)

@@ -13,7 +13,7 @@ mod memory;
 
 use std::{fmt, io, path::Path};
 
-pub use self::file::FileStorage;
+pub use self::file::{FileStorage, META_EXTENT};
 #[cfg(feature = "testing")]
 pub use self::memory::MemStorage;
 
