@@ -6,48 +6,254 @@
 
 use std::{fs, path::Path};
 
-use loaderx_format::{CodecTag, Header, RecordLoc};
-use loaderx_store::{CodecId, Deflate, OpenOptions, Store, storage::{FileId, MemStorage}};
+use loaderx_format::{
+    CodecTag, Header, RecordLoc, Rules, entry_fault,
+    v2::{self, Dtype, Kind, Schema, UndoLogV2},
+};
+use loaderx_fuzz::{fuzz_dictionary, token_records};
+use loaderx_store::{
+    CodecId, Deflate, OpenOptions, Store, ZstdDictionary,
+    storage::{FileId, MemStorage},
+};
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
     fs::create_dir_all(dir).unwrap();
     fs::write(dir.join(name), bytes).unwrap();
 }
 
+/// `parse_index` input modes (see the target).
+const MODE_V1: u8 = 0;
+const MODE_V2: u8 = 1;
+const MODE_V2_FIXED: u8 = 2;
+const MODE_UNDO_V2: u8 = 3;
+
 fn parse_index_seeds(dir: &Path) {
+    parse_index_v1_seeds(dir);
+    parse_index_v2_seeds(dir);
+}
+
+fn parse_index_v1_seeds(dir: &Path) {
     // A real store's meta image (trimmed to its table) with its chunk lengths.
     let storage = MemStorage::new();
     let store: Store<Deflate, MemStorage> = Store::open_in(
         storage.clone(),
-        OpenOptions { chunk_capacity: 4096, ..OpenOptions::default() },
+        OpenOptions {
+            chunk_capacity: 4096,
+            ..OpenOptions::default()
+        },
     )
     .unwrap();
-    let data: Vec<u8> = (0..20u32).flat_map(|i| (0..700u32).map(move |j| ((i + j / 9) % 251) as u8)).collect();
-    store.append_fixed_with(CodecId::Deflate, &data[..7000], 10, 700).unwrap();
-    store.append_fixed_with(CodecId::Raw, &data[7000..], 10, 700).unwrap();
+    let data: Vec<u8> = (0..20u32)
+        .flat_map(|i| (0..700u32).map(move |j| ((i + j / 9) % 251) as u8))
+        .collect();
+    store
+        .append_fixed_with(CodecId::Deflate, &data[..7000], 10, 700)
+        .unwrap();
+    store
+        .append_fixed_with(CodecId::Raw, &data[7000..], 10, 700)
+        .unwrap();
+    // Appends reach the header on disk at the commit.
+    store.sync().unwrap();
     let header = Header::decode(&storage.contents(FileId::Meta).unwrap()).unwrap();
     let meta = storage.contents(FileId::Meta).unwrap();
     let image = &meta[..16 + 16 * header.length as usize];
-    let mut seed = vec![(header.tail_chunk + 1) as u8];
+    let mut seed = vec![MODE_V1, (header.tail_chunk + 1) as u8];
     for c in 0..=u32::from(header.tail_chunk) {
-        let len = storage.contents(FileId::Chunk(c)).map_or(0, |b| b.len() as u64);
+        let len = storage
+            .contents(FileId::Chunk(c))
+            .map_or(0, |b| b.len() as u64);
         seed.extend_from_slice(&len.to_le_bytes());
     }
     seed.extend_from_slice(image);
     write(dir, "real_store", &seed);
 
     // A hand-made one-entry store, and an empty one.
-    let h = Header { tail_chunk: 0, tail_offset: 100, length: 1 };
-    let e = RecordLoc { offset: 0, phys_length: 100, logic_length: 100, chunk_id: 0, codec: CodecTag::RAW };
-    let mut seed = vec![1u8];
+    let h = Header {
+        tail_chunk: 0,
+        tail_offset: 100,
+        length: 1,
+    };
+    let e = RecordLoc {
+        offset: 0,
+        phys_length: 100,
+        logic_length: 100,
+        chunk_id: 0,
+        codec: CodecTag::RAW,
+        crc: 0,
+    };
+    let mut seed = vec![MODE_V1, 1u8];
     seed.extend_from_slice(&100u64.to_le_bytes());
     seed.extend_from_slice(&h.encode());
     seed.extend_from_slice(&e.encode());
     write(dir, "one_raw", &seed);
-    let mut seed = vec![1u8];
+    let mut seed = vec![MODE_V1, 1u8];
     seed.extend_from_slice(&0u64.to_le_bytes());
     seed.extend_from_slice(&Header::default().encode());
     write(dir, "empty", &seed);
+}
+
+/// One v2 store of each kind, made by the engine in memory: its `meta.zr`
+/// squeezed as the target reads it (slot 0, slot 1, schema block, table),
+/// with its chunk lengths. Returns the squeezed image and the table alone.
+fn v2_image(
+    schema: &Schema,
+    lanes: u8,
+    append: impl Fn(&Store<Deflate, MemStorage>),
+) -> (Vec<u8>, Vec<u8>, u16) {
+    let storage = MemStorage::new();
+    let options = OpenOptions {
+        chunk_capacity: 4096,
+        lanes,
+        ..OpenOptions::default()
+    };
+    let store: Store<Deflate, MemStorage> =
+        Store::create_v2_in(storage.clone(), schema, options).unwrap();
+    // Two commits, so both header slots are valid (sequences 1 and 2).
+    append(&store);
+    store.sync().unwrap();
+    append(&store);
+    store.sync().unwrap();
+    let meta = storage.contents(FileId::Meta).unwrap();
+    let header = v2::pick_header(
+        &meta[..v2::HEADER_V2_LEN],
+        &meta[v2::SLOT_LEN as usize..][..v2::HEADER_V2_LEN],
+    )
+    .unwrap();
+    assert_eq!(header.sequence, 2);
+    let table_at = v2::table_offset(header.schema_len) as usize;
+    let table =
+        &meta[table_at..table_at + header.head.length as usize * usize::from(header.entry_len)];
+    let chunks: Vec<u32> = header.head.chunks().collect();
+    let n = chunks.iter().max().map_or(0, |&c| c + 1);
+    assert!(n < 8, "the target takes at most 7 chunk lengths");
+    let mut seed = vec![MODE_V2, n as u8];
+    for c in 0..n {
+        let len = storage
+            .contents(FileId::Chunk(c))
+            .map_or(0, |b| b.len() as u64);
+        seed.extend_from_slice(&len.to_le_bytes());
+    }
+    seed.extend_from_slice(&meta[..v2::HEADER_V2_LEN]);
+    seed.extend_from_slice(&meta[v2::SLOT_LEN as usize..][..v2::HEADER_V2_LEN]);
+    seed.extend_from_slice(&meta[v2::SCHEMA_OFFSET as usize..][..header.schema_len as usize]);
+    seed.extend_from_slice(table);
+    // The seed reaches the target's deepest checks: every entry is valid.
+    let lens: Vec<u64> = (0..n)
+        .map(|c| {
+            storage
+                .contents(FileId::Chunk(c))
+                .map_or(0, |b| b.len() as u64)
+        })
+        .collect();
+    for (i, bytes) in table
+        .chunks_exact(usize::from(header.entry_len))
+        .enumerate()
+    {
+        let loc = v2::decode_entry(i as u64, bytes).unwrap();
+        let fault = entry_fault(&loc, &header.head, lens[loc.chunk_id as usize], Rules::V2);
+        assert_eq!(fault, None, "entry {i} of a real store");
+    }
+    (seed, table.to_vec(), header.entry_len)
+}
+
+fn parse_index_v2_seeds(dir: &Path) {
+    let record = |i: usize, len: usize| -> Vec<u8> {
+        (0..len).map(|j| ((i * 7 + j / 5) % 251) as u8).collect()
+    };
+    let bytes = Schema::bytes(CodecTag::FLATE);
+    let dense = Schema {
+        kind: Kind::Dense,
+        dtype: Dtype::from_name("<f4").unwrap(),
+        shape: vec![4, 10],
+        ndim: 2,
+        codec: CodecTag::ZSTD,
+        dictionary: None,
+    };
+    let ragged = Schema {
+        kind: Kind::Ragged,
+        dtype: Dtype::from_name("<i2").unwrap(),
+        shape: vec![],
+        ndim: 2,
+        codec: CodecTag::LZ4,
+        dictionary: None,
+    };
+    let tokens = Schema {
+        kind: Kind::Ragged,
+        dtype: Dtype::from_name("<u4").unwrap(),
+        shape: vec![],
+        ndim: 1,
+        codec: CodecTag::ZSTD_DICT,
+        dictionary: Some(fuzz_dictionary()),
+    };
+    let mut images = Vec::new();
+    images.push((
+        "v2_bytes",
+        v2_image(&bytes, 1, |s| {
+            let src: Vec<u8> = (0..6).flat_map(|i| record(i, 500)).collect();
+            s.append_ragged_with(
+                CodecId::Deflate,
+                &src,
+                &[0, 500, 1000, 1500, 2000, 2500],
+                &[500, 500, 400, 500, 500, 300],
+            )
+            .unwrap();
+            s.append_fixed_with(CodecId::Raw, &src[..900], 3, 300)
+                .unwrap();
+        }),
+    ));
+    images.push((
+        "v2_dense",
+        v2_image(&dense, 2, |s| {
+            let src: Vec<u8> = (0..5).flat_map(|i| record(i, 160)).collect();
+            s.append_fixed(&src, 5, 160).unwrap();
+        }),
+    ));
+    images.push((
+        "v2_ragged",
+        v2_image(&ragged, 3, |s| {
+            let src: Vec<u8> = (0..4).flat_map(|i| record(i, 120)).collect();
+            // Shapes 2×30, 3×20, 1×60, 6×10 of i16.
+            s.append_shaped(
+                &src,
+                &[0, 120, 240, 360],
+                &[120, 120, 120, 120],
+                &[2, 30, 3, 20, 1, 60, 6, 10],
+            )
+            .unwrap();
+        }),
+    ));
+    images.push((
+        "v2_zstd_dict",
+        v2_image(&tokens, 1, |s| {
+            let recs = token_records(7, 4);
+            let mut src = Vec::new();
+            let (mut offsets, mut lens, mut dims) = (Vec::new(), Vec::new(), Vec::new());
+            for r in &recs {
+                offsets.push(src.len() as u64);
+                lens.push(r.len() as u32);
+                dims.push(r.len() as u32 / 4);
+                src.extend_from_slice(r);
+            }
+            s.append_shaped(&src, &offsets, &lens, &dims).unwrap();
+        }),
+    ));
+    for (name, (seed, table, entry_len)) in &images {
+        write(dir, name, seed);
+        let mut fixed = seed.clone();
+        fixed[0] = MODE_V2_FIXED;
+        write(dir, &format!("{name}_fixed"), &fixed);
+        // An undo log holding two of the store's real entries.
+        let e = usize::from(*entry_len);
+        let log = UndoLogV2 {
+            length: (table.len() / e) as u64,
+            entry_len: *entry_len,
+            entries: vec![(0, table[..e].to_vec()), (2, table[2 * e..3 * e].to_vec())],
+        };
+        let mut seed = vec![MODE_UNDO_V2, 0];
+        seed.extend_from_slice(&entry_len.to_le_bytes());
+        seed.extend_from_slice(&log.encode());
+        write(dir, &format!("{name}_undo"), &seed);
+    }
 }
 
 fn decode_seeds(dir: &Path) {
@@ -62,6 +268,29 @@ fn decode_seeds(dir: &Path) {
     let mut seed = 99u16.to_le_bytes().to_vec();
     seed.extend_from_slice(&[7u8; 100]);
     write(dir, "raw", &seed);
+
+    // zstd_dict: frames made with the dictionary the target decodes with
+    // (trained the same way there; training is deterministic).
+    let dict_bytes = fuzz_dictionary();
+    assert_eq!(
+        dict_bytes,
+        fuzz_dictionary(),
+        "dictionary training is deterministic"
+    );
+    let dict = ZstdDictionary::new(&dict_bytes).unwrap();
+    for (k, record) in token_records(3, 3).iter().enumerate() {
+        let mut out = vec![0u8; record.len() - 1];
+        let n = dict
+            .encode(record, &mut out)
+            .expect("token records shrink with the dictionary");
+        let mut seed = ((record.len() - 1) as u16).to_le_bytes().to_vec();
+        seed.extend_from_slice(&out[..n]);
+        write(dir, &format!("zstd_dict_{k}"), &seed);
+    }
+    // The dictionary itself, which the target also loads as one.
+    let mut seed = 0u16.to_le_bytes().to_vec();
+    seed.extend_from_slice(&dict_bytes);
+    write(dir, "dictionary", &seed);
 }
 
 fn store_ops_seeds(dir: &Path) {
