@@ -726,11 +726,58 @@ class Ragged(_Container):
         shapes = self._reading().dims(idx64).reshape(idx64.size, self.ndim).tolist()
         return [items[lo:hi].reshape(shape) for lo, hi, shape in zip(bounds, bounds[1:], shapes)]
 
+    def flat(self) -> FlatRagged:
+        """This reader as a ``DataLoader`` stream whose batches come in the
+        flat form of :meth:`gather_flat`, ``(flat, offsets, shapes)``: no
+        per-record array objects at all, for consumers that take packed
+        sequences (attention masks from offsets, ``torch.nested``, ...)."""
+        self._reading()
+        return FlatRagged(self)
+
+    def flat_batch(
+        self, data: np.ndarray, offsets: np.ndarray | None, idxs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A gathered column (records `idxs` back to back in `data` at the
+        byte `offsets`) in the flat form: ``(flat, offsets, shapes)``, with
+        no copy of the records."""
+        assert offsets is not None  # the loader gives offsets for every ragged stream
+        flat = data.view(self.dtype)
+        elements = (offsets // self.dtype.itemsize).astype(np.int64)
+        if self.ndim == 1:
+            shapes = np.diff(elements).reshape(-1, 1)
+        else:
+            idx64 = np.ascontiguousarray(idxs, dtype=np.uint64)
+            shapes = self._reading().dims(idx64).reshape(idx64.size, self.ndim).astype(np.int64)
+        return flat, elements, shapes
+
+
+class FlatRagged:
+    """A :class:`Ragged` reader seen as a ``DataLoader`` stream of flat
+    batches, ``(flat, offsets, shapes)`` (from :meth:`Ragged.flat`)."""
+
+    def __init__(self, ragged: Ragged) -> None:
+        self._ragged = ragged
+
+    def __len__(self) -> int:
+        return len(self._ragged)
+
+    def __getitems__(self, idxs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._ragged.gather_flat(idxs)
+
+    def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None:
+        return self._ragged.native_stream(name)
+
+    def native_indexed_batch(
+        self, data: np.ndarray, offsets: np.ndarray | None, idxs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._ragged.flat_batch(data, offsets, idxs)
+
 
 __all__ = [
     "CODECS",
     "DTYPES",
     "Dense",
+    "FlatRagged",
     "MAX_ITEM_LEN",
     "MAX_NDIM",
     "MAX_SHARDS",

@@ -1,0 +1,52 @@
+"""Ragged streams in the flat form, ``(flat, offsets, shapes)``, through the
+DataLoader (``Ragged.flat()``) and directly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loaderx.dataloader import DataLoader
+from loaderx.zrecord import Dense, Ragged
+
+
+def _records(rng: np.random.Generator, n: int, ndim: int) -> list[np.ndarray]:
+    shapes = rng.integers(1, 6, (n, ndim))
+    return [rng.integers(-99, 99, tuple(s)).astype(np.int32) for s in shapes]
+
+
+@pytest.mark.parametrize("ndim", [1, 3])
+def test_the_loader_hands_out_flat_ragged_batches(tmp_path, ndim):
+    rng = np.random.default_rng(ndim)
+    records = _records(rng, 50, ndim)
+    with Ragged.create(tmp_path / "r", np.int32, ndim, codec="zstd") as w:
+        w.append(records)
+    with Dense.create(tmp_path / "l", np.int64, (), codec="raw") as w:
+        w.append(np.arange(50, dtype=np.int64))
+    rg, labels = Ragged.open(tmp_path / "r"), Dense.open(tmp_path / "l")
+    loader = DataLoader(
+        {"tokens": rg.flat(), "label": labels}, batch_size=8, mode=0, transform_workers=2
+    )
+    try:
+        for _ in range(7):
+            batch = next(loader)
+            flat, offsets, shapes = batch["tokens"]
+            assert flat.dtype == np.int32 and offsets.dtype == np.int64
+            assert shapes.shape == (8, ndim) and offsets.shape == (9,)
+            want = rg.gather_flat(batch["label"])
+            for got, expected in zip((flat, offsets, shapes), want):
+                assert np.array_equal(got, expected)
+            for k, label in enumerate(batch["label"]):
+                rec = flat[offsets[k] : offsets[k + 1]].reshape(shapes[k])
+                assert np.array_equal(rec, records[label])
+    finally:
+        loader.close()
+        rg.close()
+        labels.close()
+
+
+def test_flat_needs_a_reader(tmp_path):
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec="raw") as w:
+        w.append([np.arange(3, dtype=np.int32)])
+        with pytest.raises(ValueError):
+            w.flat()
