@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import mmap
 import operator
 import os
 import threading
@@ -182,6 +183,39 @@ def _pipelined(blocks: Iterator[Any], write: Callable[[Any], None]) -> None:
 def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
     """Unpickles a reader."""
     return cls._open(path, False, check_raw)
+
+
+_PAGE = mmap.PAGESIZE
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+
+
+def _release_pages(source: np.ndarray, block: np.ndarray) -> None:
+    """Let go of the pages of `block` once written, when `source` is a
+    memory-mapped file shared with the page cache (``np.load(...,
+    mmap_mode="r")``): otherwise every page of a large input read so far
+    stays resident, and converting a 2 GiB file would hold 2 GiB. The bytes
+    stay in the file and the page cache; only this process's mapping of
+    them is dropped. Copy-on-write maps (mode ``"c"``) are left alone: that
+    would discard their private changes."""
+    if _MADV_DONTNEED is None or not isinstance(source, np.memmap):
+        return
+    if source.mode not in ("r", "r+") or block.base is None:
+        return
+    mm = getattr(source, "_mmap", None)
+    if not isinstance(mm, mmap.mmap):
+        return
+    # The block's place inside the mapping, widened to whole pages within it.
+    base = np.frombuffer(mm, dtype=np.uint8)
+    start = block.ctypes.data - base.ctypes.data
+    end = start + block.nbytes
+    del base
+    lo = start - start % _PAGE
+    hi = min(len(mm), end + (-end) % _PAGE)
+    if 0 <= lo < hi:
+        try:
+            mm.madvise(_MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError):
+            pass  # advice only
 
 
 class _Container(_Closing):
@@ -480,6 +514,7 @@ class Dense(_Container):
             if not block.flags.c_contiguous:
                 block = np.ascontiguousarray(block)
             store.append_dense(block.reshape(-1).view(np.uint8), block.shape[0])
+            _release_pages(array, block)
 
     def _gather(self, idx64: np.ndarray) -> np.ndarray:
         data = self._reading().gather_dense(idx64)

@@ -1,5 +1,7 @@
-"""Ragged streams in the flat form, ``(flat, offsets, shapes)``, through the
-DataLoader (``Ragged.flat()``) and directly."""
+"""Typed containers beyond the 2.x API: ragged streams in the flat form,
+``(flat, offsets, shapes)``, through the DataLoader (``Ragged.flat()``) and
+directly; memory-mapped input appended block by block without staying
+resident."""
 
 from __future__ import annotations
 
@@ -50,3 +52,26 @@ def test_flat_needs_a_reader(tmp_path):
         w.append([np.arange(3, dtype=np.int32)])
         with pytest.raises(ValueError):
             w.flat()
+
+
+@pytest.mark.parametrize("mode", ["r", "r+", "c"])
+def test_a_memory_mapped_input_is_stored_exactly_and_left_intact(tmp_path, mode, monkeypatch):
+    """Dense.append lets go of a memory-mapped input's pages block by block
+    (so a large file never becomes resident whole); the data, and a
+    copy-on-write map's private changes, must survive that."""
+    import loaderx.zrecord as zr
+
+    monkeypatch.setattr(zr, "WRITE_CHUNK_BYTES", 3 * 12288)  # many blocks
+    src = np.lib.format.open_memmap(tmp_path / "x.npy", "w+", np.uint8, (40, 3, 64, 64))
+    src[:] = (np.arange(src.size, dtype=np.uint32) % 251).reshape(src.shape)
+    src.flush()
+    del src
+    x = np.load(tmp_path / "x.npy", mmap_mode=mode)
+    if mode == "c":
+        x[7] = 9  # a private change, in memory only
+    expected = np.array(x)
+    with Dense.create(tmp_path / "d", np.uint8, (3, 64, 64), codec="raw") as w:
+        w.append(x)
+    assert np.array_equal(x, expected)
+    with Dense.open(tmp_path / "d") as d:
+        assert np.array_equal(d[:], expected)
