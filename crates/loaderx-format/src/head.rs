@@ -74,8 +74,14 @@ impl Head {
 
     /// The lane that owns chunk `chunk`.
     #[must_use]
+    #[inline]
     pub fn lane_of(&self, chunk: u32) -> usize {
-        (chunk % u32::from(self.lanes.max(1))) as usize
+        // One lane is the common case: no division on every entry checked.
+        if self.lanes <= 1 {
+            0
+        } else {
+            (chunk % u32::from(self.lanes)) as usize
+        }
     }
 
     /// Whether chunk `chunk` exists under this head (lane chunks up to each tail).

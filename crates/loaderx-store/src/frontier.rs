@@ -94,6 +94,13 @@ impl ChunkLens {
             .map_or(0, |l| l.load(Ordering::Acquire) & !KNOWN)
     }
 
+    /// The known length of `chunk`, if this handle measured it (one load).
+    #[inline]
+    pub(crate) fn known(&self, chunk: u32) -> Option<u64> {
+        let word = self.0.peek(chunk)?.load(Ordering::Acquire);
+        (word & KNOWN != 0).then_some(word & !KNOWN)
+    }
+
     /// Whether `chunk` was measured (opened) by this handle.
     pub(crate) fn is_known(&self, chunk: u32) -> bool {
         self.0

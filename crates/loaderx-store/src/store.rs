@@ -233,10 +233,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
             });
         }
         let loc = self.files.read_entry(index)?;
-        if head.has_chunk(loc.chunk_id) {
-            self.touch_chunk(loc.chunk_id)?;
-        }
-        let file_len = self.chunk_lens.get(loc.chunk_id);
+        // Chunks are opened on first touch (format v2 opens only the lanes'
+        // tails up front); one the head does not name is refused below.
+        let file_len = match self.chunk_lens.known(loc.chunk_id) {
+            Some(len) => len,
+            None if head.has_chunk(loc.chunk_id) => {
+                self.touch_chunk(loc.chunk_id)?;
+                self.chunk_lens.get(loc.chunk_id)
+            }
+            None => 0,
+        };
         loaderx_format::validate_entry(index, &loc, head, file_len, self.rules())
             .map_err(|e| Error::format(self.file_path(FileId::Meta), e))?;
         Ok(loc)
