@@ -111,12 +111,6 @@ impl<S: Storage> Files<S> {
         &self.storage
     }
 
-    /// The storage itself, for a sequence of operations that fails as one
-    /// (the undo log's write).
-    pub(crate) fn storage_mut(&mut self) -> &mut S {
-        &mut self.storage
-    }
-
     pub(crate) fn is_read_only(&self) -> bool {
         self.storage.is_read_only()
     }
@@ -218,6 +212,26 @@ impl<S: Storage> Files<S> {
         self.storage
             .create_meta(head, len)
             .map_err(self.fail(FileId::Meta, "create"))
+    }
+
+    /// Replaces the whole content of `file` with `bytes` (creating it) and
+    /// makes it and its name durable, as one operation that fails as one:
+    /// the error names the file and `op`.
+    pub(crate) fn write_durably(
+        &mut self,
+        file: FileId,
+        bytes: &[u8],
+        op: &'static str,
+    ) -> Result<()> {
+        let path = self.path(file);
+        let storage = &mut self.storage;
+        storage
+            .open_file(file, true, 0)
+            .and_then(|_| storage.truncate(file, 0))
+            .and_then(|()| storage.write_at(file, 0, bytes))
+            .and_then(|()| storage.sync(file))
+            .and_then(|()| storage.sync_dir())
+            .map_err(|e| Error::io(path, op, e))
     }
 
     /// Makes each of `files` durable, in order.

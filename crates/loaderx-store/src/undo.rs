@@ -107,20 +107,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Writes `log` as the undo log and makes it durable, before anything in
     /// the table changes.
     pub(crate) fn write_undo(&mut self, log: &Log) -> Result<()> {
-        let path = self.file_path(FileId::Undo);
         let bytes = log.encode(&self.files);
-        let storage = self.files.storage_mut();
-        let written = storage
-            .open_file(FileId::Undo, true, 0)
-            .and_then(|_| storage.truncate(FileId::Undo, 0))
-            .and_then(|()| storage.write_at(FileId::Undo, 0, &bytes))
-            .and_then(|()| storage.sync(FileId::Undo))
-            // The log must be found after power loss before the table changes.
-            .and_then(|()| storage.sync_dir());
-        if let Err(e) = written {
+        // The log must be found after power loss before the table changes:
+        // written, synced, and its name synced too.
+        if let Err(e) = self
+            .files
+            .write_durably(FileId::Undo, &bytes, "write undo log")
+        {
             // Nothing in the table changed; a torn log is ignored on open.
             let _ = self.files.remove(FileId::Undo);
-            return Err(Error::io(path, "write undo log", e));
+            return Err(e);
         }
         Ok(())
     }
