@@ -205,11 +205,31 @@ fn multiprocess_child() {
 
 #[test]
 fn one_writer_many_readers_across_processes() {
+    stress(false);
+}
+
+/// The same on a format v2 store with three write lanes.
+#[test]
+fn one_writer_many_readers_across_processes_in_format_v2() {
+    stress(true);
+}
+
+fn stress(v2: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     {
         // Seed it so readers have something from the start.
-        let store: Store<Deflate> = Store::open(&path).unwrap();
+        let store: Store<Deflate> = if v2 {
+            let options = loaderx_store::OpenOptions {
+                lanes: 3,
+                ..loaderx_store::OpenOptions::default()
+            };
+            let schema =
+                loaderx_store::format::v2::Schema::bytes(loaderx_store::format::CodecTag::FLATE);
+            Store::create_v2(&path, &schema, options).unwrap()
+        } else {
+            Store::open(&path).unwrap()
+        };
         let (records, offsets, lens) = ragged_batch(10_000_000..10_000_064);
         store.append_ragged(&records, &offsets, &lens).unwrap();
         store.sync().unwrap();
