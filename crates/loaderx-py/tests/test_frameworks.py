@@ -154,3 +154,46 @@ def test_rank_and_world_size_come_from_jax_processes(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         results.append(json.loads(out))
     assert results == [[0, 2, [0, 1, 2, 3]], [1, 2, [4, 5, 6, 7]]]
+
+
+def _tensors(batch: list[np.ndarray]) -> list[object]:
+    import torch
+
+    return [torch.from_numpy(t) for t in batch]
+
+
+@needs("torch")
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_typed_readers_in_torch_workers_read_the_same(tmp_path: Path, start: str) -> None:
+    """Dense and Ragged readers as map-style datasets: batched through
+    ``__getitems__``, pickled by path into spawned workers."""
+    import torch
+
+    from loaderx.zrecord import Dense, Ragged
+
+    values = np.arange(120 * 6, dtype=np.float32).reshape(120, 2, 3)
+    tokens = [np.arange(1 + i % 9, dtype=np.int64) + i for i in range(120)]
+    with Dense.create(tmp_path / "d", np.float32, (2, 3), codec="zstd") as w:
+        w.append(values)
+    with Ragged.create(tmp_path / "r", np.int64, 1, codec="lz4") as w:
+        w.append(tokens)
+    with Dense.open(tmp_path / "d") as dense, Ragged.open(tmp_path / "r") as ragged:
+        dense_loader = torch.utils.data.DataLoader(
+            dense,
+            batch_size=16,
+            num_workers=2,
+            multiprocessing_context=start,
+            collate_fn=torch.from_numpy,  # __getitems__ already stacked the batch
+        )
+        assert np.array_equal(torch.cat(list(dense_loader)).numpy(), values)
+        ragged_loader = torch.utils.data.DataLoader(
+            ragged,
+            batch_size=16,
+            num_workers=2,
+            multiprocessing_context=start,
+            collate_fn=_tensors,  # a list of records of their own lengths
+        )
+        got = [t.numpy() for batch in ragged_loader for t in batch]
+    assert len(got) == len(tokens)
+    for g, e in zip(got, tokens):
+        assert np.array_equal(g, e)

@@ -75,3 +75,46 @@ def test_a_memory_mapped_input_is_stored_exactly_and_left_intact(tmp_path, mode,
     assert np.array_equal(x, expected)
     with Dense.open(tmp_path / "d") as d:
         assert np.array_equal(d[:], expected)
+
+
+@pytest.mark.parametrize("codec", ["raw", "flate", "zstd", "lz4", "zstd_dict"])
+def test_named_typed_streams_equal_direct_gathers_for_every_codec(tmp_path, codec):
+    """Every stream of every batch is what a direct gather of the batch's
+    indices returns: a dense image stream, a one-axis and a three-axis
+    ragged stream, and labels."""
+    from loaderx.utils import train_dict
+
+    rng = np.random.default_rng(5)
+    n = 96
+    images = (rng.integers(0, 4, (n, 3, 8, 8)) * 60).astype(np.uint8)
+    seqs = [rng.integers(0, 50, 1 + i % 23).astype(np.int32) for i in range(n)]
+    boxes = _records(rng, n, 3)
+    extra = {}
+    if codec == "zstd_dict":
+        extra = {"dict_bytes": train_dict(seqs + [b.astype(np.int32) for b in boxes])}
+    with Dense.create(tmp_path / "img", np.uint8, (3, 8, 8), codec=codec, **extra) as w:
+        w.append(images)
+    with Ragged.create(tmp_path / "seq", np.int32, 1, codec=codec, **extra) as w:
+        w.append(seqs)
+    with Ragged.create(tmp_path / "box", np.int32, 3, codec=codec, **extra) as w:
+        w.append(boxes)
+    with Dense.create(tmp_path / "lab", np.int64, (), codec="raw") as w:
+        w.append(np.arange(n, dtype=np.int64))
+    streams = {
+        name: cls.open(tmp_path / name)
+        for name, cls in [("img", Dense), ("seq", Ragged), ("box", Ragged), ("lab", Dense)]
+    }
+    try:
+        with DataLoader(streams, batch_size=12, mode=2, seed=4, transform_workers=2) as loader:
+            for _ in range(10):
+                batch = next(loader)
+                idx = batch["lab"]
+                assert np.array_equal(batch["img"], streams["img"][idx])
+                for name in ("seq", "box"):
+                    direct = streams[name][idx]
+                    assert len(batch[name]) == len(direct) == 12
+                    for got, want in zip(batch[name], direct):
+                        assert got.shape == want.shape and np.array_equal(got, want)
+    finally:
+        for s in streams.values():
+            s.close()
