@@ -413,10 +413,13 @@ def huggingface(
     config: str | None = None,
     revision: str = "main",
     token: str | bool | None = None,
+    **load_kwargs: Any,
 ) -> Any:
     """Load a dataset from the Hugging Face Hub (or a local dataset
     directory) through ``datasets.load_dataset``; pass the result to
-    :func:`convert`. Needs ``pip install 'loaderx[converter]'``."""
+    :func:`convert`. Further keyword arguments (``split=``,
+    ``cache_dir=``, ...) go to ``load_dataset`` as they are. Needs
+    ``pip install 'loaderx[converter]'``."""
     if not isinstance(repo_id, str) or not repo_id:
         raise ValueError(f"repo_id must be a non-empty string, got {repo_id!r}")
     try:
@@ -426,7 +429,9 @@ def huggingface(
             "loaderx.converter.huggingface needs the datasets package: "
             "pip install 'loaderx[converter]'"
         ) from None
-    return datasets.load_dataset(repo_id, config, revision=revision, token=token)
+    return datasets.load_dataset(
+        repo_id, config, revision=revision, token=token, **load_kwargs
+    )
 
 
 # --- NumPy files ---------------------------------------------------------------------------
@@ -933,7 +938,7 @@ def source_kind(src: PathLike) -> str:
     if not path.exists():
         raise FileNotFoundError(f"no such file or directory: {path}")
     suffix = path.suffix.lower()
-    if path.is_file():
+    if not path.is_dir():  # a file, or a pipe streaming one
         kinds = {
             ".npy": "npy",
             ".npz": "npz",
