@@ -408,7 +408,7 @@ def test_image_folder_decoded_to_a_fixed_shape(tmp_path: Path) -> None:
         got = d[:]
     for image, (path, _, _) in zip(got, made):
         with PIL_Image.open(path) as img:
-            want = np.asarray(img.convert("RGB").resize((6, 8), PIL_Image.BILINEAR))
+            want = np.asarray(img.convert("RGB").resize((6, 8), PIL_Image.Resampling.BILINEAR))
         np.testing.assert_array_equal(image, want)
     np.testing.assert_array_equal(read_dense(tmp_path / "out" / "label"), [m[1] for m in made])
 
@@ -469,3 +469,45 @@ def test_unknown_source(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         convert_path(tmp_path / "nope.npy", tmp_path / "out", codec="zstd")
     assert sorted(os.listdir(tmp_path)) == ["x.csv"]
+
+
+# --- Ragged.append_flat, the converters' fast path -----------------------------------------
+
+
+def test_append_flat_round_trips_gather_flat(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    shapes = rng.integers(1, 5, size=(30, 2))
+    sizes = shapes.prod(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    flat = rng.standard_normal(int(offsets[-1])).astype(np.float32)
+    with Ragged.create(tmp_path / "r", "float32", 2, codec="zstd") as w:
+        w.append_flat(flat, offsets[:11], shapes[:10])
+        w.append_flat(flat, offsets[10:], shapes[10:])  # offsets not starting at 0
+    with Ragged.open(tmp_path / "r") as r:
+        got_flat, got_offsets, got_shapes = r.gather_flat(slice(None))
+    np.testing.assert_array_equal(got_flat, flat)
+    np.testing.assert_array_equal(got_offsets, offsets)
+    np.testing.assert_array_equal(got_shapes, shapes)
+
+
+def test_append_flat_refusals_change_nothing(tmp_path: Path) -> None:
+    flat = np.arange(10, dtype=np.int32)
+    with Ragged.create(tmp_path / "r", "int32", 1, codec="raw") as w:
+        w.append_flat(flat, [0, 3, 10])
+        with pytest.raises(ValueError, match="int32"):
+            w.append_flat(flat.astype(np.int64), [0, 3])
+        with pytest.raises(ValueError, match="non-decreasing"):
+            w.append_flat(flat, [0, 5, 4])
+        with pytest.raises(ValueError, match="non-decreasing"):
+            w.append_flat(flat, [0, 11])
+        with pytest.raises(Exception, match="record 1 is empty"):
+            w.append_flat(flat, [0, 2, 2, 4])
+        assert len(w) == 2
+    with Ragged.create(tmp_path / "m", "int32", 2, codec="raw") as w:
+        with pytest.raises(ValueError, match="pass shapes"):
+            w.append_flat(flat, [0, 4])
+        with pytest.raises(ValueError, match=r"record 0: shape \(3, 1\)"):
+            w.append_flat(flat, [0, 4], [[3, 1]])
+        assert len(w) == 0
+    with Ragged.open(tmp_path / "r") as r:
+        assert [x.tolist() for x in r[:]] == [[0, 1, 2], list(range(3, 10))]

@@ -129,8 +129,9 @@ def _stores(path: Path) -> list[Path]:
     return found
 
 
-def _open(path: Path, writable: bool = False) -> Dense | Ragged | Any:
-    """A typed reader for a v2 typed store, else the native handle."""
+def _open(path: Path, writable: bool = False) -> Any:
+    """A typed handle (``Dense``/``Ragged``) for a v2 typed store, else the
+    native handle of a byte store."""
     store = _native.Store.open_existing(str(path), writable)
     schema = store.schema()
     if schema is None:
@@ -140,27 +141,22 @@ def _open(path: Path, writable: bool = False) -> Dense | Ragged | Any:
     return cls.open(path, writable)
 
 
-def _native_of(handle: Any) -> Any:
-    return handle._live() if isinstance(handle, (Dense, Ragged)) else handle
-
-
 def _logical_bytes(handle: Any, records: int) -> int | None:
     """The records' uncompressed size, where the API can tell it."""
+    step = 1 << 20
     if isinstance(handle, Dense):
-        return records * handle._item_len
+        return records * handle.dtype.itemsize * int(np.prod(handle.item_shape, dtype=np.int64))
     if isinstance(handle, Ragged):
         total = 0
-        step = 1 << 20
         for start in range(0, records, step):
-            idx = np.arange(start, min(records, start + step), dtype=np.uint64)
-            dims = handle._live().dims(idx).reshape(idx.size, handle.ndim).astype(np.int64)
-            total += int(dims.prod(axis=1).sum()) * handle.dtype.itemsize
+            shapes = handle.shapes(np.arange(start, min(records, start + step)))
+            total += int(shapes.prod(axis=1).sum()) * handle.dtype.itemsize
         return total
     try:
-        out = np.zeros(min(records, 1 << 20), dtype=np.uint32)
+        out = np.zeros(min(records, step), dtype=np.uint32)
         total = 0
-        for start in range(0, records, out.size):
-            idx = np.arange(start, min(records, start + out.size), dtype=np.uint64)
+        for start in range(0, records, step):
+            idx = np.arange(start, min(records, start + step), dtype=np.uint64)
             handle.lengths(idx, out[: idx.size])
             total += int(out[: idx.size].sum(dtype=np.int64))
         return total
@@ -168,48 +164,56 @@ def _logical_bytes(handle: Any, records: int) -> int | None:
         return None
 
 
+def _stats(handle: Any) -> tuple[int, int, int, int]:
+    stats = handle.stats()
+    if isinstance(stats, dict):
+        return (stats["records"], stats["live_bytes"], stats["chunk_bytes"], stats["reclaimable"])
+    return tuple(int(v) for v in stats)  # type: ignore[return-value]
+
+
 def describe(path: Path) -> dict[str, Any]:
     """What ``loaderx info`` reports for one store."""
     undo = (path / "meta.zr.undo").exists()
     files = [p for p in path.iterdir() if p.is_file()]
     on_disk = sum(p.stat().st_size for p in files)
-    data_files = sorted(p.name for p in files if p.name[:-3].isdigit() and p.name.endswith(".zr"))
+    data_files = [p for p in files if p.name.endswith(".zr") and p.name[:-3].isdigit()]
+    native = _native.Store.open_existing(str(path), False)
+    try:
+        version = int(native.format_version())
+        schema = native.schema()
+    finally:
+        native.close()
+    info: dict[str, Any] = {"path": str(path), "format": version}
+    if schema is None:
+        info["kind"] = "bytes"
+    else:
+        info["kind"] = schema["kind"]
+        info["dtype"] = np.dtype(schema["dtype"]).name
+        if schema["kind"] == "dense":
+            info["shape"] = list(schema["shape"])
+        else:
+            info["ndim"] = int(schema["ndim"])
+        info["codec"] = schema["codec"]
     handle = _open(path)
     try:
-        native = _native_of(handle)
-        records, live, chunk, reclaimable = native.stats()
-        info: dict[str, Any] = {
-            "path": str(path),
-            "format": int(native.format_version()),
-        }
-        schema = native.schema()
-        if schema is None:
-            info["kind"] = "bytes"
-        else:
-            info["kind"] = schema["kind"]
-            info["dtype"] = np.dtype(schema["dtype"]).name
-            if schema["kind"] == "dense":
-                info["shape"] = list(schema["shape"])
-            else:
-                info["ndim"] = int(schema["ndim"])
-            info["codec"] = schema["codec"]
+        records, live, chunk, reclaimable = _stats(handle)
         logical = _logical_bytes(handle, records)
-        info.update(
-            {
-                "records": records,
-                "bytes_on_disk": on_disk,
-                "stored_bytes": live,
-                "logical_bytes": logical,
-                "ratio": (logical / live) if logical and live else None,
-                "data_files": len(data_files),
-                "chunk_bytes": chunk,
-                "reclaimable_bytes": reclaimable,
-                "pending_undo_log": undo,
-            }
-        )
-        return info
     finally:
         handle.close()
+    info.update(
+        {
+            "records": records,
+            "bytes_on_disk": on_disk,
+            "stored_bytes": live,
+            "logical_bytes": logical,
+            "ratio": (logical / live) if logical and live else None,
+            "data_files": len(data_files),
+            "chunk_bytes": chunk,
+            "reclaimable_bytes": reclaimable,
+            "pending_undo_log": undo,
+        }
+    )
+    return info
 
 
 def _size(n: int | None) -> str:
@@ -304,12 +308,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = []
+    report: list[dict[str, Any]] = []
     bad = 0
     for path in _stores(Path(args.path)):
         handle = _open(path)
         try:
-            damaged = [(int(i), str(why)) for i, why in _native_of(handle).damaged()]
+            damaged = [(int(i), str(why)) for i, why in handle.damaged()]
             records = len(handle)
         finally:
             handle.close()
@@ -338,7 +342,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         before = describe(path)
         handle = _open(path, writable=True)
         try:
-            _native_of(handle).compact()
+            handle.compact()
         finally:
             handle.close()
         after = describe(path)
@@ -379,7 +383,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     batch_sizes = _parse_ints(args.batch_sizes, "--batch-sizes")
     workers = _parse_ints(args.workers, "--workers")
     paths = _stores(Path(args.path))
-    readers = {}
+    readers: dict[str, Dense | Ragged] = {}
     try:
         for p in paths:
             handle = _open(p)

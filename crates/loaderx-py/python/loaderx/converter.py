@@ -31,7 +31,7 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
-from .zrecord import DTYPES, MAX_NDIM, Dense, Ragged, _codec
+from .zrecord import CODECS, DTYPES, MAX_NDIM, Dense, Ragged
 
 #: Default bound on the source bytes read per batch.
 BATCH_BYTES = 64 << 20
@@ -72,7 +72,9 @@ class _Output:
         parent = self.final.parent
         if not parent.is_dir():
             raise FileNotFoundError(f"{parent} (the parent of {self.final}) is not a directory")
-        self.codec = _codec(codec)
+        if not isinstance(codec, str) or codec not in CODECS:
+            raise ValueError(f"unknown codec {codec!r}, expected one of {list(CODECS)}")
+        self.codec = codec
         self.tmp = parent / f".{self.final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         self.tmp.mkdir()
         self.writers: dict[str, Dense | Ragged] = {}
@@ -162,26 +164,17 @@ def _run(
 def _append_flat(
     writer: Ragged, values: np.ndarray, offsets: np.ndarray, where: str, first_row: int
 ) -> None:
-    """Append one-axis records given flat: record ``i`` is
-    ``values[offsets[i]:offsets[i + 1]]`` (`offsets` in elements). One
-    native call for the whole batch, no per-record Python objects."""
+    """Append one-axis records given flat (record ``i`` is
+    ``values[offsets[i]:offsets[i + 1]]``) in one native call, naming the
+    row of an empty record."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    lens = np.diff(offsets)
-    if lens.size == 0:
-        return
-    empty = np.flatnonzero(lens == 0)
+    empty = np.flatnonzero(np.diff(offsets) == 0)
     if empty.size:
         raise ConversionError(
             f"{where}: row {first_row + int(empty[0])} is empty; a ragged store refuses "
             f"zero-size records (filter empty rows first)"
         )
-    start = int(offsets[0])
-    stop = int(offsets[-1])
-    data = np.ascontiguousarray(values[start:stop]).view(np.uint8).reshape(-1)
-    itemsize = values.dtype.itemsize
-    byte_offsets = ((offsets[:-1] - start) * itemsize).astype(np.uint64)
-    byte_lens = (lens * itemsize).astype(np.uint64)
-    writer._appending().append_shaped(data, byte_offsets, byte_lens, lens.astype(np.uint32))
+    writer.append_flat(values, offsets)
 
 
 def _rows_per_batch(row_bytes: float, batch_bytes: int) -> int:
@@ -191,11 +184,12 @@ def _rows_per_batch(row_bytes: float, batch_bytes: int) -> int:
 # --- Hugging Face datasets -----------------------------------------------------------------
 
 
-def _hf_layout(feature: Any, where: str) -> tuple[str, np.dtype | None, Any]:
-    """``("dense", dtype, shape)`` or ``("ragged", dtype, ndim)`` for a
-    ``datasets`` feature; ``ConversionError`` naming `where` otherwise.
-    An ``Image`` is ragged uint8 of a rank known once decoded (``None``)."""
-    import datasets
+def _hf_layout(feature: Any, where: str) -> tuple[str, np.dtype, Any]:
+    """``("dense", dtype, shape)``, ``("ragged", dtype, inner)`` (records
+    of shape ``(k, *inner)``, `k` varying) or ``("image", uint8, None)``
+    (decoded to ``(H, W[, C])``) for a ``datasets`` feature;
+    ``ConversionError`` naming `where` otherwise."""
+    import datasets  # type: ignore[import-untyped]
 
     kind = type(feature).__name__
     if isinstance(feature, datasets.Value):
@@ -373,7 +367,7 @@ def convert(
     :class:`ConversionError` naming it. Rows are read in batches of about
     `batch_bytes`. Returns ``{store path relative to output: records}``."""
     try:
-        import datasets
+        import datasets  # type: ignore[import-untyped]
     except ImportError:
         raise ImportError(
             "converting a Hugging Face dataset needs the datasets package: "
@@ -423,7 +417,7 @@ def huggingface(
     if not isinstance(repo_id, str) or not repo_id:
         raise ValueError(f"repo_id must be a non-empty string, got {repo_id!r}")
     try:
-        import datasets
+        import datasets  # type: ignore[import-untyped]
     except ImportError:
         raise ImportError(
             "loaderx.converter.huggingface needs the datasets package: "
@@ -559,7 +553,7 @@ def convert_npz(
 
 
 def _arrow_layout(field: Any, where: str) -> tuple[str, np.dtype, Any]:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     t = field.type
     if isinstance(t, pa.ExtensionType):
@@ -606,7 +600,7 @@ def _flatten_fixed(array: Any, depth: int, where: str) -> Any:
 def _arrow_column(
     out: _Output, name: str, column: Any, layout: tuple[str, np.dtype, Any], first_row: int
 ) -> int:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     kind, dtype, spec = layout
     if isinstance(column, pa.ChunkedArray):
@@ -635,7 +629,7 @@ def _arrow_column(
 
 
 def _fixed_inner(t: Any) -> tuple[int, ...]:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     dims = []
     while pa.types.is_fixed_size_list(t):
@@ -677,7 +671,7 @@ def convert_parquet(
     """A Parquet file as one store per column (``output/<column>``), read
     batch by batch: numbers and fixed-size lists become ``Dense``, lists
     ``Ragged`` (one native append per batch)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     pf = pq.ParquetFile(os.fspath(src))
     meta = pf.metadata
@@ -704,7 +698,7 @@ def convert_arrow(
 ) -> dict[str, int]:
     """An Arrow IPC file (or stream) as one store per column, memory-mapped
     and read record batch by record batch."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     path = os.fspath(src)
     source = pa.memory_map(path, "r")
@@ -782,7 +776,7 @@ def convert_image_folder(
             with Image.open(path) as img:
                 rgb = img.convert("RGB")
                 if rgb.size != (size[1], size[0]):
-                    rgb = rgb.resize((size[1], size[0]), Image.BILINEAR)
+                    rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
                 return np.asarray(rgb, dtype=np.uint8)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the file
             raise ConversionError(f"{path}: cannot decode the image: {exc}") from exc
@@ -983,7 +977,7 @@ def convert_path(
     if kind == "webdataset":
         return convert_webdataset(src, output, codec=codec, progress=progress)
     if kind == "hf":
-        import datasets
+        import datasets  # type: ignore[import-untyped]
 
         return convert(
             datasets.load_from_disk(os.fspath(src)), output, codec=codec, progress=progress
