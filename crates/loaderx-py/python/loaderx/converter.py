@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, Union, cast
 
 import numpy as np
 
@@ -481,40 +481,86 @@ def convert_npy(
     return _run(output, codec, body)
 
 
-def _npz_members(path: str) -> Iterator[tuple[str, np.ndarray]]:
-    """The arrays of an ``.npz``: memory-mapped when stored uncompressed,
-    else read whole (a compressed member cannot be mapped)."""
+class _NpzMember:
+    """One array of an ``.npz``: its header, and its rows block by block,
+    memory-mapped when stored uncompressed, else streamed through the
+    decompressor (bounded memory; a Fortran-order compressed member is
+    read whole, as its rows are not contiguous in the stream)."""
+
+    def __init__(self, path: str, info: zipfile.ZipInfo) -> None:
+        self.path = path
+        self.info = info
+        self.name = info.filename[: -len(".npy")]
+        with zipfile.ZipFile(path) as zf, zf.open(info) as member:
+            self.shape, self.fortran, self.dtype = self._header(member)
+
+    def _header(self, fh: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        if dtype.hasobject:
+            raise ConversionError(f"{self.path}: member {self.name!r} holds Python objects")
+        return tuple(shape), bool(fortran), dtype
+
+    def _mapped(self) -> np.ndarray:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.info.header_offset)
+            local = fh.read(30)
+            if local[:4] != b"PK\x03\x04":
+                raise ConversionError(f"{self.path}: member {self.info.filename} has a bad header")
+            name_len = int.from_bytes(local[26:28], "little")
+            extra_len = int.from_bytes(local[28:30], "little")
+            fh.seek(self.info.header_offset + 30 + name_len + extra_len)
+            self._header(fh)
+            offset = fh.tell()
+        return np.memmap(
+            self.path,
+            dtype=self.dtype,
+            mode="r",
+            offset=offset,
+            shape=self.shape,
+            order="F" if self.fortran else "C",
+        )
+
+    def blocks(self, rows: int) -> Iterator[np.ndarray]:
+        if self.info.compress_type == zipfile.ZIP_STORED:
+            array = self._mapped()
+            for start in range(0, self.shape[0], rows):
+                yield array[start : start + rows]
+            return
+        with zipfile.ZipFile(self.path) as zf, zf.open(self.info) as opened:
+            member: Any = opened
+            if self.fortran:
+                array = np.lib.format.read_array(member, allow_pickle=False)
+                for start in range(0, self.shape[0], rows):
+                    yield array[start : start + rows]
+                return
+            self._header(member)
+            row_shape = self.shape[1:]
+            row_bytes = self.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+            left = self.shape[0]
+            while left:
+                n = min(rows, left)
+                block = np.empty((n, *row_shape), dtype=self.dtype)
+                view = memoryview(cast(Any, block.reshape(-1).view(np.uint8)))
+                got = 0
+                while got < n * row_bytes:
+                    read = member.readinto(view[got:])
+                    if not read:
+                        raise ConversionError(
+                            f"{self.path}: member {self.name!r} ends early (truncated archive)"
+                        )
+                    got += read
+                left -= n
+                yield block
+
+
+def _npz_members(path: str) -> list[_NpzMember]:
     with zipfile.ZipFile(path) as zf:
         infos = [i for i in zf.infolist() if i.filename.endswith(".npy")]
-    with open(path, "rb") as fh:
-        for info in infos:
-            name = info.filename[: -len(".npy")]
-            if info.compress_type == zipfile.ZIP_STORED:
-                fh.seek(info.header_offset)
-                local = fh.read(30)
-                if local[:4] != b"PK\x03\x04":
-                    raise ConversionError(f"{path}: member {info.filename} has a bad header")
-                name_len = int.from_bytes(local[26:28], "little")
-                extra_len = int.from_bytes(local[28:30], "little")
-                fh.seek(info.header_offset + 30 + name_len + extra_len)
-                version = np.lib.format.read_magic(fh)
-                if version == (1, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-                else:
-                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-                if dtype.hasobject:
-                    raise ConversionError(f"{path}: member {name!r} holds Python objects")
-                yield name, np.memmap(
-                    path,
-                    dtype=dtype,
-                    mode="r",
-                    offset=fh.tell(),
-                    shape=shape,
-                    order="F" if fortran else "C",
-                )
-            else:
-                with zipfile.ZipFile(path) as zf, zf.open(info) as member:
-                    yield name, np.lib.format.read_array(member, allow_pickle=False)
+    return [_NpzMember(path, info) for info in infos]
 
 
 def convert_npz(
@@ -527,24 +573,33 @@ def convert_npz(
 ) -> dict[str, int]:
     """An ``.npz`` archive as one ``Dense`` store per array
     (``output/<name>``); all arrays must have the same length along axis
-    0. Uncompressed members (``np.savez``) are memory-mapped."""
+    0. Uncompressed members (``np.savez``) are memory-mapped, compressed
+    ones (``np.savez_compressed``) streamed through the decompressor."""
     path = os.fspath(src)
-    lengths: dict[str, int] = {}
-    for name, array in _npz_members(path):
-        _check_array(array, f"{path}: member {name!r}")
-        lengths[name] = array.shape[0]
-    if not lengths:
+    members = _npz_members(path)
+    if not members:
         raise ConversionError(f"{path} holds no arrays")
+    for m in members:
+        if not m.shape:
+            raise ConversionError(f"{path}: member {m.name!r}: a 0-d array has no records (axis 0)")
+        dtype = _storable(m.dtype, f"{path}: member {m.name!r}")
+        if dtype.byteorder == ">":
+            raise ConversionError(f"{path}: member {m.name!r}: big-endian arrays are not supported")
+    lengths = {m.name: m.shape[0] for m in members}
     if len(set(lengths.values())) > 1:
         raise ConversionError(f"{path}: the arrays differ in length along axis 0: {lengths}")
     total = sum(lengths.values())
 
     def body(out: _Output) -> None:
         done = [0]
-        for name, array in _npz_members(path):
-            dtype = _check_array(array, f"{path}: member {name!r}")
-            writer = out.dense(name, dtype, array.shape[1:])
-            _append_dense_chunks(writer, array, batch_bytes, progress, done, total)
+        for m in members:
+            writer = out.dense(m.name, m.dtype, m.shape[1:])
+            row = max(1, m.dtype.itemsize * int(np.prod(m.shape[1:], dtype=np.int64)))
+            for block in m.blocks(_rows_per_batch(row, batch_bytes)):
+                writer.append(block)
+                done[0] += block.shape[0]
+                if progress is not None:
+                    progress(done[0], total)
 
     return _run(output, codec, body)
 
