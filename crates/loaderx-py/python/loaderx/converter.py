@@ -728,7 +728,10 @@ def convert_parquet(
     ``Ragged`` (one native append per batch)."""
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-    pf = pq.ParquetFile(os.fspath(src))
+    # Without pre-buffering, and one row group at a time: pyarrow otherwise
+    # keeps the column chunks of every row group read so far (a 2 GiB file
+    # held ~1.8 GiB resident when measured).
+    pf = pq.ParquetFile(os.fspath(src), pre_buffer=False)
     meta = pf.metadata
     total = meta.num_rows
     size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
@@ -738,7 +741,12 @@ def convert_parquet(
         _arrow_layout(f, f.name)
 
     def body(out: _Output) -> None:
-        _convert_batches(out, schema, pf.iter_batches(batch_size=rows), total, progress)
+        batches = (
+            batch
+            for group in range(pf.num_row_groups)
+            for batch in pf.iter_batches(batch_size=rows, row_groups=[group])
+        )
+        _convert_batches(out, schema, batches, total, progress)
 
     return _run(output, codec, body)
 
