@@ -759,16 +759,19 @@ def convert_arrow(
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """An Arrow IPC file (or stream) as one store per column, memory-mapped
-    and read record batch by record batch."""
+    """An Arrow IPC file (or stream) as one store per column, read record
+    batch by record batch."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
     path = os.fspath(src)
-    source = pa.memory_map(path, "r")
+    # Read, not memory-mapped: a map's pages stay resident as the
+    # conversion goes (a 2 GB file held 2 GB); a read batch is freed once
+    # written.
+    source = pa.OSFile(path, "rb")
     try:
         reader: Any = pa.ipc.open_file(source)
-        total: int | None = sum(
-            reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
+        total: int | None = (
+            int(reader.count_rows()) if hasattr(reader, "count_rows") else None
         )
         batches: Iterable[Any] = (
             reader.get_batch(i) for i in range(reader.num_record_batches)
