@@ -19,8 +19,10 @@ Memory stays bounded: sources are read in batches of about
 
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
+import sys
 import shutil
 import tarfile
 import zipfile
@@ -34,7 +36,7 @@ import numpy as np
 from .zrecord import CODECS, DTYPES, MAX_NDIM, Dense, Ragged
 
 #: Default bound on the source bytes read per batch.
-BATCH_BYTES = 64 << 20
+BATCH_BYTES = 16 << 20
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -181,6 +183,71 @@ def _rows_per_batch(row_bytes: float, batch_bytes: int) -> int:
     return max(1, min(1 << 20, int(batch_bytes // max(1.0, row_bytes))))
 
 
+# --- letting go of memory-mapped source pages ----------------------------------------------
+
+_MADV_DONTNEED = 4  # Linux
+
+
+def _readonly_file_maps(paths: Iterable[str]) -> list[tuple[int, int]]:
+    """The address ranges where this process maps `paths` read-only (from
+    ``/proc/self/maps``; empty where that does not exist)."""
+    wanted = {os.path.realpath(p) for p in paths}
+    if not wanted or not sys.platform.startswith("linux"):
+        return []
+    ranges = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) < 6 or parts[1][:2] != "r-":
+                    continue
+                if os.path.realpath(parts[5].strip()) in wanted:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    ranges.append((lo, hi))
+    except OSError:
+        return []
+    return ranges
+
+
+class _PageDropper:
+    """Drops this process's pages of memory-mapped, read-only source files
+    once a batch read from them is written: otherwise every page of a
+    memory-mapped Hugging Face dataset read so far stays resident, and a
+    2 GB dataset holds 2 GB. Only ranges inside read-only file mappings
+    are touched (the bytes stay in the file and the page cache; a later
+    read maps them again), never anonymous memory."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.ranges = sorted(_readonly_file_maps(paths))
+        self.madvise = None
+        if self.ranges:
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                self.madvise = libc.madvise
+            except (OSError, AttributeError):
+                self.ranges = []
+
+    def drop(self, table: Any) -> None:
+        if not self.ranges or self.madvise is None:
+            return
+        page = mmap.PAGESIZE
+        for column in table.columns:
+            for chunk in column.chunks:
+                for buf in chunk.buffers():
+                    if buf is None or buf.size == 0:
+                        continue
+                    start, end = buf.address, buf.address + buf.size
+                    for lo, hi in self.ranges:
+                        if lo <= start and end <= hi:
+                            a = max(lo, start - start % page)
+                            b = min(hi, end + (-end) % page)
+                            self.madvise(a, b - a, _MADV_DONTNEED)
+                            break
+
+
 # --- Hugging Face datasets -----------------------------------------------------------------
 
 
@@ -307,6 +374,7 @@ def _hf_split(
         else:
             out.ragged(prefix + col, dtype, 1 + len(spec))
     image_ranks: dict[str, int] = {}
+    dropper = _PageDropper(f["filename"] for f in getattr(ds, "cache_files", []) or [])
     arrow_batches = ds.select_columns(plain).with_format("arrow").iter(batch_size=rows)
     image_batches = (
         ds.select_columns(images).with_format("numpy").iter(batch_size=rows) if images else None
@@ -320,6 +388,7 @@ def _hf_split(
                 break
             for col in plain:
                 count = _arrow_column(out, prefix + col, table.column(col), layouts[col], row)
+            dropper.drop(table)
         if image_batches is not None:
             batch = next(image_batches, None)
             if batch is None:
