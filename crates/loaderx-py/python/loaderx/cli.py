@@ -503,6 +503,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except BrokenPipeError:
+        # The reader of our output went away (`loaderx info x | head`).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         sys.stderr.write("\nloaderx: interrupted; nothing half-written was left behind\n")
         return 130
