@@ -517,3 +517,15 @@ def test_append_flat_refusals_change_nothing(tmp_path: Path) -> None:
         assert len(w) == 0
     with Ragged.open(tmp_path / "r") as r:
         assert [x.tolist() for x in r[:]] == [[0, 1, 2], list(range(3, 10))]
+
+
+def test_empty_split_and_null_column(tmp_path: Path) -> None:
+    ds = datasets.Dataset.from_dict({"x": np.arange(3, dtype=np.int8), "s": [[1], [2, 3], [4]]})
+    counts = convert(datasets.DatasetDict(train=ds, test=ds.select([])), tmp_path / "o", codec="zstd")
+    assert counts == {"train/x": 3, "train/s": 3, "test/x": 0, "test/s": 0}
+    with Dense.open(tmp_path / "o" / "test" / "x") as d:
+        assert len(d) == 0 and d.dtype == np.int8
+    nulls = datasets.Dataset.from_dict({"z": [None, None]})
+    with pytest.raises(ConversionError, match="column 'z'.*null"):
+        convert(nulls, tmp_path / "n", codec="zstd")
+    assert not (tmp_path / "n").exists()

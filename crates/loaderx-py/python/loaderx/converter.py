@@ -51,7 +51,13 @@ class ConversionError(ValueError):
 
 
 def _storable(dtype: Any, where: str) -> np.dtype:
-    found = np.dtype(dtype)
+    try:
+        found = np.dtype(dtype)
+    except TypeError:
+        raise ConversionError(
+            f"{where}: values of type {dtype} cannot be stored losslessly; map the column to "
+            f"numbers first"
+        ) from None
     if found.str not in DTYPES:
         raise ConversionError(
             f"{where}: dtype {found} ({found.str}) cannot be stored losslessly; supported: "
