@@ -372,6 +372,10 @@ def test_parquet_refusals_name_the_column_and_row(tmp_path: Path) -> None:
     pq.write_table(pa.table({"t": pa.array([[1], [2, 3], []], pa.list_(pa.int64()))}), tmp_path / "e.parquet")
     with pytest.raises(ConversionError, match="row 2 is empty"):
         convert_parquet(tmp_path / "e.parquet", tmp_path / "out", codec="zstd")
+    pq.write_table(pa.table({"..": [1, 2]}), tmp_path / "dots.parquet")
+    with pytest.raises(ConversionError, match="cannot name a store"):
+        convert_parquet(tmp_path / "dots.parquet", tmp_path / "out", codec="zstd")
+    assert not (tmp_path / "meta.zr").exists()
     pq.write_table(pa.table({"x": pa.array([1, None, 3])}), tmp_path / "n.parquet")
     with pytest.raises(ConversionError, match="null"):
         convert_parquet(tmp_path / "n.parquet", tmp_path / "out", codec="zstd")

@@ -87,10 +87,21 @@ class _Output:
         self.tmp.mkdir()
         self.writers: dict[str, Dense | Ragged] = {}
 
+    def _path(self, name: str) -> Path:
+        """Where store `name` goes: a relative path of plain names (a column
+        called ``..`` or ``/x`` would otherwise land outside the output)."""
+        parts = name.split("/")
+        if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+            raise ConversionError(
+                f"{name!r} cannot name a store (it must be a relative path of plain names); "
+                f"rename it first"
+            )
+        return self.tmp / name
+
     def dense(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> Dense:
         writer = self.writers.get(name)
         if writer is None:
-            path = self.tmp / name
+            path = self._path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
             writer = Dense.create(path, dtype, shape, codec=self.codec)
             self.writers[name] = writer
@@ -100,7 +111,7 @@ class _Output:
     def ragged(self, name: str, dtype: np.dtype, ndim: int) -> Ragged:
         writer = self.writers.get(name)
         if writer is None:
-            path = self.tmp / name
+            path = self._path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
             writer = Ragged.create(path, dtype, ndim, codec=self.codec)
             self.writers[name] = writer
