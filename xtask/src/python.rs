@@ -17,6 +17,12 @@ const TOOLS: &[(&str, &str)] = &[
     ("numpy", "numpy"),
     ("pytest", "pytest"),
     ("mypy", "mypy"),
+    // The converter's sources (`loaderx[converter]`): Hugging Face
+    // `datasets` (it brings pyarrow, pandas and huggingface_hub) and Pillow
+    // for image folders. About 320 MB installed, ~15 s from PyPI.
+    ("datasets", "datasets"),
+    ("pyarrow", "pyarrow"),
+    ("pillow", "pillow"),
 ];
 
 /// The training frameworks the example tests run (CPU is enough). PyPI's
@@ -114,7 +120,7 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
     let missing: Vec<&str> = missing.split_whitespace().collect();
     if missing.is_empty() {
         println!(
-            "--- {STEP}: {} has maturin, numpy, pytest, mypy",
+            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow",
             venv.dir.display()
         );
     } else {

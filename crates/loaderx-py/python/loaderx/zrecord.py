@@ -686,6 +686,70 @@ class Ragged(_Container):
 
         _pipelined((self._pack(b) for b in blocks), write)
 
+    def append_flat(
+        self, flat: np.ndarray, offsets: Any, shapes: Any = None
+    ) -> None:
+        """Add records given back to back, the form :meth:`gather_flat`
+        returns: record ``i`` is ``flat[offsets[i]:offsets[i + 1]]``
+        reshaped to ``shapes[i]`` (`offsets`: ``n + 1`` non-decreasing
+        element offsets into the 1-D ``dtype`` array `flat`; `shapes`:
+        ``(n, ndim)``, may be left out when ``ndim == 1``). One native call
+        for the whole batch, no per-record arrays: the fast path for Arrow
+        list columns. Everything is checked before anything is written."""
+        store = self._appending()
+        if not isinstance(flat, np.ndarray) or flat.ndim != 1:
+            raise TypeError("flat must be a 1-D NumPy array")
+        if flat.dtype != self.dtype:
+            raise ValueError(
+                f"{self.path} holds {self.dtype.str} ({self.dtype}) records, found flat "
+                f"{flat.dtype.str} ({flat.dtype})"
+            )
+        bounds = np.asarray(offsets)
+        if bounds.ndim != 1 or bounds.dtype.kind not in "iu":
+            raise TypeError("offsets must be a 1-D integer array of n + 1 element offsets")
+        bounds = bounds.astype(np.int64)
+        n = bounds.size - 1
+        if n <= 0:
+            return
+        lens = np.diff(bounds)
+        if bounds[0] < 0 or bounds[-1] > flat.size or (lens < 0).any():
+            raise ValueError(
+                f"offsets must be non-decreasing within 0..{flat.size}, found "
+                f"{int(bounds[0])}..{int(bounds[-1])}"
+            )
+        if shapes is None:
+            if self.ndim != 1:
+                raise ValueError(f"{self.path} holds {self.ndim}-axis records: pass shapes")
+            dims = lens.reshape(n, 1)
+        else:
+            dims = np.asarray(shapes, dtype=np.int64)
+            if dims.shape != (n, self.ndim):
+                raise ValueError(f"shapes must be ({n}, {self.ndim}), found {dims.shape}")
+            if (dims < 0).any() or (dims.prod(axis=1) != lens).any():
+                bad = int(np.flatnonzero((dims < 0).any(axis=1) | (dims.prod(axis=1) != lens))[0])
+                raise ValueError(
+                    f"record {bad}: shape {tuple(dims[bad].tolist())} does not hold its "
+                    f"{int(lens[bad])} elements"
+                )
+        empty = np.flatnonzero(lens == 0)
+        if empty.size:
+            raise ZrecordError(
+                _RECORD_SIZE, f"record {int(empty[0])} is empty: zero-size records are refused"
+            )
+        itemsize = self.dtype.itemsize
+        if int(lens.max()) * itemsize > MAX_ITEM_LEN:
+            big = int(np.argmax(lens))
+            raise ZrecordError(
+                _RECORD_SIZE,
+                f"record {big} is {int(lens[big]) * itemsize} bytes, over the "
+                f"{MAX_ITEM_LEN}-byte record limit",
+            )
+        start, stop = int(bounds[0]), int(bounds[-1])
+        data = np.ascontiguousarray(flat[start:stop]).view(np.uint8)
+        byte_offsets = ((bounds[:-1] - start) * itemsize).astype(np.uint64)
+        byte_lens = (lens * itemsize).astype(np.uint64)
+        store.append_shaped(data, byte_offsets, byte_lens, dims.astype(np.uint32).reshape(-1))
+
     # --- reading ----------------------------------------------------------------------
 
     def _gather(self, idx64: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
