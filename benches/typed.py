@@ -96,7 +96,7 @@ TOKEN_APPEND = 8192  # records per Ragged.append call
 
 GATHER_BATCH = 256
 GATHER_BATCHES = 200  # per round, per contender
-ROUNDS = 7
+ROUNDS = 9
 WRITE_ROUNDS = 5
 OPEN_RECORDS = 100_000_000
 OPEN_ROUNDS = 7
@@ -227,12 +227,13 @@ class Worker:
         ``v1-raw``); untimed, or timed by :meth:`write`."""
         kind, codec = name.split("-", 1)
         path = self.fresh(name)
+        w: Any
         if kind == "dense":
             w = self.Dense.create(path, IMAGE_DTYPE, IMAGE_SHAPE, codec=codec)
             w.append(self.images)
             w.close()
         elif kind == "tokens":
-            extra = {}
+            extra: dict[str, Any] = {}
             if codec == "zstd_dict":
                 extra["dict_bytes"] = self.dictionary
             w = self.Ragged.create(path, np.int32, 1, codec=codec, **extra)
@@ -269,6 +270,8 @@ class Worker:
         kind, codec = name.split("-", 1)
         path = self.path(name)
         read_through(path)
+        reader: Any
+        read: Callable[[np.ndarray], Any]
         if kind == "v1":
             reader = self.loaderx.Dataset(path)
             read = reader.__getitems__
@@ -527,15 +530,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gsamples[job].append(contenders[job[1]].call("gather", key=job[2]))
         log(f"  gather round {r + 1}/{ROUNDS}: done")
     result["gathers"] = []
-    for (row, impl, key), samples in gsamples.items():
-        per = statistics.median(samples)
+    for (row, impl, key), times in gsamples.items():
+        per = statistics.median(times)
         data = "tokens" if key.startswith("tokens") else "images"
         per_record = info["token_bytes"] / N_TOKENS if data == "tokens" else IMAGE_BYTES
         result["gathers"].append({
             "impl": impl, "name": row, "data": data, "per_batch_s": per,
             "records_per_s": GATHER_BATCH / per,
             "mib_s": GATHER_BATCH * per_record / MIB / per,
-            "rounds_s": samples,
+            "rounds_s": times,
         })
     for impl in impls:
         contenders[impl].call("close_all")
