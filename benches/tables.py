@@ -410,12 +410,15 @@ def typed_gather_table(result: dict[str, Any]) -> str:
                 f"**{r['name']}**" if ours else r["name"],
                 impl_label(result, r["impl"]),
                 fmt_time(r["per_batch_s"]),
+                f"{fmt_time(min(r['rounds_s']))} – {fmt_time(max(r['rounds_s']))}",
                 f"{r['records_per_s']:,.0f}",
                 f"{r['mib_s']:,.0f} MiB/s",
                 fmt_ratio(b and r["records_per_s"] / b["records_per_s"], bold=True) if ours else "—",
             ]
         )
-    return table(["gather", "loaderx", "per batch", "records/s", "throughput", "vs 2.4.0"], body)
+    return table(
+        ["gather", "loaderx", "per batch", "rounds (min – max)", "records/s", "throughput", "vs 2.4.0"], body
+    )
 
 
 def typed_write_table(result: dict[str, Any]) -> str:
