@@ -3,17 +3,19 @@
 
 ``benches/compare.py`` measures and saves a run as JSON (``--json``);
 ``cargo xtask bench`` adds the criterion estimates of the Rust benches
-(``"criterion"``) and keeps the run in ``docs/bench/latest.json``. This
-script turns such a file into the tables the docs show, so that every figure
-in ``docs/BENCHMARKS.md`` and ``README.md`` comes from one run::
+(``"criterion"``) and keeps the run in ``docs/bench/latest.json``.
+``benches/typed.py`` (the typed containers against loaderx 2.4.0) keeps its
+run in ``docs/bench/typed.json`` (marked ``"kind": "typed"``). This script
+turns such files into the tables the docs show, so that every figure in
+``docs/BENCHMARKS.md`` and ``README.md`` comes from one run of each::
 
-    python3 benches/tables.py docs/bench/latest.json           # print them
-    python3 benches/tables.py docs/bench/latest.json --write   # update the docs
+    python3 benches/tables.py docs/bench/latest.json docs/bench/typed.json          # print
+    python3 benches/tables.py docs/bench/latest.json docs/bench/typed.json --write  # update docs
 
 The docs hold generated blocks between ``<!-- bench:NAME -->`` and
 ``<!-- /bench:NAME -->``; ``--write`` replaces each block's body with the
-table called NAME (see ``blocks``) and fails if a block has no table or a
-table has no block. Standard library only.
+table called NAME (see ``blocks`` and ``typed_blocks``) and fails if a block
+has no table or a table has no block, so ``--write`` takes both files. Standard library only.
 
 ``collect_criterion(DIR)`` reads criterion's output directory
 (``<target>/criterion``) into the ``"criterion"`` list; ``compare.py
@@ -374,6 +376,186 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+# ----------------------------------------------------------------- typed.py
+
+
+def typed_contenders_line(result: dict[str, Any]) -> str:
+    c = result["contenders"]
+    ours = c["ours"]
+    text = f"ours: loaderx {ours['loaderx']} (Python {ours['python']}, numpy {ours['numpy']})"
+    if "original" in c:
+        o = c["original"]
+        text += f"; original: loaderx {o['loaderx']} from PyPI (Python {o['python']}, numpy {o['numpy']})"
+    else:
+        text += f"; **loaderx 2.4.0 MISSING** ({result.get('original_missing')}): no side-by-side figures"
+    if result.get("smoke"):
+        text += " — SMOKE RUN: tiny data, figures mean nothing"
+    return text
+
+
+def impl_label(result: dict[str, Any], impl: str) -> str:
+    c = result["contenders"].get(impl)
+    return f"loaderx {c['loaderx']}" if c else impl
+
+
+def typed_gather_table(result: dict[str, Any]) -> str:
+    rows = result.get("gathers", [])
+    base = {r["name"]: r for r in rows if r["impl"] == "original"}
+    body = []
+    for r in rows:
+        ours = r["impl"] == "ours"
+        b = base.get(r["name"]) if ours else None
+        body.append(
+            [
+                f"**{r['name']}**" if ours else r["name"],
+                impl_label(result, r["impl"]),
+                fmt_time(r["per_batch_s"]),
+                f"{fmt_time(min(r['rounds_s']))} – {fmt_time(max(r['rounds_s']))}",
+                f"{r['records_per_s']:,.0f}",
+                f"{r['mib_s']:,.0f} MiB/s",
+                fmt_ratio(b and r["records_per_s"] / b["records_per_s"], bold=True) if ours else "—",
+            ]
+        )
+    return table(
+        ["gather", "loaderx", "per batch", "rounds (min – max)", "records/s", "throughput", "vs 2.4.0"], body
+    )
+
+
+def typed_write_table(result: dict[str, Any]) -> str:
+    rows = result.get("writes", [])
+    base = {r["name"]: r for r in rows if r["impl"] == "original"}
+    body = []
+    for r in rows:
+        ours = r["impl"] == "ours"
+        b = base.get(r["name"]) if ours else None
+        body.append(
+            [
+                r["name"].replace("-", " "),
+                impl_label(result, r["impl"]),
+                f"{r['logical_bytes'] / MIB:.0f} MiB",
+                f"{r['close_mib_s']:.0f} MiB/s",
+                f"{r['durable_mib_s']:.0f} MiB/s",
+                fmt_ratio(b and r["close_mib_s"] / b["close_mib_s"], bold=True) if ours else "—",
+                fmt_ratio(b and r["durable_mib_s"] / b["durable_mib_s"], bold=True) if ours else "—",
+            ]
+        )
+    return table(
+        ["write", "loaderx", "data", "until close", "until durable", "vs 2.4.0 (close)", "vs 2.4.0 (durable)"],
+        body,
+    )
+
+
+def typed_store_table(result: dict[str, Any]) -> str:
+    body = []
+    for r in result.get("stores", []):
+        body.append(
+            [
+                r["name"].replace("-", " "),
+                impl_label(result, r["impl"]),
+                f"{r['logical_bytes'] / MIB:.1f} MiB",
+                f"{r['on_disk_bytes'] / MIB:.1f} MiB",
+                f"{r['logical_bytes'] / r['on_disk_bytes']:.2f}x",
+                f"{r['dict_len']:,} B" if "dict_len" in r else "—",
+            ]
+        )
+    return table(["store", "loaderx", "data", "on disk", "ratio", "dictionary"], body)
+
+
+def typed_open_table(result: dict[str, Any]) -> str:
+    o = result.get("open")
+    if not o:
+        return "(no open measurement in this run)"
+    cold = o.get("cold")
+    body = [
+        [
+            f"{o['records']:,}",
+            fmt_time(o["build_s"]),
+            f"{o['store_bytes'] / MIB:,.0f} MiB",
+            fmt_time(o["open_s"]),
+            fmt_time(cold["open_s"]) if cold else "—",
+            f"{o['rss_added'] / MIB:.2f} MiB",
+        ]
+    ]
+    return table(["records", "built in (once)", "on disk", "open (warm)", "open (cold cache)", "RSS added"], body)
+
+
+def typed_targets_table(result: dict[str, Any]) -> str:
+    body = []
+    for t in result.get("targets", []):
+        unit, goal, value = t["unit"], t["goal"], t["measured"]
+        sign = "≥" if t["at_least"] else ("<" if unit in ("ms", "MiB", "x") else "≤")
+
+        def show(v: float) -> str:
+            if unit == "%":
+                return f"{v * 100:+.1f}%"
+            if unit == "x":
+                return f"{v:.2f}x"
+            return f"{v:.3f} {unit}" if v < 10 else f"{v:,.0f} {unit}"
+
+        goal_text = f"{sign} {goal * 100:.0f}%" if unit == "%" else f"{sign} {goal:g}{unit if unit == 'x' else ' ' + unit}"
+        if value is None:
+            body.append([t["target"], "—", goal_text, f"**not measured** ({t.get('not_measured') or 'not in this run'})"])
+            continue
+        if unit == "%":
+            margin = f"{(goal - value) * 100:+.1f} pts"
+        elif t["at_least"]:
+            margin = f"{value / goal - 1:+.0%}"
+        else:
+            margin = f"{1 - value / goal:+.0%}"
+        verdict = "met" if t["met"] else "**missed**"
+        body.append([t["target"], show(value), goal_text, f"{verdict} ({margin})"])
+    return table(["target", "measured", "goal", "result (margin)"], body, right={1, 2})
+
+
+def typed_report(result: dict[str, Any]) -> str:
+    """The typed-container comparison of a ``typed.py`` run, as markdown."""
+    w = result["workload"]
+    dropped = {
+        "dropped": "page cache dropped before each write",
+        "not permitted": "page cache NOT dropped before writes (not permitted here)",
+        "not tried": "page cache not dropped (smoke run)",
+    }.get(result.get("page_cache_before_writes", ""), "page cache state unknown")
+    lo, hi = w["token_range"]
+    return "\n".join(
+        [
+            machine_line(result["machine"]),
+            "",
+            typed_contenders_line(result),
+            "",
+            f"**Gathers** — {w['gather_batch']} random indices × {w['gather_batches']} batches per round, "
+            f"median of {w['rounds']} rounds, contenders interleaved; warm page cache, every record "
+            f"read once first, a batch checked against the generated data. Images: "
+            f"{w['images']:,} × uint8{tuple(w['image_shape'])} ({w['image_bytes'] // 1024} KiB); tokens: "
+            f"{w['tokens']:,} int32 sequences of {lo}–{hi} ids (median {w['token_median']}, Zipf "
+            f"over {w['token_vocab']:,}). `vs 2.4.0` is records/s against the row of the same name.",
+            "",
+            typed_gather_table(result),
+            "",
+            f"**Writes** — `create` + `append` + `close` of the whole data set (tokens appended "
+            f"{w['token_append']:,} records per call), {dropped}; until `close` returns, and until an "
+            f"`os.sync()` after it returns (median of {w['write_rounds']} interleaved rounds; "
+            "throughput is of the data's own bytes)",
+            "",
+            typed_write_table(result),
+            "",
+            "**On disk** — allocated blocks of each store (ratio = data bytes / on disk); "
+            "`zstd_dict` with a dictionary trained by each package's own `train_dict` on the token records",
+            "",
+            typed_store_table(result),
+            "",
+            f"**Open** — `Dense.open` of a format-v2 store of one-byte records (ours only), in a fresh "
+            f"process per round after opening a small store (the library's one-time costs); median of "
+            f"{w['open_rounds']} rounds with the store's pages cached, and once after dropping the page cache",
+            "",
+            typed_open_table(result),
+            "",
+            "**Targets**",
+            "",
+            typed_targets_table(result),
+        ]
+    )
+
+
 # ----------------------------------------------------------------- blocks
 
 
@@ -432,6 +614,11 @@ def blocks(result: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def typed_blocks(result: dict[str, Any]) -> dict[str, str]:
+    """The generated blocks of a ``typed.py`` run."""
+    return {"typed": typed_report(result)}
+
+
 BLOCK = re.compile(r"(<!-- bench:([\w-]+) -->\n)(.*?)(<!-- /bench:\2 -->)", re.S)
 
 
@@ -448,24 +635,36 @@ def rewrite(text: str, generated: dict[str, str], used: set[str], where: Path) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("json", type=Path, help="a run saved by compare.py --json")
+    parser.add_argument(
+        "json",
+        type=Path,
+        nargs="+",
+        help="runs saved by compare.py --json and typed.py --json (each gives its own blocks)",
+    )
     parser.add_argument("--write", action="store_true", help="update the generated blocks of the docs")
     args = parser.parse_args(argv)
-    result = json.loads(args.json.read_text())
-    generated = blocks(result)
+    generated: dict[str, str] = {}
+    for path in args.json:
+        result = json.loads(path.read_text())
+        if args.write and result.get("smoke"):
+            raise SystemExit(f"{path} is a smoke run; its figures do not belong in the docs")
+        mine = typed_blocks(result) if result.get("kind") == "typed" else blocks(result)
+        clash = sorted(set(mine) & set(generated))
+        if clash:
+            raise SystemExit(f"{path}: blocks {clash} already come from an earlier file")
+        generated.update(mine)
     if not args.write:
         for name, text in generated.items():
             print(f"<!-- bench:{name} -->\n{text}\n<!-- /bench:{name} -->\n")
         return 0
-    if result.get("smoke"):
-        raise SystemExit(f"{args.json} is a smoke run; its figures do not belong in the docs")
     used: set[str] = set()
     for doc in DOCS:
         doc.write_text(rewrite(doc.read_text(), generated, used, doc))
     missing = sorted(set(generated) - used)
     if missing:
         raise SystemExit(f"no block in {', '.join(map(str, DOCS))} for: {', '.join(missing)}")
-    print(f"updated {', '.join(str(d.relative_to(REPO)) for d in DOCS)} from {args.json}")
+    names = ", ".join(str(p) for p in args.json)
+    print(f"updated {', '.join(str(d.relative_to(REPO)) for d in DOCS)} from {names}")
     return 0
 
 

@@ -14,11 +14,14 @@
 //!   under AddressSanitizer.
 //! * `demo`  — build the package, make a synthetic image-like dataset, convert
 //!   it with every codec and time the `DataLoader` over each.
-//! * `bench` — build the package, make sure `target/compat-venv` holds the
-//!   original loaderx 0.5.4, run the criterion benches (`loaderx-benches`),
-//!   then `benches/compare.py all`: the Python-side comparison against NumPy
-//!   and loaderx 0.5.4. The run's JSON goes to `docs/bench/latest.json` and
-//!   the docs' tables are regenerated from it (`benches/tables.py --write`).
+//! * `bench [all|typed]` — build the package, make sure `target/compat-venv`
+//!   holds the original loaderx 0.5.4, run the criterion benches
+//!   (`loaderx-benches`), then `benches/compare.py all`: the Python-side
+//!   comparison against NumPy and loaderx 0.5.4 (JSON in
+//!   `docs/bench/latest.json`); then `benches/typed.py`: the typed containers
+//!   against loaderx 2.4.0 from `target/compat24-venv` (JSON in
+//!   `docs/bench/typed.json`). `bench typed` runs only the last. The docs'
+//!   tables are regenerated from both files (`benches/tables.py --write`).
 //! * `fuzz [SECONDS]` — every fuzz target (each file in `fuzz/fuzz_targets/`)
 //!   for SECONDS each (default 120) through `fuzz/run.sh`, under
 //!   AddressSanitizer; `test` runs them for a few seconds each too.
@@ -49,10 +52,14 @@ commands:
                   benchmark-script smoke run, fuzz smoke run
   demo            build the package, convert a synthetic dataset with every codec,
                   and time the DataLoader over each
-  bench           criterion benches, then benches/compare.py: the Python binding
-                  side by side with NumPy and loaderx 0.5.4 (target/compat-venv);
-                  keeps the run in docs/bench/latest.json and regenerates the
-                  tables of docs/BENCHMARKS.md and README.md from it
+  bench [all|typed]
+                  all (default): criterion benches, then benches/compare.py (the
+                  Python binding side by side with NumPy and loaderx 0.5.4, from
+                  target/compat-venv), then the typed section; typed:
+                  benches/typed.py alone (typed containers vs loaderx 2.4.0, from
+                  target/compat24-venv). Keeps the runs in docs/bench/latest.json
+                  and docs/bench/typed.json and regenerates the tables of
+                  docs/BENCHMARKS.md and README.md from them
   fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);
                   installs cargo-fuzz if missing
   stress [SCALE]  the store's multi-process stress test and random power-loss
@@ -74,7 +81,7 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "test" => no_args(command, rest).and_then(|()| run_test()),
         "demo" => no_args(command, rest).and_then(|()| run_demo()),
-        "bench" => no_args(command, rest).and_then(|()| run_bench()),
+        "bench" => bench::Section::parse(rest).and_then(run_bench),
         "stress" => stress_scale(rest).and_then(run_stress),
         "fuzz" => fuzz::seconds(rest)
             .and_then(|s| Workspace::locate().and_then(|ws| fuzz::run_all(&ws, s))),
@@ -228,11 +235,11 @@ fn run_stress(scale: u32) -> Result<(), Failure> {
     Ok(())
 }
 
-fn run_bench() -> Result<(), Failure> {
+fn run_bench(section: bench::Section) -> Result<(), Failure> {
     let ws = Workspace::locate()?;
     let venv = python::ensure_venv(&ws)?;
     python::develop(&ws, &venv)?;
-    bench::run(&ws, &venv)?;
+    bench::run(&ws, &venv, section)?;
     steps::banner("xtask bench: done");
     Ok(())
 }
