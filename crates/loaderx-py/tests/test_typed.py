@@ -557,7 +557,7 @@ def test_open_read_close_cycles_leak_no_descriptors_or_batches(tmp_path: Path) -
         with Dense.open(tmp_path / "d") as ds, Ragged.open(tmp_path / "r") as rg:
             dense_batch = ds[np.arange(0, 64, 3)]
             ragged_batch = rg[np.arange(0, 64, 3)]
-            return [weakref.ref(dense_batch.base), weakref.ref(ragged_batch[0].base)]
+            return [weakref.ref(dense_batch), weakref.ref(ragged_batch[0].base)]
 
     for _ in range(5):
         cycle()

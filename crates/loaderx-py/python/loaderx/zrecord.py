@@ -517,8 +517,11 @@ class Dense(_Container):
             _release_pages(array, block)
 
     def _gather(self, idx64: np.ndarray) -> np.ndarray:
-        data = self._reading().gather_dense(idx64)
-        return data.view(self.dtype).reshape((idx64.size, *self.item_shape))
+        # Straight into a new uninitialised array (no zero-fill pass over
+        # the batch first), every record checked to be exactly one item.
+        out = np.empty((idx64.size, *self.item_shape), dtype=self.dtype)
+        self._reading().gather_exact(idx64, out.reshape(-1).view(np.uint8), self._item_len)
+        return out
 
     def __getitem__(self, idx: Any) -> Any:
         """One record for an integer (negative counts from the end); a
@@ -763,6 +766,8 @@ class Ragged(_Container):
     @staticmethod
     def _views(flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray) -> list[np.ndarray]:
         bounds = offsets.tolist()
+        if shapes.shape[1] == 1:  # one axis: a slice is already the record
+            return [flat[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
         return [
             flat[lo:hi].reshape(shape)
             for lo, hi, shape in zip(bounds, bounds[1:], map(tuple, shapes.tolist()))
