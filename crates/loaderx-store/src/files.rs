@@ -234,9 +234,13 @@ impl<S: Storage> Files<S> {
             .map_err(|e| Error::io(path, op, e))
     }
 
-    /// Makes each of `files` durable, in order.
+    /// Makes every file of `files` durable (possibly at once, see
+    /// [`Storage::sync_many`]).
     pub(crate) fn sync_all(&self, files: impl IntoIterator<Item = FileId>) -> Result<()> {
-        files.into_iter().try_for_each(|file| self.sync(file))
+        let files: Vec<FileId> = files.into_iter().collect();
+        self.storage
+            .sync_many(&files)
+            .map_err(|(file, e)| Error::io(self.path(file), "sync", e))
     }
 
     /// Cuts `file` down to `len` bytes.

@@ -374,8 +374,8 @@ fn create_v2<S: Storage>(files: &Files<S>, schema: &Schema, lanes: u8) -> Result
     }
     for id in 0..u32::from(lanes) {
         files.create(FileId::Chunk(id), 0)?;
-        files.sync(FileId::Chunk(id))?;
     }
+    files.sync_all((0..u32::from(lanes)).map(FileId::Chunk))?;
     let block = schema.encode();
     let schema_len =
         u32::try_from(block.len()).map_err(|_| refuse("schema block too large".into()))?;

@@ -378,14 +378,17 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // committed tail to its tail now.
         let lanes = u32::from(head.lanes);
         let mut new_chunks = false;
+        let mut written = Vec::new();
         for (old, new) in committed.lane_tails().iter().zip(head.lane_tails()) {
-            self.files.sync_all(
+            written.extend(
                 (old.chunk..=new.chunk)
                     .step_by(lanes as usize)
                     .map(FileId::Chunk),
-            )?;
+            );
             new_chunks |= new.chunk > old.chunk;
         }
+        // All at once: the lanes' files are flushed together.
+        self.files.sync_all(written)?;
         if new_chunks {
             // New chunk files: their names must be durable before a durable
             // header names them.

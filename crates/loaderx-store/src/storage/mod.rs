@@ -105,6 +105,18 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// The underlying I/O error.
     fn sync(&self, file: FileId) -> io::Result<()>;
 
+    /// Makes every file of `files` durable, as [`sync`](Storage::sync)
+    /// does, before returning; the order among them is not specified. The
+    /// default syncs them one by one, in order.
+    ///
+    /// # Errors
+    /// The first failure, with the file it concerns.
+    fn sync_many(&self, files: &[FileId]) -> Result<(), (FileId, io::Error)> {
+        files
+            .iter()
+            .try_for_each(|&file| self.sync(file).map_err(|e| (file, e)))
+    }
+
     /// Makes the directory entries of every file created or removed so far
     /// durable: until then, power loss may undo a creation or a removal.
     ///
