@@ -229,6 +229,23 @@ impl Store {
             }),
         }
     }
+
+    /// Creates a format v2 store of `schema` at `path` (GIL released);
+    /// `FileExistsError` when `path` already holds a store.
+    fn create_v2(
+        py: Python<'_>,
+        path: &std::path::Path,
+        schema: &loaderx_store::format::v2::Schema,
+        options: OpenOptions,
+    ) -> PyResult<Store> {
+        let engine = py
+            .detach(|| Engine::create_v2(path, schema, options))
+            .map_err(|err| match err {
+                loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
+                err => store_error(py, err),
+            })?;
+        Ok(Store::wrap(path, engine))
+    }
 }
 
 /// The engine would take "" for the current directory.
@@ -278,13 +295,7 @@ impl Store {
             lanes: typed::lanes(lanes)?,
             ..OpenOptions::default()
         };
-        let engine = py
-            .detach(|| Engine::create_v2(&path, &schema, options))
-            .map_err(|err| match err {
-                loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
-                err => store_error(py, err),
-            })?;
-        Ok(Store::wrap(&path, engine))
+        Store::create_v2(py, &path, &schema, options)
     }
 
     /// Creates an untyped byte-record store in format v2 (the 0.5.x API's
@@ -298,13 +309,7 @@ impl Store {
             .ok_or_else(|| PyValueError::new_err(format!("unknown codec {codec:?}")))?
             .tag();
         let schema = loaderx_store::format::v2::Schema::bytes(tag);
-        let engine = py
-            .detach(|| Engine::create_v2(&path, &schema, OpenOptions::default()))
-            .map_err(|err| match err {
-                loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
-                err => store_error(py, err),
-            })?;
-        Ok(Store::wrap(&path, engine))
+        Store::create_v2(py, &path, &schema, OpenOptions::default())
     }
 
     /// Opens an existing store (any version) without creating anything:

@@ -63,16 +63,17 @@ class _Closing:
             pass
 
 
-# Open handles, closed (so their pending appends are committed) when the
-# interpreter exits: finalizers are not guaranteed to run then.
-_OPEN: weakref.WeakSet[Zrecord] = weakref.WeakSet()
+# Open handles (Zrecord and the typed containers), closed (so their pending
+# appends are committed) when the interpreter exits: finalizers are not
+# guaranteed to run then.
+_OPEN: weakref.WeakSet[_Closing] = weakref.WeakSet()
 
 
 @atexit.register
 def _close_open_stores() -> None:
-    for zr in list(_OPEN):
+    for handle in list(_OPEN):
         try:
-            zr.close()
+            handle.close()
         except Exception:  # noqa: BLE001 - exiting anyway
             pass
 

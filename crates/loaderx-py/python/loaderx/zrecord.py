@@ -23,13 +23,11 @@ and limits below come from it (``loaderx._native``).
 
 from __future__ import annotations
 
-import atexit
 import io
 import mmap
 import operator
 import os
 import threading
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, TypeVar
 
@@ -38,6 +36,7 @@ import numpy as np
 from . import _native
 from ._zrecord import (
     _INDEX_OUT_OF_RANGE,
+    _OPEN,
     _RECORD_SIZE,
     ZrecordError,
     _as_indices,
@@ -66,18 +65,6 @@ WRITE_CHUNK_BYTES = 64 << 20
 
 _T = TypeVar("_T", bound="_Container")
 
-# Handles still open at interpreter exit are closed, so what writers
-# appended is published.
-_OPEN: weakref.WeakSet[_Container] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open() -> None:
-    for container in list(_OPEN):
-        try:
-            container.close()
-        except Exception:  # noqa: BLE001 - exiting anyway
-            pass
 
 
 def _dtype(dtype: Any) -> np.dtype:
