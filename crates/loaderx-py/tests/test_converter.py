@@ -191,12 +191,12 @@ def test_nested_objects_are_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_failure_half_way_leaves_nothing(tmp_path: Path) -> None:
-    # The second split has an empty sequence in its last row: the first
+    # The second split has a missing sequence in its last row: the first
     # split is written by then, and must vanish with the rest.
-    good = datasets.Dataset.from_dict({"seq": [[1, 2], [3]] * 50})
-    bad = datasets.Dataset.from_dict({"seq": [[1], [2, 3], []]})
+    good = datasets.Dataset.from_dict({"seq": [[1, 2], [3], []] * 50})
+    bad = datasets.Dataset.from_dict({"seq": [[1], [2, 3], None]})
     dd = datasets.DatasetDict(a=good, b=bad)
-    with pytest.raises(ConversionError, match="row 2"):
+    with pytest.raises(ConversionError, match="null"):
         convert(dd, tmp_path / "out", codec="zstd", batch_bytes=16)
     assert not (tmp_path / "out").exists()
     assert leftovers(tmp_path, "out") == []
@@ -298,7 +298,9 @@ def test_npz_lengths_must_agree(tmp_path: Path) -> None:
 
 def token_table(n: int, seed: int) -> tuple[pa.Table, list[np.ndarray]]:
     rng = np.random.default_rng(seed)
-    tokens = [rng.integers(0, 50_000, size=int(rng.integers(1, 40))).astype(np.int32) for _ in range(n)]
+    # Some token lists are empty: they stay records, so row i is record i.
+    tokens = [rng.integers(0, 50_000, size=int(rng.integers(0, 40))).astype(np.int32) for _ in range(n)]
+    assert any(t.size == 0 for t in tokens)
     table = pa.table(
         {
             "tokens": pa.array([t.tolist() for t in tokens], type=pa.list_(pa.int32())),
@@ -369,9 +371,6 @@ def test_parquet_refusals_name_the_column_and_row(tmp_path: Path) -> None:
     pq.write_table(pa.table({"x": [1, 2], "name": ["a", "b"]}), tmp_path / "s.parquet")
     with pytest.raises(ConversionError, match="'name'"):
         convert_parquet(tmp_path / "s.parquet", tmp_path / "out", codec="zstd")
-    pq.write_table(pa.table({"t": pa.array([[1], [2, 3], []], pa.list_(pa.int64()))}), tmp_path / "e.parquet")
-    with pytest.raises(ConversionError, match="row 2 is empty"):
-        convert_parquet(tmp_path / "e.parquet", tmp_path / "out", codec="zstd")
     pq.write_table(pa.table({"..": [1, 2]}), tmp_path / "dots.parquet")
     with pytest.raises(ConversionError, match="cannot name a store"):
         convert_parquet(tmp_path / "dots.parquet", tmp_path / "out", codec="zstd")
@@ -510,8 +509,6 @@ def test_append_flat_refusals_change_nothing(tmp_path: Path) -> None:
             w.append_flat(flat, [0, 5, 4])
         with pytest.raises(ValueError, match="non-decreasing"):
             w.append_flat(flat, [0, 11])
-        with pytest.raises(Exception, match="record 1 is empty"):
-            w.append_flat(flat, [0, 2, 2, 4])
         assert len(w) == 2
     with Ragged.create(tmp_path / "m", "int32", 2, codec="raw") as w:
         with pytest.raises(ValueError, match="pass shapes"):

@@ -95,7 +95,9 @@ impl<'a> Layout<'a> {
     }
 
     /// Checks every record's size and source range; returns the total bytes.
-    fn validate(&self, src: &[u8], limit: u32) -> Result<u64> {
+    /// Empty records pass only when `allow_empty` (ragged stores: an empty
+    /// token list is a record).
+    fn validate(&self, src: &[u8], limit: u32, allow_empty: bool) -> Result<u64> {
         if let Layout::Ragged { offsets, lens } = self
             && offsets.len() != lens.len()
         {
@@ -114,7 +116,7 @@ impl<'a> Layout<'a> {
                 }
                 Layout::Ragged { offsets, lens } => (Some(offsets[i]), u64::from(lens[i])),
             };
-            if len == 0 || len > u64::from(limit) {
+            if (len == 0 && !allow_empty) || len > u64::from(limit) {
                 return Err(Error::RecordSize {
                     position: i,
                     len,
@@ -242,11 +244,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             let bytes = d
                 .iter()
                 .fold(itemsize, |a, &x| a.saturating_mul(u64::from(x)));
-            if bytes != u64::from(len) || d.contains(&0) {
+            if bytes != u64::from(len) {
                 return Err(self.schema_error(format!(
-                    "record {i} (of this append) has dimensions {d:?}, which give {bytes} bytes of {}, but it is {len} bytes{}",
+                    "record {i} (of this append) has dimensions {d:?}, which give {bytes} bytes of {}, but it is {len} bytes",
                     schema.dtype.name(),
-                    if d.contains(&0) { " (zero-size records are refused)" } else { "" }
                 )));
             }
         }
@@ -323,7 +324,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
         } else {
             MAX_RECORD_LEN
         };
-        layout.validate(src, limit)?;
+        let ragged = self.schema.as_ref().is_some_and(|s| s.kind == Kind::Ragged);
+        layout.validate(src, limit, ragged)?;
         if n == 0 {
             return Ok(self.len());
         }
@@ -621,6 +623,13 @@ fn encode_all(
         let mut at = 0usize;
         for (k, e) in enc_part.iter_mut().enumerate() {
             let data = layout.source(src, first + k);
+            if data.is_empty() {
+                // An empty record is stored raw: nothing to encode.
+                if with_crc {
+                    e.crc = loaderx_format::v2::crc32c(data);
+                }
+                continue;
+            }
             let slot = &mut arena_part[at..at + data.len() - 1];
             if let Some(len) = encode(data, slot) {
                 e.phys = len as u32;

@@ -180,22 +180,6 @@ def _run(
         raise
 
 
-def _append_flat(
-    writer: Ragged, values: np.ndarray, offsets: np.ndarray, where: str, first_row: int
-) -> None:
-    """Append one-axis records given flat (record ``i`` is
-    ``values[offsets[i]:offsets[i + 1]]``) in one native call, naming the
-    row of an empty record."""
-    offsets = np.asarray(offsets, dtype=np.int64)
-    empty = np.flatnonzero(np.diff(offsets) == 0)
-    if empty.size:
-        raise ConversionError(
-            f"{where}: row {first_row + int(empty[0])} is empty; a ragged store refuses "
-            f"zero-size records (filter empty rows first)"
-        )
-    writer.append_flat(values, offsets)
-
-
 def _rows_per_batch(row_bytes: float, batch_bytes: int) -> int:
     return max(1, min(1 << 20, int(batch_bytes // max(1.0, row_bytes))))
 
@@ -352,11 +336,6 @@ def _ragged_records(
             raise ConversionError(
                 f"column {where!r}, row {first_row + i}: found {arr.ndim} axes (shape "
                 f"{arr.shape}), expected {ndim}"
-            )
-        if arr.size == 0:
-            raise ConversionError(
-                f"column {where!r}, row {first_row + i} is empty; a ragged store refuses "
-                f"zero-size records (filter empty rows first)"
             )
         out.append(arr)
     return out
@@ -761,7 +740,7 @@ def _arrow_column(
     values = _arrow_values(inner, dtype, name)
     writer = out.ragged(name, dtype, 1 + len(spec))
     if not spec:
-        _append_flat(writer, values, offsets, f"column {name!r}", first_row)
+        writer.append_flat(values, np.asarray(offsets, dtype=np.int64))
     else:
         sub = values.reshape(-1, *spec)
         records = [sub[lo:hi] for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
