@@ -338,6 +338,39 @@ def check_tokens(out: Path, table: pa.Table, tokens: list[np.ndarray]) -> None:
     np.testing.assert_array_equal(read_dense(out / "ok"), table.column("ok").to_numpy(False))
 
 
+def test_zstd_dict_trains_a_dictionary_per_store(tmp_path: Path) -> None:
+    table, tokens = token_table(3000, seed=9)
+    pq.write_table(table.select(["tokens", "id"]), tmp_path / "t.parquet", row_group_size=500)
+    convert_parquet(tmp_path / "t.parquet", tmp_path / "dict", codec="zstd_dict")
+    convert_parquet(tmp_path / "t.parquet", tmp_path / "plain", codec="zstd")
+    with Ragged.open(tmp_path / "dict" / "tokens") as rg:
+        assert rg.codec == "zstd_dict"
+        assert_records(rg, tokens)
+    np.testing.assert_array_equal(read_dense(tmp_path / "dict" / "id"), np.arange(3000))
+    with Dense.open(tmp_path / "dict" / "id") as ids:
+        assert ids.codec == "zstd_dict"
+    # Short random token lists are where a dictionary pays.
+    assert du(tmp_path / "dict" / "tokens") < du(tmp_path / "plain" / "tokens")
+    # Too few records to train on: plain zstd, still exact.
+    small = pa.table({"t": pa.array([[1, 2], [], [3]], pa.list_(pa.int32()))})
+    pq.write_table(small, tmp_path / "s.parquet")
+    convert_parquet(tmp_path / "s.parquet", tmp_path / "small", codec="zstd_dict")
+    with Ragged.open(tmp_path / "small" / "t") as rg:
+        assert rg.codec == "zstd"
+        assert [r.tolist() for r in rg[:]] == [[1, 2], [], [3]]
+
+
+def assert_records(rg: Ragged, expected: list[np.ndarray]) -> None:
+    got = rg[:]
+    assert len(got) == len(expected)
+    for g, t in zip(got, expected):
+        np.testing.assert_array_equal(g, t)
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
+
+
 def test_parquet_batch_by_batch(tmp_path: Path) -> None:
     table, tokens = token_table(500, seed=7)
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=64)
