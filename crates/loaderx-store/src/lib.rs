@@ -66,9 +66,9 @@ mod store;
 mod undo;
 
 pub use codec::{
-    Codec, CodecId, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, Lz4, MAX_DICT_SIZE,
-    MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, TrainError, Zstd, ZstdDictionary,
-    train_dictionary,
+    Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, ExternalId,
+    Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, RegisterError,
+    TrainError, Zstd, ZstdDictionary, train_dictionary,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;

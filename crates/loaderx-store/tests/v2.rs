@@ -24,6 +24,7 @@ fn dense(dtype: &str, shape: &[u64], codec: CodecTag) -> Schema {
         ndim: shape.len() as u8,
         codec,
         dictionary: None,
+        codecs: Vec::new(),
     }
 }
 
@@ -35,6 +36,7 @@ fn ragged(dtype: &str, ndim: u8, codec: CodecTag, dictionary: Option<Vec<u8>>) -
         ndim,
         codec,
         dictionary,
+        codecs: Vec::new(),
     }
 }
 
@@ -169,7 +171,7 @@ fn delete_and_compact_keep_every_survivor_and_its_dimensions() {
         chunk_capacity: 20_000,
         ..lanes(3)
     };
-    let mut store: Store = Store::create_v2(&path, &schema, options).unwrap();
+    let mut store: Store = Store::create_v2(&path, &schema, options.clone()).unwrap();
     store.append_shaped(&src, &offsets, &lens, &dims).unwrap();
     let mut model = records.clone();
     let doomed = [0u64, 5, 299, 150, 151, 7];
@@ -383,7 +385,7 @@ fn chunk_ids_past_65536_work() {
     };
     let schema = Schema::bytes(CodecTag::RAW);
     let store: Store<Deflate, MemStorage> =
-        Store::create_v2_in(storage.clone(), &schema, options).unwrap();
+        Store::create_v2_in(storage.clone(), &schema, options.clone()).unwrap();
     // One 10-byte record per 16-byte chunk.
     let n = 65_540usize;
     let src: Vec<u8> = (0..n).flat_map(|i| [(i % 251) as u8; 10]).collect();

@@ -24,7 +24,9 @@ thread_local! {
 pub struct Deflate;
 
 impl Codec for Deflate {
-    const ID: CodecId = CodecId::Deflate;
+    fn id(&self) -> CodecId {
+        CodecId::Deflate
+    }
 
     fn encode(&self, src: &[u8], dst: &mut [u8]) -> Option<usize> {
         COMPRESSOR.with(|cell| {

@@ -15,7 +15,9 @@ thread_local! {
 pub struct Lz4;
 
 impl Codec for Lz4 {
-    const ID: CodecId = CodecId::Lz4;
+    fn id(&self) -> CodecId {
+        CodecId::Lz4
+    }
 
     fn encode(&self, src: &[u8], dst: &mut [u8]) -> Option<usize> {
         SCRATCH.with(|cell| {

@@ -19,7 +19,9 @@ thread_local! {
 pub struct Zstd;
 
 impl Codec for Zstd {
-    const ID: CodecId = CodecId::Zstd;
+    fn id(&self) -> CodecId {
+        CodecId::Zstd
+    }
 
     fn encode(&self, src: &[u8], dst: &mut [u8]) -> Option<usize> {
         COMPRESSOR.with(|cell| {
