@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod codecs;
 mod fuzz;
 mod python;
 mod steps;
@@ -140,6 +141,8 @@ fn run_test() -> Result<(), Failure> {
     )?;
     library_docs(&ws)?;
     library_tests_debug(&ws)?;
+    codecs::no_c_build(&ws)?;
+    codecs::deflate_cross(&ws)?;
     ws.cargo("cargo test", &["test", "--workspace", "--release"])?;
     let venv = python::ensure_venv(&ws)?;
     python::develop(&ws, &venv)?;

@@ -345,6 +345,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Err(self.schema_error(format!("codec {codec} needs a format v2 store")));
         }
         let plugged = if codec.is_builtin() {
+            if let Some(feature) = codec.missing_feature() {
+                return Err(self.unavailable(codec, feature));
+            }
             None
         } else {
             Some(self.plugged_codec(codec)?)

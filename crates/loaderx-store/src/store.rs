@@ -574,6 +574,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(found)
     }
 
+    /// The error for a built-in `codec` this build lacks.
+    pub(crate) fn unavailable(&self, codec: CodecId, feature: &str) -> Error {
+        Error::CodecUnavailable {
+            path: self.path().to_owned(),
+            tag: codec.tag().0,
+            name: codec.name().to_owned(),
+            version: 1,
+            reason: format!(
+                "this build of loaderx-store lacks it: enable cargo feature `{feature}`"
+            ),
+        }
+    }
+
     /// Decodes record `index` (whose validated entry is `loc`) into `out`,
     /// which is exactly `loc.logic_length` bytes.
     #[inline]
@@ -592,6 +605,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     ) -> Result<()> {
         let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
         let plugged = if codec.is_builtin() {
+            if let Some(feature) = codec.missing_feature() {
+                return Err(self.unavailable(codec, feature));
+            }
             None
         } else {
             match self.codecs.registered(loc.codec) {

@@ -12,18 +12,24 @@
 //! the store was opened with ([`OpenOptions::codecs`](crate::OpenOptions)).
 
 mod deflate;
+mod dict;
 mod lz4;
 mod raw;
 mod registry;
 mod zstd;
+#[cfg(feature = "zstd")]
+mod zstd_dict;
+#[cfg(not(feature = "zstd"))]
+#[path = "zstd_dict_off.rs"]
 mod zstd_dict;
 
 use std::fmt;
 
-pub use self::zstd_dict::{
+pub use self::dict::{
     DEFAULT_DICT_SIZE, DICT_MAGIC, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES,
-    TrainError, ZstdDictionary, train_dictionary,
+    TrainError,
 };
+pub use self::zstd_dict::{ZstdDictionary, train_dictionary};
 
 pub use self::registry::{CodecRegistry, RegisterError};
 pub use self::{deflate::Deflate, lz4::Lz4, raw::Raw, zstd::Zstd};
@@ -254,15 +260,36 @@ impl CodecId {
             .find(|c| c.name() == name)
     }
 
-    /// The cargo feature (of `loaderx-store`, or `image` for the image
-    /// codecs) a build needs for this codec, when it lacks it; `None` when
-    /// this build has it or it is not a feature's (raw, external codecs).
+    /// The cargo feature that provides this codec, when this build of
+    /// `loaderx-store` does not have it: `deflate-libdeflate` (or
+    /// `deflate-flate2`), `zstd` or `lz4` for built-ins left out, and
+    /// `image` (of the crates that bring `loaderx-image`) for the image
+    /// codecs, which are never in this crate. `None` for raw, external
+    /// codecs, and built-ins this build has.
     #[must_use]
-    pub fn missing_feature(self) -> Option<&'static str> {
+    pub const fn missing_feature(self) -> Option<&'static str> {
         match self {
+            CodecId::Deflate
+                if !cfg!(any(
+                    feature = "deflate-libdeflate",
+                    feature = "deflate-flate2"
+                )) =>
+            {
+                Some("deflate-libdeflate")
+            }
+            CodecId::Zstd | CodecId::ZstdDict if !cfg!(feature = "zstd") => Some("zstd"),
+            CodecId::Lz4 if !cfg!(feature = "lz4") => Some("lz4"),
             CodecId::Jpeg | CodecId::Png => Some("image"),
             _ => None,
         }
+    }
+
+    /// The codecs of format v1 this build has, in tag order (all of
+    /// [`CodecId::ALL`] with the default features).
+    pub fn available() -> impl Iterator<Item = CodecId> {
+        CodecId::ALL
+            .into_iter()
+            .filter(|c| c.missing_feature().is_none())
     }
 
     /// Encodes with this built-in codec; see [`Codec::encode`]. `Raw`
@@ -374,7 +401,7 @@ mod tests {
     #[test]
     fn compressible_data_shrinks_with_every_codec() {
         let data: Vec<u8> = (0..12288u32).map(|i| (i / 64) as u8).collect();
-        for c in [CodecId::Deflate, CodecId::Zstd, CodecId::Lz4] {
+        for c in CodecId::available().filter(|&c| c != CodecId::Raw) {
             let mut packed = vec![0u8; data.len() - 1];
             let n = c
                 .encode(&data, &mut packed)
@@ -387,7 +414,7 @@ mod tests {
     #[test]
     fn garbage_does_not_decode_to_the_wrong_size() {
         let garbage = [0xffu8; 64];
-        for c in [CodecId::Deflate, CodecId::Zstd, CodecId::Lz4] {
+        for c in CodecId::available().filter(|&c| c != CodecId::Raw) {
             let mut out = vec![0u8; 100];
             assert!(c.decode(&garbage, &mut out).is_err(), "{c}");
             assert!(c.decode(&[], &mut out).is_err(), "{c} empty");
@@ -396,6 +423,34 @@ mod tests {
         assert!(Raw.decode(&[1, 2], &mut out).is_err());
     }
 
+    #[test]
+    fn codecs_left_out_of_the_build_are_errors_naming_their_feature() {
+        let data = vec![3u8; 4096];
+        for c in CodecId::ALL.into_iter().chain([CodecId::ZstdDict]) {
+            let Some(feature) = c.missing_feature() else {
+                continue;
+            };
+            let mut packed = vec![0u8; data.len() - 1];
+            assert_eq!(c.encode(&data, &mut packed), None, "{c}");
+            let err = c.decode(&packed, &mut vec![0u8; 4096]).unwrap_err();
+            if c != CodecId::ZstdDict {
+                assert!(err.reason.contains(&format!("`{feature}`")), "{c}: {err}");
+            }
+            assert!(CodecRegistry::new().get(c).is_none(), "{c}");
+        }
+        assert_eq!(CodecId::Jpeg.missing_feature(), Some("image"));
+        assert_eq!(CodecId::Raw.missing_feature(), None);
+        assert_eq!(
+            CodecId::Zstd.missing_feature().is_none(),
+            cfg!(feature = "zstd")
+        );
+        assert_eq!(
+            CodecId::Lz4.missing_feature().is_none(),
+            cfg!(feature = "lz4")
+        );
+    }
+
+    #[cfg(any(feature = "deflate-libdeflate", feature = "deflate-flate2"))]
     #[test]
     fn deflate_reads_streams_from_another_implementation() {
         // loaderx 0.5.x wrote raw DEFLATE with Zig's encoder; check we accept a
@@ -427,7 +482,7 @@ mod tests {
                 proptest::collection::vec(0u8..4, 1..4096),
             ]
         ) {
-            for c in CodecId::ALL {
+            for c in CodecId::available() {
                 round_trip(c, &data);
             }
         }

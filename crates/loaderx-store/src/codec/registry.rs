@@ -140,7 +140,7 @@ impl CodecRegistry {
     #[must_use]
     pub fn get(&self, id: CodecId) -> Option<&dyn Codec> {
         if id.is_builtin() {
-            return builtin(id);
+            return builtin(id).filter(|_| id.missing_feature().is_none());
         }
         self.registered(id.tag())
     }
