@@ -95,10 +95,11 @@ impl Codec for DeltaRle {
             while i + run < src.len() && run < MAX_REPEAT && delta(src, i + run) == d {
                 run += 1;
             }
-            if run >= MIN_REPEAT + 1 || (run >= MIN_REPEAT && literal_from == i) {
+            if run > MIN_REPEAT || (run == MIN_REPEAT && literal_from == i) {
                 // Flush pending literals, then the repeat.
                 flush_literals(src, literal_from, i, &mut put)?;
-                put(&[(run + 126) as u8, d])?;
+                // run ≤ MAX_REPEAT = 129, so the control byte is ≤ 255.
+                put(&[u8::try_from(run + 126).ok()?, d])?;
                 i += run;
                 literal_from = i;
             } else {
@@ -167,7 +168,7 @@ fn flush_literals(
         for (k, slot) in buf[..n].iter_mut().enumerate() {
             *slot = delta(src, start + k);
         }
-        put(&[(n - 1) as u8])?;
+        put(&[u8::try_from(n - 1).ok()?])?;
         put(&buf[..n])?;
         start += n;
     }

@@ -11,6 +11,10 @@
 use super::{Codec, CodecId, DecodeError};
 
 /// DEFLATE level used for writing; chosen by measurement (`docs/BENCHMARKS.md`).
+#[cfg_attr(
+    not(any(feature = "deflate-libdeflate", feature = "deflate-flate2")),
+    allow(dead_code)
+)]
 pub const DEFLATE_LEVEL: i32 = 6;
 
 /// Raw DEFLATE, the default codec and the one loaderx 0.5.x reads.
