@@ -183,6 +183,11 @@ impl<C: Codec + Default> Store<C, FileStorage> {
                 op: "create",
             });
         }
+        // A codec the handle lacks refuses the creation before anything,
+        // the directory included, is made.
+        with_codec_table(schema, &options.codecs)
+            .and_then(|s| check_codecs(&s, &options.codecs))
+            .map_err(|e| e.at(path))?;
         match fs::metadata(path) {
             Ok(md) if !md.is_dir() => {
                 return Err(Error::NotAStore {
