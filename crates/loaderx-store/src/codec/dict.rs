@@ -13,7 +13,7 @@ pub const DICT_MAGIC: [u8; 4] = 0xEC30_A437_u32.to_le_bytes();
 /// hundred bytes to a few tens of KiB.
 pub const DEFAULT_DICT_SIZE: usize = 110 * 1024;
 
-/// Smallest dictionary [`train_dictionary`] accepts (`ZDICT_DICTSIZE_MIN`):
+/// Smallest dictionary [`train_dictionary`](super::train_dictionary) accepts (`ZDICT_DICTSIZE_MIN`):
 /// zstd's trainer refuses to build anything smaller.
 pub const MIN_DICT_SIZE: usize = 256;
 
@@ -25,7 +25,7 @@ pub const MIN_DICT_SIZE: usize = 256;
 /// larger dictionaries as corrupt, so raising this is a format change.
 pub const MAX_DICT_SIZE: usize = 1024 * 1024;
 
-/// Most sample bytes [`train_dictionary`] accepts, 100 MiB. zstd's guidance is
+/// Most sample bytes [`train_dictionary`](super::train_dictionary) accepts, 100 MiB. zstd's guidance is
 /// samples of about 100× the dictionary size (so ~11 MiB for
 /// [`DEFAULT_DICT_SIZE`]) and "a few thousand samples"; 100 MiB is 100× the
 /// largest dictionary. Training time grows with the sample size (roughly
@@ -33,13 +33,13 @@ pub const MAX_DICT_SIZE: usize = 1024 * 1024;
 /// memory, so callers should pick a bounded sample rather than a whole store.
 pub const MAX_SAMPLE_BYTES: usize = 100 * 1024 * 1024;
 
-/// Fewest samples [`train_dictionary`] accepts. zstd's trainer keeps a quarter
+/// Fewest samples [`train_dictionary`](super::train_dictionary) accepts. zstd's trainer keeps a quarter
 /// of the samples back to score candidate dictionaries and needs at least
 /// five to train on, so seven is the least it can work with; a useful
 /// dictionary needs hundreds to thousands.
 pub const MIN_SAMPLES: usize = 7;
 
-/// Why [`train_dictionary`] made no dictionary.
+/// Why [`train_dictionary`](super::train_dictionary) made no dictionary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrainError {
     /// What was wrong with the request, or what zstd's trainer reported.
