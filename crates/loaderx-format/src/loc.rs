@@ -18,6 +18,15 @@ impl CodecTag {
     pub const LZ4: CodecTag = CodecTag(3);
     /// zstd with the store's trained dictionary (format v2 only).
     pub const ZSTD_DICT: CodecTag = CodecTag(4);
+    /// A JPEG image (format v2 only; reserved for the image codecs, which
+    /// are registered from outside the store crate).
+    pub const JPEG: CodecTag = CodecTag(5);
+    /// A PNG image (format v2 only; reserved like [`CodecTag::JPEG`]).
+    pub const PNG: CodecTag = CodecTag(6);
+    /// The first tag of the range format v2 leaves to codecs defined
+    /// outside loaderx (`128 ..= 255`); a store using one lists it, by name
+    /// and version, in its schema block.
+    pub const EXTERNAL_MIN: u8 = 128;
 
     /// Whether format v1 defines this tag.
     #[must_use]
@@ -31,6 +40,22 @@ impl CodecTag {
         self.0 <= 4
     }
 
+    /// Whether this tag is in the range left to codecs defined outside
+    /// loaderx (`128 ..= 255`).
+    #[must_use]
+    pub fn is_external(self) -> bool {
+        self.0 >= Self::EXTERNAL_MIN
+    }
+
+    /// Whether a format v2 table entry may carry this tag: v2's own
+    /// (`0 ..= 4`), the image codecs' (5, 6) and the external range. Tags
+    /// past 4 must also be listed in the store's schema block, which the
+    /// store checks when it decodes.
+    #[must_use]
+    pub fn is_allowed_v2(self) -> bool {
+        self.0 <= 6 || self.is_external()
+    }
+
     /// The tag's name as the Python API spells it, if known.
     #[must_use]
     pub fn name(self) -> Option<&'static str> {
@@ -40,6 +65,8 @@ impl CodecTag {
             2 => "zstd",
             3 => "lz4",
             4 => "zstd_dict",
+            5 => "jpeg",
+            6 => "png",
             _ => return None,
         })
     }

@@ -133,7 +133,7 @@ pub fn entry_fault(
     rules: Rules,
 ) -> Option<EntryFault> {
     let known = if rules.v2 {
-        loc.codec.is_known_v2()
+        loc.codec.is_allowed_v2()
     } else {
         loc.codec.is_known()
     };

@@ -118,6 +118,7 @@ pub(crate) fn build_schema(
         ndim,
         codec,
         dictionary,
+        codecs: Vec::new(),
     };
     schema
         .check()

@@ -169,7 +169,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.schema
             .as_ref()
             .and_then(|s| CodecId::from_tag(s.codec))
-            .unwrap_or(C::ID)
+            .unwrap_or(self.default_codec)
     }
 
     /// [`append_fixed`](Self::append_fixed) with an explicit codec.
@@ -288,6 +288,33 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.append_with_dims(codec, src, layout, &[])
     }
 
+    /// The codec for `codec`, one found through the registry: it must be
+    /// listed in the store's codec table, at the version registered.
+    fn plugged_codec(&self, codec: CodecId) -> Result<&dyn Codec> {
+        let tag = codec.tag();
+        let listed = self.schema.as_ref().and_then(|s| s.codec_ref(tag));
+        let Some(listed) = listed else {
+            return Err(self.schema_error(format!(
+                "codec tag {} is not in the store's codec table (a store lists the codecs past the built-ins it may hold when it is created)",
+                tag.0
+            )));
+        };
+        // Listed means checked at open: registered, same name, same or later version.
+        let c = self
+            .codecs
+            .registered(tag)
+            .expect("a listed codec was registered when the store opened");
+        if c.version() != listed.version {
+            return Err(self.schema_error(format!(
+                "codec {:?} is version {} here but the store was written by version {}: appending would mix versions",
+                listed.name,
+                c.version(),
+                listed.version
+            )));
+        }
+        Ok(c)
+    }
+
     fn schema_error(&self, reason: String) -> Error {
         Error::Schema {
             path: self.path().to_owned(),
@@ -315,9 +342,17 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 self.schema_error("codec zstd_dict needs a store created with a dictionary".into())
             );
         }
-        if !v2 && codec == CodecId::ZstdDict {
-            return Err(self.schema_error("codec zstd_dict needs a format v2 store".into()));
+        if !v2 && !codec.tag().is_known() {
+            return Err(self.schema_error(format!("codec {codec} needs a format v2 store")));
         }
+        let plugged = if codec.is_builtin() {
+            if let Some(feature) = codec.missing_feature() {
+                return Err(self.unavailable(codec, feature));
+            }
+            None
+        } else {
+            Some(self.plugged_codec(codec)?)
+        };
         let n = layout.count();
         let limit = if v2 {
             MAX_RECORD_LEN_V2
@@ -335,8 +370,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
 
         let dict = self.dictionary.as_ref();
-        let encode = |data: &[u8], slot: &mut [u8]| match (codec, dict) {
-            (CodecId::ZstdDict, Some(d)) => d.encode(data, slot),
+        let encode = |data: &[u8], slot: &mut [u8]| match (codec, dict, plugged) {
+            (_, _, Some(c)) => c.encode(data, slot),
+            (CodecId::ZstdDict, Some(d), None) => d.encode(data, slot),
             _ => codec.encode(data, slot),
         };
 

@@ -83,6 +83,11 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// The advisory lock between processes (`None` for stores not on files,
     /// or where the file system has no `flock`).
     pub(crate) lock: Option<StoreLock>,
+    /// The codecs past the built-ins this handle can use: those of the
+    /// registry it was opened with that the schema lists.
+    pub(crate) codecs: crate::CodecRegistry,
+    /// `C`'s id: what appends use by default.
+    pub(crate) default_codec: CodecId,
     pub(crate) _codec: PhantomData<C>,
 }
 
@@ -108,7 +113,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// The codec appends use unless told otherwise.
     pub fn default_codec(&self) -> CodecId {
-        C::ID
+        self.default_codec
+    }
+
+    /// The codecs past the built-ins this handle can use (those the
+    /// store's schema lists, as registered when it was opened).
+    pub fn codecs(&self) -> &crate::CodecRegistry {
+        &self.codecs
     }
 
     /// Whether writes are refused.
@@ -563,6 +574,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(found)
     }
 
+    /// The error for a built-in `codec` this build lacks.
+    pub(crate) fn unavailable(&self, codec: CodecId, feature: &str) -> Error {
+        Error::CodecUnavailable {
+            path: self.path().to_owned(),
+            tag: codec.tag().0,
+            name: codec.name().to_owned(),
+            version: 1,
+            reason: format!(
+                "this build of loaderx-store lacks it: enable cargo feature `{feature}`"
+            ),
+        }
+    }
+
     /// Decodes record `index` (whose validated entry is `loc`) into `out`,
     /// which is exactly `loc.logic_length` bytes.
     #[inline]
@@ -580,6 +604,26 @@ impl<C: Codec, S: Storage> Store<C, S> {
         check_raw: bool,
     ) -> Result<()> {
         let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
+        let plugged = if codec.is_builtin() {
+            if let Some(feature) = codec.missing_feature() {
+                return Err(self.unavailable(codec, feature));
+            }
+            None
+        } else {
+            match self.codecs.registered(loc.codec) {
+                Some(c) => Some(c),
+                None => {
+                    return Err(Error::Corrupt {
+                        path: self.file_path(FileId::Meta),
+                        entry: index,
+                        reason: format!(
+                            "codec tag {} is not listed in the store's codec table",
+                            loc.codec.0
+                        ),
+                    });
+                }
+            }
+        };
         let file = FileId::Chunk(loc.chunk_id);
         let check = self.schema.is_some() && (check_raw || codec != CodecId::Raw);
         self.files
@@ -598,19 +642,23 @@ impl<C: Codec, S: Storage> Store<C, S> {
                             )));
                         }
                     }
-                    match codec {
-                        CodecId::ZstdDict => match &self.dictionary {
+                    match (codec, plugged) {
+                        (_, Some(c)) => c.decode(src, out),
+                        (CodecId::ZstdDict, None) => match &self.dictionary {
                             Some(d) => d.decode(src, out),
                             None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
                         },
-                        _ => codec.decode(src, out),
+                        (_, None) => codec.decode(src, out),
                     }
                 },
             )?
             .map_err(|e| Error::Corrupt {
                 path: self.file_path(file),
                 entry: index,
-                reason: format!("{codec} record: {e}"),
+                reason: match plugged {
+                    Some(c) => format!("{} record (codec tag {}): {e}", c.name(), loc.codec.0),
+                    None => format!("{codec} record: {e}"),
+                },
             })
     }
 }
