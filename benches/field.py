@@ -97,7 +97,7 @@ def configure(scale: float, smoke: bool) -> None:
         )
         return
     CFG.update(
-        img224=n(4000, 300), img64=n(20000, 1000), photos_mib=max(16, int(512 * scale)),
+        img224=n(4000, 1000), img64=n(20000, 1000), photos_mib=max(16, int(512 * scale)),
         tok512=n(100_000, 2000), tokens=n(200_000, 4000), labels=n(1_000_000, 10_000),
         gather_batches=40 if scale >= 0.5 else 12, rounds=7 if scale >= 0.5 else 3,
         write_rounds=3 if scale >= 0.5 else 1, loader_rounds=5 if scale >= 0.5 else 2,
@@ -1258,9 +1258,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"kind": "field", "workloads": prepare_sources(data_dir),
                               "contenders": {}, "missing": {}, "install_missing": env_missing}
     workers: dict[str, Remote] = {}
+    given = dict(m.split("=", 1) for m in args.missing)
     for impl, py in pythons.items():
+        if impl in given:
+            result["missing"][impl] = given[impl]
+            continue
         if not py or not Path(py).exists():
-            result["missing"][impl] = f"no interpreter for {impl} at {py}"
+            result["missing"][impl] = f"no interpreter given for {impl} (its venv does not exist)" if not py \
+                else f"no interpreter for {impl} at {py}"
             continue
         try:
             workers[impl] = Remote(impl, str(py), data_dir, argv)
@@ -1417,6 +1422,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--field-env", default=None, help="its field-env.json (install failures)")
     parser.add_argument("--v054-python", default=None, help="interpreter with loaderx 0.5.4")
     parser.add_argument("--v240-python", default=None, help="interpreter with loaderx 2.4.0")
+    parser.add_argument("--missing", action="append", default=[], metavar="IMPL=REASON",
+                        help="a contender venv (field, v054, v240) that could not be made, and why")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
