@@ -1162,6 +1162,10 @@ def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bo
 # ----------------------------------------------------------------- driver
 
 
+FIELD_HOLDS = ("NumPy mmap, HDF5, LMDB, Arrow IPC, Parquet, ArrayRecord, Lance, the in-memory ceiling, "
+               "torch, Grain, jax-dataloader")
+
+
 class Remote:
     def __init__(self, impl: str, python: str, data_dir: Path, argv: list[str]) -> None:
         self.impl = impl
@@ -1269,12 +1273,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workers: dict[str, Remote] = {}
     given = dict(m.split("=", 1) for m in args.missing)
     for impl, py in pythons.items():
-        if impl in given:
-            result["missing"][impl] = given[impl]
-            continue
-        if not py or not Path(py).exists():
-            result["missing"][impl] = f"no interpreter given for {impl} (its venv does not exist)" if not py \
+        why = given.get(impl)
+        if why is None and (not py or not Path(py).exists()):
+            why = f"no interpreter given for {impl} (its venv does not exist)" if not py \
                 else f"no interpreter for {impl} at {py}"
+        if why is not None:
+            result["missing"][impl] = why + (f" (so: {FIELD_HOLDS})" if impl == "field" else "")
             continue
         try:
             workers[impl] = Remote(impl, str(py), data_dir, argv)

@@ -286,8 +286,11 @@ LOADER_NOTE = (
     "with the number of workers even when they share the pages; PSS divides each shared page among the "
     "processes mapping it, so its sum is what the tree really holds. Page-cache pages a process maps count "
     "in its PSS. Does not control for: what each loader does per batch beyond fetch + collate (none runs a "
-    "transform), jax-dataloader has no workers (one process, in-memory array), grain shuffles without "
-    "replacement while loaderx here samples IID.")
+    "transform), jax-dataloader has no workers (one process, in-memory array), the samplers (loaderx named "
+    "streams and 2.4.0: shuffle without replacement, their default; 0.5.4: IID, its default; torch: random "
+    "with replacement; Grain and jax-dataloader: shuffle). A memory-mapped store's pages that a process has "
+    "touched count in its PSS, so the loaders reading a mapped file (loaderx, torch over .npy) carry up to "
+    "the store's size in PSS that the page cache holds anyway.")
 
 
 def report(result: dict[str, Any]) -> str:
