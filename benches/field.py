@@ -1396,6 +1396,8 @@ def loader_section(pythons: dict[str, Any], missing: dict[str, str], data_dir: P
                 continue
             res = measure_loader(name, codec, str(pythons[venv]), data_dir, args.smoke, args.scale)
             if "missing" in res:
+                if venv == "ours" or (args.smoke and not res["missing"].startswith(("ImportError", "ModuleNotFound"))):
+                    raise SystemExit(f"field.py: loader {name} {codec} failed: {res['missing']}")
                 rows[(name, codec)] = {"name": name, "codec": codec, "missing": res["missing"]}
                 log(f"  loader {name} {codec} MISSING: {res['missing']}")
                 continue
