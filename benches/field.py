@@ -1307,6 +1307,11 @@ def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[
     for impl, w in workers.items():
         for j in w.call("jobs", workloads=workloads):
             (skipped if j["skip"] else jobs).append(j)
+    # Contenders of one workload next to each other, told apart by codec
+    # first, so that consecutive jobs alternate contenders (A B A B) and any
+    # drift lands on all of a workload's contenders alike.
+    order = {name: k for k, name in enumerate(workloads)}
+    jobs.sort(key=lambda j: (order[j["workload"]], j["codec"] != "raw", j["codec"]))
     drop = not args.smoke
     write_jobs = [j for j in jobs if j["contender"] != "memory"]
     wsamples: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
