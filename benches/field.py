@@ -680,10 +680,12 @@ SPLIT_BYTES = 1 << 20  # the ceiling splits batches of at least this many bytes 
 
 
 class Ceiling(Contender):
-    """The same rows gathered from an array in memory, the batch split over
-    every core (NumPy's take releases the GIL); not a store."""
+    """The same rows gathered from an array in memory: ``cores`` splits the
+    batch over every core (NumPy's take releases the GIL), ``1thread`` does
+    it on the calling thread; the ceiling is the faster of the two (on a
+    shared machine a second thread may not get a core). Not a store."""
 
-    name, label = "memory", "in-memory ceiling (all cores)"
+    name, label, codecs = "memory", "in-memory ceiling", ("cores", "1thread")
 
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -695,13 +697,13 @@ class Ceiling(Contender):
         raise Missing("not a store")
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        k = self.cores
+        k = self.cores if codec == "cores" else 1
         if w.kind == "dense":
             arr = np.array(w.arr)
 
             def gather(idx: np.ndarray) -> np.ndarray:
-                if len(idx) * w.median_record_bytes < SPLIT_BYTES:
-                    return arr[idx]  # below this, handing out to threads costs more than it saves
+                if k == 1 or len(idx) * w.median_record_bytes < SPLIT_BYTES:
+                    return arr[idx]  # below SPLIT_BYTES, handing out to threads costs more than it saves
                 out = np.empty((len(idx), *w.shape), dtype=w.dtype)
                 parts = np.array_split(np.arange(len(idx)), k)
                 list(self.pool.map(lambda p: np.take(arr, idx[p], axis=0, out=out[p[0]:p[-1] + 1]) if len(p) else None, parts))
