@@ -5,7 +5,10 @@
 ``cargo xtask bench`` adds the criterion estimates of the Rust benches
 (``"criterion"``) and keeps the run in ``docs/bench/latest.json``.
 ``benches/typed.py`` (the typed containers against loaderx 2.4.0) keeps its
-run in ``docs/bench/typed.json`` (marked ``"kind": "typed"``). This script
+run in ``docs/bench/typed.json`` (marked ``"kind": "typed"``), and
+``benches/field.py`` (every contender of the field) in
+``docs/bench/field.json`` (``"kind": "field"``, rendered by
+``benches/field_tables.py``). This script
 turns such files into the tables the docs show, so that every figure in
 ``docs/BENCHMARKS.md`` and ``README.md`` comes from one run of each::
 
@@ -648,7 +651,12 @@ def main(argv: list[str] | None = None) -> int:
         result = json.loads(path.read_text())
         if args.write and result.get("smoke"):
             raise SystemExit(f"{path} is a smoke run; its figures do not belong in the docs")
-        mine = typed_blocks(result) if result.get("kind") == "typed" else blocks(result)
+        if result.get("kind") == "field":
+            from field_tables import blocks as field_blocks
+
+            mine = field_blocks(result)
+        else:
+            mine = typed_blocks(result) if result.get("kind") == "typed" else blocks(result)
         clash = sorted(set(mine) & set(generated))
         if clash:
             raise SystemExit(f"{path}: blocks {clash} already come from an earlier file")

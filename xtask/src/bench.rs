@@ -1,25 +1,38 @@
-//! `cargo xtask bench [all|typed]`.
+//! `cargo xtask bench [all|typed|field|store|loader|smoke]`.
 //!
 //! `all` (the default): the criterion benches of the Rust layer, then
 //! `benches/compare.py all`, the Python binding side by side with NumPy and
 //! the original loaderx 0.5.4 (installed into `<target>/compat-venv`), then
-//! the `typed` section. `typed`: `benches/typed.py` alone, the typed
-//! containers (format v2) side by side with loaderx 2.4.0 (installed into
-//! `<target>/compat24-venv`; when that cannot be made, the run goes on with
-//! ours alone and its tables say why 2.4.0 is missing).
+//! the `typed` section, then the `field` section. `typed`:
+//! `benches/typed.py` alone, the typed containers (format v2) side by side
+//! with loaderx 2.4.0 (installed into `<target>/compat24-venv`; when that
+//! cannot be made, the run goes on with ours alone and its tables say why
+//! 2.4.0 is missing). `field`: `benches/field.py`, every store and loader of
+//! the field side by side (the contenders installed by
+//! `benches/field_env.py` into `<target>/bench-venv-<hash of
+//! benches/field-requirements.txt>`, once; one that fails to install is
+//! reported missing with pip's reason), then its PNG figures
+//! (`docs/img/field-*.png`). `store` and `loader`: one half of `field`,
+//! printed and kept under `<target>/bench-field/`, the docs untouched.
+//! `smoke`: what `cargo xtask test` runs (below). `LOADERX_BENCH_SCALE=F`
+//! multiplies field.py's record counts (default 1: the publication run,
+//! about 2 GiB of sources; 0.1 for a quick look, its tables say so).
 //!
 //! compare.py's run is kept in `docs/bench/latest.json` (with the criterion
-//! estimates) and typed.py's in `docs/bench/typed.json`; `benches/tables.py
-//! --write` regenerates every table of `docs/BENCHMARKS.md` and the figures
-//! of `README.md` from those two files, so the docs quote exactly one run of
-//! each.
+//! estimates), typed.py's in `docs/bench/typed.json` and field.py's in
+//! `docs/bench/field.json`; `benches/tables.py --write` regenerates every
+//! table of `docs/BENCHMARKS.md` and the figures of `README.md` from those
+//! files, so the docs quote exactly one run of each.
 //!
 //! `cargo xtask test` runs [`smoke`]: the same scripts on tiny data, which
 //! checks that they work, not how fast anything is. It never installs
-//! anything: without `<target>/compat24-venv` typed.py reports 2.4.0 missing.
+//! anything: without `<target>/compat24-venv` typed.py reports 2.4.0 missing,
+//! and field.py measures the venvs that exist (on a fresh clone, ours alone)
+//! and reports the others missing.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use crate::python::Venv;
 use crate::steps::{self, Failure, Workspace};
@@ -30,13 +43,30 @@ const RUN_JSON: &str = "docs/bench/latest.json";
 /// Where typed.py's run is kept, relative to the workspace root.
 const TYPED_JSON: &str = "docs/bench/typed.json";
 
+/// Where field.py's run is kept, relative to the workspace root.
+const FIELD_JSON: &str = "docs/bench/field.json";
+
+/// The bench venv's requirements, relative to the workspace root.
+const FIELD_REQUIREMENTS: &str = "benches/field-requirements.txt";
+
+/// Where field.py's figures go, relative to the workspace root.
+const FIELD_IMG: &str = "docs/img";
+
 /// What `cargo xtask bench` runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Section {
-    /// Criterion, compare.py and typed.py.
+    /// Criterion, compare.py, typed.py and field.py.
     All,
     /// typed.py only.
     Typed,
+    /// field.py only (stores and loaders), kept and written into the docs.
+    Field,
+    /// field.py's store section only, printed.
+    Store,
+    /// field.py's loader section only, printed.
+    Loader,
+    /// The smoke run of every script (what `cargo xtask test` runs).
+    Smoke,
 }
 
 impl Section {
@@ -44,18 +74,54 @@ impl Section {
     pub fn parse(rest: &[String]) -> Result<Self, Failure> {
         match rest {
             [] => Ok(Self::All),
-            [one] if one == "all" => Ok(Self::All),
-            [one] if one == "typed" => Ok(Self::Typed),
-            _ => Err(Failure::new(
-                "arguments",
-                format!("`bench` takes `all` (the default) or `typed`, got {rest:?}"),
-            )),
+            [one] => match one.as_str() {
+                "all" => Ok(Self::All),
+                "typed" => Ok(Self::Typed),
+                "field" => Ok(Self::Field),
+                "store" => Ok(Self::Store),
+                "loader" => Ok(Self::Loader),
+                "smoke" => Ok(Self::Smoke),
+                _ => Err(Self::usage(rest)),
+            },
+            _ => Err(Self::usage(rest)),
         }
+    }
+
+    fn usage(rest: &[String]) -> Failure {
+        Failure::new(
+            "arguments",
+            format!(
+                "`bench` takes one of all (the default), typed, field, store, loader, smoke; \
+                 got {rest:?}"
+            ),
+        )
     }
 }
 
 /// Runs `section`; the package is already built into `venv`.
 pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure> {
+    match section {
+        Section::Smoke => return smoke(ws, venv),
+        Section::Store | Section::Loader => {
+            let name = if section == Section::Store {
+                "store"
+            } else {
+                "loader"
+            };
+            let json = ws
+                .target_dir()
+                .join("bench-field")
+                .join(format!("{name}.json"));
+            return field(ws, venv, &[name], &json);
+        }
+        Section::Field => {
+            field(ws, venv, &["store", "loader"], &ws.root.join(FIELD_JSON))?;
+            // The other blocks of the docs come from the kept runs.
+            let jsons = [RUN_JSON, TYPED_JSON, FIELD_JSON].map(|j| ws.root.join(j));
+            return tables(ws, venv, &jsons, true);
+        }
+        Section::All | Section::Typed => {}
+    }
     if section == Section::All {
         let original = ensure_compat_venv(ws, venv, &ORIGINAL_054)?;
         criterion(ws)?;
@@ -69,12 +135,12 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
         failure.reason
     });
     typed(ws, venv, original24)?;
-    tables(
-        ws,
-        venv,
-        &[ws.root.join(RUN_JSON), ws.root.join(TYPED_JSON)],
-        true,
-    )
+    let mut jsons = vec![ws.root.join(RUN_JSON), ws.root.join(TYPED_JSON)];
+    if section == Section::All {
+        field(ws, venv, &["store", "loader"], &ws.root.join(FIELD_JSON))?;
+        jsons.push(ws.root.join(FIELD_JSON));
+    }
+    tables(ws, venv, &jsons, true)
 }
 
 /// `compare.py all --smoke` and `typed.py --smoke`, then their tables
@@ -98,7 +164,136 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         "benches/typed.py --smoke (2.4.0 only if <target>/compat24-venv exists)",
         &mut cmd,
     )?;
-    tables(ws, venv, &[json, typed_json], false)
+    let field_json = dir.join("field-smoke.json");
+    let mut cmd = venv.python();
+    cmd.arg(ws.root.join("benches").join("field.py"))
+        .args(["--smoke", "--json"])
+        .arg(&field_json)
+        .arg("--data-dir")
+        .arg(ws.target_dir().join("bench-field-smoke"))
+        .current_dir(&ws.root);
+    let existing = |dir: PathBuf| {
+        let python = venv_at(dir).python;
+        python.exists().then_some(python)
+    };
+    let bench_venv = existing(bench_venv_dir(ws)?);
+    for (flag, python) in [
+        (
+            "--v054-python",
+            existing(ws.target_dir().join(ORIGINAL_054.venv)),
+        ),
+        (
+            "--v240-python",
+            existing(ws.target_dir().join(ORIGINAL_24.venv)),
+        ),
+        ("--field-python", bench_venv.clone()),
+    ] {
+        if let Some(python) = python {
+            cmd.arg(flag).arg(python);
+        }
+    }
+    steps::run(
+        "benches/field.py --smoke (the other contenders only where their venvs exist)",
+        &mut cmd,
+    )?;
+    if let Some(python) = bench_venv {
+        plots(ws, &python, &field_json, &dir.join("img"))?;
+    }
+    tables(ws, venv, &[json, typed_json, field_json], false)
+}
+
+/// `<target>/bench-venv-<hash>`: the bench venv of the current
+/// requirements file (FNV-1a of its bytes, so an edit makes a new venv).
+fn bench_venv_dir(ws: &Workspace) -> Result<PathBuf, Failure> {
+    let path = ws.root.join(FIELD_REQUIREMENTS);
+    let bytes = fs::read(&path)
+        .map_err(|e| Failure::new("bench venv", format!("{}: {e}", path.display())))?;
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Ok(ws.target_dir().join(format!("bench-venv-{hash:016x}")))
+}
+
+/// The bench venv, made by `benches/field_env.py` when it is not complete:
+/// its interpreter, or why there is none (field.py then reports every
+/// contender of the venv missing).
+fn ensure_bench_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, String> {
+    let dir = bench_venv_dir(ws).map_err(|f| f.reason)?;
+    let mut cmd = venv.python();
+    cmd.arg(ws.root.join("benches").join("field_env.py"))
+        .arg(&dir)
+        .arg(ws.root.join(FIELD_REQUIREMENTS))
+        .current_dir(&ws.root);
+    steps::run(
+        "benches/field_env.py (the bench venv: one pip install per contender, once)",
+        &mut cmd,
+    )
+    .map_err(|f| f.reason)?;
+    Ok(venv_at(dir))
+}
+
+/// `benches/field.py --sections ...` with every contender's interpreter,
+/// its run saved as `json`.
+fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<(), Failure> {
+    let bench = ensure_bench_venv(ws, venv);
+    let v054 = ensure_compat_venv(ws, venv, &ORIGINAL_054);
+    let v240 = ensure_compat_venv(ws, venv, &ORIGINAL_24);
+    let mut cmd = venv.python();
+    cmd.arg(ws.root.join("benches").join("field.py"));
+    if let Some(scale) = std::env::var_os("LOADERX_BENCH_SCALE") {
+        cmd.arg("--scale").arg(scale);
+    }
+    cmd.arg("--sections")
+        .args(sections)
+        .arg("--data-dir")
+        .arg(ws.target_dir().join("bench-field"))
+        .arg("--json")
+        .arg(json)
+        .current_dir(&ws.root);
+    match &bench {
+        Ok(b) => {
+            cmd.arg("--field-python").arg(&b.python);
+            cmd.arg("--field-env").arg(b.dir.join("field-env.json"));
+        }
+        Err(reason) => {
+            cmd.arg("--missing")
+                .arg(format!("field=bench venv: {reason}"));
+        }
+    }
+    for (flag, impl_, made) in [
+        ("--v054-python", "v054", &v054),
+        ("--v240-python", "v240", &v240),
+    ] {
+        match made {
+            Ok(v) => cmd.arg(flag).arg(&v.python),
+            Err(f) => cmd
+                .arg("--missing")
+                .arg(format!("{impl_}={}: {}", f.step, f.reason)),
+        };
+    }
+    steps::run(
+        "benches/field.py (stores and loaders of the field)",
+        &mut cmd,
+    )?;
+    if let Ok(b) = &bench {
+        plots(ws, &b.python, json, &ws.root.join(FIELD_IMG))?;
+    }
+    Ok(())
+}
+
+/// `benches/field_tables.py JSON --plots DIR` with the bench venv's
+/// interpreter (matplotlib lives there).
+fn plots(ws: &Workspace, python: &Path, json: &Path, dir: &Path) -> Result<(), Failure> {
+    let mut cmd = Command::new(python);
+    cmd.arg(ws.root.join("benches").join("field_tables.py"))
+        .arg(json)
+        .arg("--plots")
+        .arg(dir)
+        .current_dir(&ws.root);
+    steps::run(
+        "benches/field_tables.py --plots (matplotlib figures)",
+        &mut cmd,
+    )
 }
 
 /// `benches/tables.py JSON...`: print the tables of the runs, or (`write`)

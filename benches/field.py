@@ -1,0 +1,1483 @@
+#!/usr/bin/env python3
+"""loaderx side by side with the field: stores and loaders, one run.
+
+``cargo xtask bench all`` runs this script (``bench smoke`` its tiny
+version). Every contender is measured through the Python API its users
+call (GIL, allocation and call overhead inside the timings), each in a
+worker process of the virtualenv that holds it:
+
+* ``ours``  - this checkout's loaderx (the project venv, this interpreter);
+* ``v054``  - loaderx 0.5.4 from PyPI (``--v054-python``);
+* ``v240``  - loaderx 2.4.0 from PyPI (``--v240-python``);
+* ``field`` - the bench venv (``--field-python``, made by
+  ``benches/field_env.py`` from ``benches/field-requirements.txt``): NumPy
+  memory maps, HDF5 (h5py), LMDB, Arrow IPC, Parquet, ArrayRecord, Lance,
+  PyTorch, Grain, jax-dataloader, and the in-memory ceiling.
+
+A contender that cannot be imported or installed is kept in the results as
+missing, with the reason. The driver (this process) generates the workloads
+once into ``<data-dir>/source`` (plain ``.npy`` files the workers map, so
+every contender reads the same bytes whatever its NumPy), then:
+
+* store section: every (workload, contender, codec) is written
+  ``WRITE_ROUNDS`` times, the page cache dropped before each write
+  (``sync; echo 3 > /proc/sys/vm/drop_caches``), timed until the writer is
+  closed and ``os.sync()`` has returned (durable, whatever the contender's
+  own fsync policy); then gathered: batches of 256 random indices (the same
+  index batches for everybody) from a warm page cache, the contents of one
+  batch checked against the source. Jobs are alternated round by round
+  (order rotated each round) and the medians kept; p95 is over every batch
+  of every round. The in-memory ceiling (the same batches gathered from an
+  array in memory, split over every core) runs in the same rounds.
+* loader section: every loader contender runs in a fresh process per
+  round (batch 256, 4 workers, prefetch 4 where the loader has one), over
+  the ``img224`` images with an ``int64`` label that is the record's index
+  (each measured batch's images are checked against the source at its
+  labels). The driver samples ``/proc/<pid>/smaps_rollup`` of the process
+  tree every 20 ms: the peak of summed PSS and of summed RSS.
+
+``--scale F`` multiplies the record counts (1.0: the publication run,
+about 2 GiB of sources); ``--smoke`` is a tiny run that checks the script
+and its tables work in seconds, one round, no page cache dropping: its
+figures mean nothing.
+
+Usage::
+
+    .venv/bin/python benches/field.py --field-python target/bench-venv-*/bin/python \\
+        --v054-python target/compat-venv/bin/python \\
+        --v240-python target/compat24-venv/bin/python --json docs/bench/field.json
+    python3 benches/field_tables.py docs/bench/field.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+MIB = 1 << 20
+SCRIPT = Path(__file__).resolve()
+REPO = SCRIPT.parent.parent
+
+GATHER_BATCH = 256
+# Photos average about 1 MiB: a batch of 256 would be a quarter of a GiB
+# (half the workload at full scale), so their gathers take 32.
+GATHER_BATCH_OF = {"photos": 32}
+LOADER_BATCH = 256
+LOADER_WORKERS = 4
+LOADER_PREFETCH = 4
+GEN_VERSION = 1
+
+# Settings of a run; scaled by configure().
+CFG: dict[str, Any] = {}
+
+
+def configure(scale: float, smoke: bool) -> None:
+    def n(full: int, least: int) -> int:
+        return max(least, int(full * scale))
+
+    if smoke:
+        CFG.update(
+            img224=300, img64=400, photos_mib=4, tok512=600, tokens=1200, labels=5000,
+            gather_batches=2, rounds=1, write_rounds=1, loader_rounds=1,
+            loader_warmup=2, loader_batches=4, smoke=True, scale=0.0,
+        )
+        return
+    CFG.update(
+        img224=n(4000, 1000), img64=n(20000, 1000), photos_mib=max(16, int(512 * scale)),
+        tok512=n(100_000, 2000), tokens=n(200_000, 4000), labels=n(1_000_000, 10_000),
+        gather_batches=40 if scale >= 0.5 else 12, rounds=7 if scale >= 0.5 else 3,
+        write_rounds=3 if scale >= 0.5 else 1, loader_rounds=5 if scale >= 0.5 else 2,
+        loader_warmup=10 if scale >= 0.5 else 4, loader_batches=100 if scale >= 0.5 else 20,
+        smoke=False, scale=scale,
+    )
+
+
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------- workloads
+#
+# Dense workloads are one .npy of (n, *shape); ragged ones three: the
+# records back to back (flat), element offsets (n + 1) and shapes (n, ndim).
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "img224": {"kind": "dense", "dtype": "uint8", "shape": (3, 224, 224),
+               "what": "uint8(3,224,224) smooth image-like, 147 KiB"},
+    "img64": {"kind": "dense", "dtype": "uint8", "shape": (3, 64, 64),
+              "what": "uint8(3,64,64) smooth image-like, 12 KiB"},
+    "photos": {"kind": "ragged", "dtype": "uint8", "ndim": 3,
+               "what": "ragged uint8(3,H,W), H and W 100-2600 px like photos"},
+    "tok512": {"kind": "dense", "dtype": "int32", "shape": (512,),
+               "what": "int32[512] token blocks (2 KiB), Zipf ids"},
+    "tokens": {"kind": "ragged", "dtype": "int32", "ndim": 1,
+               "what": "ragged int32 tokens, 16-512 long (median ~130), Zipf ids"},
+    "labels": {"kind": "dense", "dtype": "int64", "shape": (),
+               "what": "int64 scalar labels (8 B)"},
+}
+
+
+def smooth_images(rng: np.random.Generator, count: int, h: int, w: int) -> np.ndarray:
+    """``count`` uint8 (3, h, w) images: a plane wave and a ramp per channel
+    plus +-2 of noise (deflate shrinks them a little, like photos)."""
+    out = np.empty((count, 3, h, w), dtype=np.uint8)
+    y = np.arange(h, dtype=np.float32)[:, None]
+    x = np.arange(w, dtype=np.float32)[None, :]
+    for i in range(count):
+        p = rng.random((3, 6), dtype=np.float32)
+        for c in range(3):
+            a, b, fy, fx, ph, base = p[c]
+            v = (base * 160 + 40 + 50 * np.sin((fy * y / h + fx * x / w) * 12.0 + ph * 6.28)
+                 + (a - 0.5) * 60 * (y / h) + (b - 0.5) * 60 * (x / w))
+            v += rng.integers(-2, 3, size=(h, w)).astype(np.float32)
+            out[i, c] = np.clip(v, 0, 255)
+    return out
+
+
+def zipf_ids(rng: np.random.Generator, n: int, vocab: int = 50_000, s: float = 1.05) -> np.ndarray:
+    weights = np.arange(1, vocab + 1, dtype=np.float64) ** -s
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), vocab - 1).astype(np.int32)
+
+
+def photo_shapes(rng: np.random.Generator, budget: int) -> np.ndarray:
+    """(n, 3) shapes whose bytes add up to at most ``budget``: the short
+    side log-normal around 480 px, aspect ratios of cameras and phones,
+    both sides clipped to 100..2600."""
+    shapes = []
+    total = 0
+    aspects = np.array([4 / 3, 3 / 2, 16 / 9, 1.0, 3 / 4, 2 / 3, 9 / 16])
+    while True:
+        short = float(np.exp(rng.normal(np.log(480), 0.55)))
+        a = float(aspects[rng.integers(len(aspects))])
+        h, w = (short, short * a) if a >= 1 else (short / a, short)
+        h, w = int(np.clip(round(h), 100, 2600)), int(np.clip(round(w), 100, 2600))
+        if total + 3 * h * w > budget:
+            break
+        shapes.append((3, h, w))
+        total += 3 * h * w
+    return np.array(shapes, dtype=np.int64).reshape(-1, 3)
+
+
+def generate(name: str, dest: Path) -> dict[str, Any]:
+    """Write workload ``name`` under ``dest``; returns its manifest."""
+    spec = WORKLOADS[name]
+    rng = np.random.default_rng([GEN_VERSION, list(WORKLOADS).index(name)])
+    if name in ("img224", "img64"):
+        side = spec["shape"][1]
+        count = CFG[name]
+        arr = np.lib.format.open_memmap(dest / f"{name}.npy", mode="w+", dtype=np.uint8, shape=(count, 3, side, side))
+        for start in range(0, count, 256):
+            k = min(256, count - start)
+            arr[start:start + k] = smooth_images(rng, k, side, side)
+        arr.flush()
+        del arr
+    elif name == "tok512":
+        arr = zipf_ids(rng, CFG[name] * 512).reshape(-1, 512)
+        np.save(dest / f"{name}.npy", arr)
+    elif name == "labels":
+        np.save(dest / f"{name}.npy", rng.integers(0, 1000, size=CFG[name], dtype=np.int64))
+    elif name == "tokens":
+        n = CFG[name]
+        lengths = np.exp(rng.normal(np.log(130), 0.75, size=n))
+        lengths = np.clip(np.rint(lengths), 16, 512).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        np.save(dest / f"{name}.flat.npy", zipf_ids(rng, int(offsets[-1])))
+        np.save(dest / f"{name}.offsets.npy", offsets)
+        np.save(dest / f"{name}.shapes.npy", lengths.reshape(-1, 1))
+    elif name == "photos":
+        shapes = photo_shapes(rng, CFG["photos_mib"] * MIB)
+        sizes = shapes.prod(axis=1)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        flat = np.lib.format.open_memmap(dest / f"{name}.flat.npy", mode="w+", dtype=np.uint8, shape=(int(offsets[-1]),))
+        for i, (c, h, w) in enumerate(shapes.tolist()):
+            flat[offsets[i]:offsets[i + 1]] = smooth_images(rng, 1, h, w).reshape(-1)
+        flat.flush()
+        del flat
+        np.save(dest / f"{name}.offsets.npy", offsets)
+        np.save(dest / f"{name}.shapes.npy", shapes)
+    return manifest_of(name, dest)
+
+
+def manifest_of(name: str, dest: Path) -> dict[str, Any]:
+    w = Workload(name, dest)
+    digest = hashlib.sha256()
+    for f in sorted(dest.glob(f"{name}.*npy")):
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                digest.update(chunk)
+    return {"records": w.n, "logical_bytes": w.logical_bytes, "sha256": digest.hexdigest(),
+            "median_record_bytes": w.median_record_bytes}
+
+
+class Workload:
+    """A generated workload, memory-mapped from its .npy files."""
+
+    def __init__(self, name: str, src: Path) -> None:
+        spec = WORKLOADS[name]
+        self.name = name
+        self.kind: str = spec["kind"]
+        self.dtype = np.dtype(spec["dtype"])
+        if self.kind == "dense":
+            self.arr = np.load(src / f"{name}.npy", mmap_mode="r")
+            self.shape = tuple(self.arr.shape[1:])
+            self.n = len(self.arr)
+            self.logical_bytes = int(self.arr.nbytes)
+            self.median_record_bytes = int(self.arr[0].nbytes) if self.n else 0
+        else:
+            self.flat = np.load(src / f"{name}.flat.npy", mmap_mode="r")
+            self.offsets = np.load(src / f"{name}.offsets.npy")
+            self.shapes = np.load(src / f"{name}.shapes.npy")
+            self.ndim = self.shapes.shape[1]
+            self.n = len(self.shapes)
+            self.logical_bytes = int(self.offsets[-1]) * self.dtype.itemsize
+            self.median_record_bytes = int(np.median(np.diff(self.offsets))) * self.dtype.itemsize
+
+    def record(self, i: int) -> np.ndarray:
+        if self.kind == "dense":
+            return self.arr[i]
+        return self.flat[self.offsets[i]:self.offsets[i + 1]].reshape(self.shapes[i])
+
+    def records(self, start: int, stop: int) -> list[np.ndarray]:
+        return [np.ascontiguousarray(self.record(i)) for i in range(start, stop)]
+
+    def check(self, idx: np.ndarray, got: Any, who: str) -> None:
+        """Raise unless ``got`` holds the records at ``idx``."""
+        if self.kind == "dense":
+            want = self.arr[idx.astype(np.intp)]
+            got = np.asarray(got)
+            if got.shape != want.shape or got.dtype != want.dtype or not np.array_equal(got, want):
+                raise ValueError(f"{who}: gathered wrong {self.name} records "
+                                 f"({getattr(got, 'shape', '?')} {getattr(got, 'dtype', '?')})")
+        else:
+            if len(got) != len(idx):
+                raise ValueError(f"{who}: {len(got)} records for {len(idx)} indices")
+            for g, i in zip(got, idx.tolist()):
+                w = self.record(i)
+                if g.dtype != w.dtype or g.shape != w.shape or not np.array_equal(g, w):
+                    raise ValueError(f"{who}: gathered a wrong {self.name} record ({i})")
+
+
+def batches_for(w: Workload, count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng([7, list(WORKLOADS).index(w.name)])
+    size = GATHER_BATCH_OF.get(w.name, GATHER_BATCH)
+    return [rng.integers(0, w.n, size=size).astype(np.int64) for _ in range(count)]
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def allocated_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_blocks * 512
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def drop_page_cache() -> bool:
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def read_through(path: Path) -> None:
+    files = [path] if path.is_file() else [Path(r) / n for r, _d, fs in os.walk(path) for n in fs]
+    for f in files:
+        with open(f, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+
+
+def fsync_tree(path: Path) -> None:
+    files = [path] if path.is_file() else [Path(r) / n for r, _d, fs in os.walk(path) for n in fs]
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def encode_shape(a: np.ndarray) -> bytes:
+    """Record bytes for stores that keep bytes only: the shape (int32 per
+    axis) ahead of the data, for ragged records."""
+    return struct.pack(f"<{a.ndim}i", *a.shape) + a.tobytes()
+
+
+def decode_shape(b: Any, dtype: np.dtype, ndim: int) -> np.ndarray:
+    shape = struct.unpack_from(f"<{ndim}i", b)
+    return np.frombuffer(b, dtype=dtype, offset=4 * ndim).reshape(shape)
+
+
+def stack_bytes(values: list[Any], w: Workload) -> np.ndarray:
+    """Dense records given as bytes-likes, stacked into one new array."""
+    out = np.empty((len(values), *w.shape), dtype=w.dtype)
+    flat = out.reshape(len(values), -1).view(np.uint8)
+    for k, v in enumerate(values):
+        flat[k] = np.frombuffer(v, dtype=np.uint8)
+    return out
+
+
+# ----------------------------------------------------------------- contenders
+#
+# A contender: which workloads and codecs it stores, write(path) and
+# open(path) -> gather(idx). Write takes the records from the workload's
+# memory map as a user would take them from an array.
+
+
+class Missing(Exception):
+    pass
+
+
+class Contender:
+    name = "?"
+    label = "?"
+    codecs: tuple[str, ...] = ("raw",)
+    kinds: tuple[str, ...] = ("dense", "ragged")
+    single_file = False
+
+    def supports(self, w: Workload, codec: str) -> str | None:
+        """None, or why this (workload, codec) is not measured."""
+        if w.kind not in self.kinds:
+            return f"no {w.kind} records"
+        return None
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        raise NotImplementedError
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        raise NotImplementedError
+
+
+class LoaderxTyped(Contender):
+    """loaderx Dense/Ragged (ours, and 2.4.0 with the same API)."""
+
+    def __init__(self, name: str, label: str, codecs: tuple[str, ...]) -> None:
+        from loaderx.zrecord import Dense, Ragged
+
+        self.Dense, self.Ragged = Dense, Ragged
+        self.name, self.label, self.codecs = name, label, codecs
+        self.handles: list[Any] = []
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        if w.kind == "dense":
+            wr = self.Dense.create(path, w.dtype, w.shape, codec=codec)
+            step = max(1, (64 * MIB) // max(1, w.median_record_bytes))
+            for s in range(0, w.n, step):
+                wr.append(np.ascontiguousarray(w.arr[s:s + step]))
+        else:
+            wr = self.Ragged.create(path, w.dtype, w.ndim, codec=codec)
+            step = 8192
+            for s in range(0, w.n, step):
+                wr.append(w.records(s, min(w.n, s + step)))
+        wr.close()
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        r = (self.Dense if w.kind == "dense" else self.Ragged).open(path)
+        self.handles.append(r)
+        return r.__getitem__
+
+
+class Loaderx054(Contender):
+    name, label, codecs, kinds = "v054", "loaderx 0.5.4 Dataset", ("raw", "flate"), ("dense",)
+
+    def __init__(self) -> None:
+        import loaderx
+
+        self.lx = loaderx
+
+    def supports(self, w: Workload, codec: str) -> str | None:
+        if w.kind != "dense":
+            return "0.5.4 has fixed-size records only"
+        return None
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        self.lx.Dataset.write(path, np.ascontiguousarray(w.arr), codec=codec).close()
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        ds = self.lx.Dataset(path)
+        return ds.__getitems__
+
+
+class NpyMmap(Contender):
+    name, label, single_file = "npy", "NumPy memory map (.npy)", False
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        path.mkdir(parents=True)
+        if w.kind == "dense":
+            np.save(path / "data.npy", w.arr)
+        else:
+            np.save(path / "flat.npy", w.flat)
+            np.save(path / "offsets.npy", w.offsets)
+            np.save(path / "shapes.npy", w.shapes)
+        fsync_tree(path)
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        if w.kind == "dense":
+            arr = np.load(path / "data.npy", mmap_mode="r")
+            return lambda idx: arr[idx]
+        flat = np.load(path / "flat.npy", mmap_mode="r")
+        offsets = np.load(path / "offsets.npy")
+        shapes = np.load(path / "shapes.npy")
+
+        def gather(idx: np.ndarray) -> list[np.ndarray]:
+            return [np.array(flat[offsets[i]:offsets[i + 1]]).reshape(shapes[i]) for i in idx.tolist()]
+
+        return gather
+
+
+class Hdf5(Contender):
+    name, label, codecs = "h5py", "HDF5 (h5py)", ("raw", "gzip")
+
+    def __init__(self) -> None:
+        import h5py
+
+        self.h5py = h5py
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        comp = {"compression": "gzip", "compression_opts": 4} if codec == "gzip" else {}
+        with self.h5py.File(path, "w") as f:
+            if w.kind == "dense":
+                ds = f.create_dataset("data", shape=(w.n, *w.shape), dtype=w.dtype,
+                                      chunks=(1, *w.shape) if w.shape else (min(w.n, 4096),), **comp)
+                step = max(1, (64 * MIB) // max(1, w.median_record_bytes))
+                for s in range(0, w.n, step):
+                    ds[s:s + step] = w.arr[s:s + step]
+            else:
+                ds = f.create_dataset("data", shape=(w.n,), dtype=self.h5py.vlen_dtype(w.dtype),
+                                      chunks=(1,), **comp)
+                f.create_dataset("shapes", data=w.shapes)
+                for i in range(w.n):
+                    ds[i] = w.record(i).reshape(-1)
+        fsync_tree(path)
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        f = self.h5py.File(path, "r")
+        ds = f["data"]
+        # One read per record: h5py's fancy selection (ds[sorted_unique])
+        # builds a point selection and was 25x slower on these chunks.
+        if w.kind == "dense":
+            def gather(idx: np.ndarray) -> np.ndarray:
+                out = np.empty((len(idx), *w.shape), dtype=w.dtype)
+                for k, i in enumerate(idx.tolist()):
+                    ds.read_direct(out, np.s_[i], np.s_[k])
+                return out
+            return gather
+        shapes = f["shapes"][:]
+
+        def gather_r(idx: np.ndarray) -> list[np.ndarray]:
+            return [ds[i].reshape(shapes[i]) for i in idx.tolist()]
+
+        return gather_r
+
+
+class Lmdb(Contender):
+    name, label = "lmdb", "LMDB"
+
+    def __init__(self) -> None:
+        import lmdb
+
+        self.lmdb = lmdb
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        size = int(w.logical_bytes * 1.6 + w.n * 64 + 64 * MIB)
+        env = self.lmdb.open(str(path), map_size=size, subdir=True, sync=True)
+        step = 4096
+        for s in range(0, w.n, step):
+            with env.begin(write=True) as txn:
+                for i in range(s, min(w.n, s + step)):
+                    r = w.record(i)
+                    txn.put(struct.pack(">Q", i), r.tobytes() if w.kind == "dense" else encode_shape(r),
+                            append=True)
+        env.sync(True)
+        env.close()
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        env = self.lmdb.open(str(path), readonly=True, lock=False, readahead=False)
+        keys = [struct.pack(">Q", i) for i in range(w.n)]
+
+        def gather(idx: np.ndarray) -> Any:
+            with env.begin(buffers=True) as txn:
+                vals = [txn.get(keys[i]) for i in idx.tolist()]
+                if w.kind == "dense":
+                    return stack_bytes(vals, w)
+                return [decode_shape(v, w.dtype, w.ndim).copy() for v in vals]
+
+        return gather
+
+
+def arrow_table(w: Workload, start: int, stop: int) -> Any:
+    import pyarrow as pa
+
+    recs = w.records(start, stop)
+    data = pa.array([r.tobytes() for r in recs], type=pa.large_binary())
+    cols = {"data": data}
+    if w.kind == "ragged":
+        cols["shape"] = pa.array([list(r.shape) for r in recs], type=pa.list_(pa.int32()))
+    return pa.table(cols)
+
+
+def arrow_decode(tbl: Any, w: Workload) -> Any:
+    """Records of an Arrow table's ``data`` column (large_binary), as a
+    stacked array (dense) or a list of arrays (ragged)."""
+    col = tbl.column("data").combine_chunks()
+    _validity, offs_buf, data_buf = col.buffers()
+    offs = np.frombuffer(offs_buf, dtype=np.int64)[col.offset:col.offset + len(col) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8)
+    if w.kind == "dense":
+        return data[offs[0]:offs[-1]].view(w.dtype).reshape(len(col), *w.shape).copy()
+    shapes = tbl.column("shape").to_pylist()
+    return [data[offs[k]:offs[k + 1]].view(w.dtype).reshape(shapes[k]) for k in range(len(col))]
+
+
+class ArrowIpc(Contender):
+    name, label, codecs = "arrow", "Arrow IPC file", ("raw", "zstd")
+
+    def __init__(self) -> None:
+        import pyarrow as pa
+
+        self.pa = pa
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        pa = self.pa
+        opts = pa.ipc.IpcWriteOptions(compression="zstd" if codec == "zstd" else None)
+        writer = None
+        with pa.OSFile(str(path), "wb") as sink:
+            for s in range(0, w.n, 256):
+                t = arrow_table(w, s, min(w.n, s + 256))
+                if writer is None:
+                    writer = pa.ipc.new_file(sink, t.schema, options=opts)
+                writer.write_table(t, max_chunksize=256)
+            if writer is not None:
+                writer.close()
+        fsync_tree(path)
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        pa = self.pa
+        reader = pa.ipc.open_file(pa.memory_map(str(path)))
+
+        def gather(idx: np.ndarray) -> Any:
+            groups, inv = np.unique(idx // 256, return_inverse=True)
+            batches = [reader.get_batch(int(g)) for g in groups]
+            tbl = pa.Table.from_batches(batches)
+            pos = (np.searchsorted(groups, idx // 256) * 256 + idx % 256).astype(np.int64)
+            return arrow_decode(tbl.take(pa.array(pos)), w)
+
+        return gather
+
+
+class Parquet(Contender):
+    name, label, codecs = "parquet", "Parquet (256-record row groups)", ("raw", "zstd")
+
+    def __init__(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.pa, self.pq = pa, pq
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        writer = None
+        for s in range(0, w.n, 256):
+            t = arrow_table(w, s, min(w.n, s + 256))
+            if writer is None:
+                writer = self.pq.ParquetWriter(str(path), t.schema, compression="zstd" if codec == "zstd" else "none")
+            writer.write_table(t, row_group_size=256)
+        if writer is not None:
+            writer.close()
+        fsync_tree(path)
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        pf = self.pq.ParquetFile(str(path), memory_map=True)
+
+        def gather(idx: np.ndarray) -> Any:
+            groups = np.unique(idx // 256)
+            tbl = pf.read_row_groups(groups.tolist())
+            pos = (np.searchsorted(groups, idx // 256) * 256 + idx % 256).astype(np.int64)
+            return arrow_decode(tbl.take(self.pa.array(pos)), w)
+
+        return gather
+
+
+class ArrayRecord(Contender):
+    name, label = "arrayrecord", "ArrayRecord (group_size:1)"
+
+    def __init__(self) -> None:
+        from array_record.python import array_record_module as arm
+
+        self.arm = arm
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        wr = self.arm.ArrayRecordWriter(str(path), "group_size:1")
+        for i in range(w.n):
+            r = w.record(i)
+            wr.write(r.tobytes() if w.kind == "dense" else encode_shape(r))
+        wr.close()
+        fsync_tree(path)
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        rd = self.arm.ArrayRecordReader(str(path))
+
+        def gather(idx: np.ndarray) -> Any:
+            vals = rd.read(idx.tolist())
+            if w.kind == "dense":
+                return stack_bytes(vals, w)
+            return [decode_shape(v, w.dtype, w.ndim).copy() for v in vals]
+
+        return gather
+
+
+class Lance(Contender):
+    name, label = "lance", "Lance (take)"
+
+    def __init__(self) -> None:
+        import lance
+        import pyarrow as pa
+
+        self.lance, self.pa = lance, pa
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        def batches() -> Iterator[Any]:
+            for s in range(0, w.n, 1024):
+                yield from arrow_table(w, s, min(w.n, s + 1024)).to_batches()
+
+        schema = arrow_table(w, 0, 1).schema
+        reader = self.pa.RecordBatchReader.from_batches(schema, batches())
+        self.lance.write_dataset(reader, str(path))
+        fsync_tree(path)
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        ds = self.lance.dataset(str(path))
+        cols = ["data"] if w.kind == "dense" else ["data", "shape"]
+        return lambda idx: arrow_decode(ds.take(idx, columns=cols), w)
+
+
+SPLIT_BYTES = 1 << 20  # the ceiling splits batches of at least this many bytes over the cores
+
+
+class Ceiling(Contender):
+    """The same rows gathered from an array in memory: ``cores`` splits the
+    batch over every core (NumPy's take releases the GIL), ``1thread`` does
+    it on the calling thread; the ceiling is the faster of the two (on a
+    shared machine a second thread may not get a core). Not a store."""
+
+    name, label, codecs = "memory", "in-memory ceiling", ("cores", "1thread")
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.cores = len(os.sched_getaffinity(0))
+        self.pool = ThreadPoolExecutor(self.cores)
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        raise Missing("not a store")
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        k = self.cores if codec == "cores" else 1
+        if w.kind == "dense":
+            arr = np.array(w.arr)
+
+            def gather(idx: np.ndarray) -> np.ndarray:
+                if k == 1 or len(idx) * w.median_record_bytes < SPLIT_BYTES:
+                    return arr[idx]  # below SPLIT_BYTES, handing out to threads costs more than it saves
+                out = np.empty((len(idx), *w.shape), dtype=w.dtype)
+                parts = np.array_split(np.arange(len(idx)), k)
+                list(self.pool.map(lambda p: np.take(arr, idx[p], axis=0, out=out[p[0]:p[-1] + 1]) if len(p) else None, parts))
+                return out
+            return gather
+        flat = np.array(w.flat)
+        offs, shapes = w.offsets, w.shapes
+
+        def gather_r(idx: np.ndarray) -> list[np.ndarray]:
+            lens = offs[idx + 1] - offs[idx]
+            bounds = np.concatenate([[0], np.cumsum(lens)])
+            buf = np.empty(int(bounds[-1]), dtype=w.dtype)
+            parts = np.array_split(np.arange(len(idx)), k if bounds[-1] * w.dtype.itemsize >= SPLIT_BYTES else 1)
+
+            def copy(p: np.ndarray) -> None:
+                for j in p.tolist():
+                    i = idx[j]
+                    buf[bounds[j]:bounds[j + 1]] = flat[offs[i]:offs[i + 1]]
+            list(self.pool.map(copy, parts))
+            return [buf[bounds[j]:bounds[j + 1]].reshape(shapes[i]) for j, i in enumerate(idx.tolist())]
+
+        return gather_r
+
+
+def field_contenders() -> tuple[list[Contender], dict[str, str]]:
+    """The contenders of the bench venv, and why any is missing."""
+    out: list[Contender] = [NpyMmap()]
+    missing: dict[str, str] = {}
+    for cls in (Hdf5, Lmdb, ArrowIpc, Parquet, ArrayRecord, Lance, Ceiling):
+        try:
+            out.append(cls())
+        except Exception as e:  # noqa: BLE001 - any import failure makes it missing
+            missing[cls.name] = f"{type(e).__name__}: {e}"
+    return out, missing
+
+
+# ----------------------------------------------------------------- worker
+
+
+class Worker:
+    def __init__(self, impl: str, data_dir: Path) -> None:
+        self.impl = impl
+        self.src = data_dir / "source"
+        self.root = data_dir / "stores" / impl
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.missing: dict[str, str] = {}
+        if impl == "ours":
+            self.contenders: list[Contender] = [LoaderxTyped("ours", "loaderx (this tree) Dense/Ragged",
+                                                             ("raw", "lz4", "zstd", "flate"))]
+        elif impl == "v240":
+            self.contenders = [LoaderxTyped("v240", "loaderx 2.4.0 Dense/Ragged", ("raw", "zstd"))]
+        elif impl == "v054":
+            self.contenders = [Loaderx054()]
+        else:
+            self.contenders, self.missing = field_contenders()
+        self.by_name = {c.name: c for c in self.contenders}
+        self.workloads: dict[str, Workload] = {}
+        self.readers: dict[str, tuple[Callable[[np.ndarray], Any], Workload]] = {}
+        self.batches: dict[str, list[np.ndarray]] = {}
+
+    def wl(self, name: str) -> Workload:
+        if name not in self.workloads:
+            self.workloads[name] = Workload(name, self.src)
+            self.batches[name] = batches_for(self.workloads[name], CFG["gather_batches"])
+        return self.workloads[name]
+
+    def hello(self) -> dict[str, Any]:
+        versions: dict[str, str] = {"python": platform.python_version(), "numpy": np.__version__}
+        try:
+            from importlib import metadata
+
+            for dist in ("loaderx", "h5py", "lmdb", "pyarrow", "array-record", "pylance", "torch",
+                         "grain", "jax", "jax-dataloader"):
+                try:
+                    versions[dist] = metadata.version(dist)
+                except metadata.PackageNotFoundError:
+                    pass
+        except ImportError:
+            pass
+        return {"impl": self.impl, "versions": versions, "missing": self.missing,
+                "contenders": {c.name: {"label": c.label, "codecs": list(c.codecs)} for c in self.contenders}}
+
+    def jobs(self, workloads: list[str]) -> list[dict[str, Any]]:
+        out = []
+        for wname in workloads:
+            w = self.wl(wname)
+            for c in self.contenders:
+                for codec in c.codecs:
+                    out.append({"impl": self.impl, "contender": c.name, "codec": codec, "workload": wname,
+                                "skip": c.supports(w, codec)})
+        return out
+
+    def store_path(self, contender: str, workload: str, codec: str) -> Path:
+        return self.root / f"{workload}-{contender}-{codec}"
+
+    def write(self, contender: str, workload: str, codec: str, drop_cache: bool) -> dict[str, Any]:
+        c, w = self.by_name[contender], self.wl(workload)
+        path = self.store_path(contender, workload, codec)
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        dropped = drop_page_cache() if drop_cache else False
+        t0 = time.perf_counter()
+        c.write(path, w, codec)
+        t1 = time.perf_counter()
+        os.sync()
+        t2 = time.perf_counter()
+        return {"close_s": t1 - t0, "durable_s": t2 - t0, "dropped": dropped,
+                "on_disk_bytes": allocated_bytes(path)}
+
+    def open_reader(self, contender: str, workload: str, codec: str) -> dict[str, Any]:
+        c, w = self.by_name[contender], self.wl(workload)
+        path = self.store_path(contender, workload, codec)
+        if contender != "memory":
+            read_through(path)
+        gather = c.open(path, w, codec)
+        for b in self.batches[workload]:
+            gather(b)
+        idx = self.batches[workload][0]
+        w.check(idx, gather(idx), f"{self.impl}/{contender}/{codec}/{workload}")
+        self.readers[f"{contender}/{codec}/{workload}"] = (gather, w)
+        return {}
+
+    def gather(self, contender: str, workload: str, codec: str) -> dict[str, Any]:
+        gather, w = self.readers[f"{contender}/{codec}/{workload}"]
+        times = []
+        t_all = time.perf_counter()
+        for b in self.batches[workload]:
+            t0 = time.perf_counter()
+            gather(b)
+            times.append(time.perf_counter() - t0)
+        total = time.perf_counter() - t_all
+        nbytes = 0
+        size = len(self.batches[workload][0])
+        if w.kind == "dense":
+            nbytes = size * w.median_record_bytes * len(self.batches[workload])
+        else:
+            for b in self.batches[workload]:
+                nbytes += int((w.offsets[b + 1] - w.offsets[b]).sum()) * w.dtype.itemsize
+        return {"total_s": total, "batch_s": times, "bytes": nbytes,
+                "records": size * len(self.batches[workload])}
+
+    def close_all(self) -> dict[str, Any]:
+        self.readers.clear()
+        return {}
+
+
+def serve(impl: str, data_dir: Path) -> int:
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        worker = Worker(impl, data_dir)
+        out.write(json.dumps({"ok": worker.hello()}) + "\n")
+    except Exception as e:  # noqa: BLE001 - the whole contender is missing
+        out.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
+        out.flush()
+        return 1
+    out.flush()
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd.pop("op")
+        if op == "quit":
+            break
+        try:
+            reply = {"ok": getattr(worker, op)(**cmd)}
+        except Exception as e:  # noqa: BLE001 - reported to the driver
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+    return 0
+
+
+# ----------------------------------------------------------------- loaders
+#
+# One loader per fresh process (`field.py loader-run NAME CODEC`), over the
+# img224 images and an int64 label that is each record's index.
+
+
+def pss_rss_of(pid: int) -> tuple[int, int]:
+    pss = rss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
+                elif line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return pss, rss
+
+
+def tree_of(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+class TreeSampler(threading.Thread):
+    """Samples the summed PSS and RSS of a process tree until stopped."""
+
+    def __init__(self, root: int, period: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.root, self.period = root, period
+        self.peak_pss = self.peak_rss = self.peak_procs = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            pids = tree_of(self.root)
+            pss = rss = 0
+            for p in pids:
+                a, b = pss_rss_of(p)
+                pss += a
+                rss += b
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_procs = max(self.peak_procs, len(pids))
+            self.stop.wait(self.period)
+
+
+LOADERS: list[tuple[str, str, str]] = [
+    # (name, codec, venv)
+    ("loaderx", "raw", "ours"), ("loaderx", "lz4", "ours"), ("loaderx", "zstd", "ours"),
+    ("loaderx", "flate", "ours"),
+    ("loaderx 0.5.4", "raw", "v054"), ("loaderx 0.5.4", "flate", "v054"),
+    ("loaderx 2.4.0", "raw", "v240"), ("loaderx 2.4.0", "zstd", "v240"),
+    ("torch fork", "raw", "field"), ("torch spawn", "raw", "field"),
+    ("grain", "raw", "field"), ("jax-dataloader", "raw", "field"),
+]
+
+
+class TorchImages:
+    """A map-style torch dataset over the memory-mapped .npy: one item is a
+    whole batch (the sampler hands out lists of indices)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.arr: Any = None
+
+    def __len__(self) -> int:
+        return len(np.load(self.path, mmap_mode="r"))
+
+    def __getitem__(self, idx: list[int]) -> Any:
+        import torch
+
+        if self.arr is None:
+            self.arr = np.load(self.path, mmap_mode="r")
+        i = np.asarray(idx, dtype=np.int64)
+        return {"image": torch.from_numpy(self.arr[i]), "label": torch.from_numpy(i)}
+
+
+class GrainParse:
+    """Grain map: ArrayRecord bytes (8-byte index + image) -> arrays."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+    def map(self, rec: bytes) -> dict[str, np.ndarray]:
+        label = np.frombuffer(rec, dtype=np.int64, count=1)[0]
+        return {"image": np.frombuffer(rec, dtype=np.uint8, offset=8).reshape(self.shape), "label": label}
+
+
+def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any], Callable[[], None], Callable[[Any], tuple[np.ndarray, np.ndarray]]]:
+    """(next batch, close, (batch -> images, labels)) for loader ``name``;
+    stores it needs are made here when missing (untimed)."""
+    src = data_dir / "source" / "img224.npy"
+    images = np.load(src, mmap_mode="r")
+    n = len(images)
+    d = data_dir / "loader"
+    d.mkdir(parents=True, exist_ok=True)
+    idx_labels = np.arange(n, dtype=np.int64)
+    as_np: Callable[[Any], tuple[np.ndarray, np.ndarray]] = lambda b: (np.asarray(b["image"]), np.asarray(b["label"]))
+
+    if name in ("loaderx", "loaderx 2.4.0"):
+        from loaderx.dataloader import DataLoader
+        from loaderx.zrecord import Dense
+
+        tag = "ours" if name == "loaderx" else "v240"
+        ip, lp = d / f"{tag}-img224-{codec}", d / f"{tag}-labels"
+        for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
+            if not (p / "done").exists():
+                if p.exists():
+                    shutil.rmtree(p)
+                wr = Dense.create(p, arr.dtype, arr.shape[1:], codec=c)
+                for s in range(0, len(arr), 1024):
+                    wr.append(np.ascontiguousarray(arr[s:s + 1024]))
+                wr.close()
+                (p / "done").write_text("")
+        read_through(ip)
+        streams = {"image": Dense.open(ip), "label": Dense.open(lp)}
+        if name == "loaderx":
+            dl = DataLoader(streams, num_workers=LOADER_WORKERS, batch_size=LOADER_BATCH,
+                            prefetch_size=LOADER_PREFETCH)
+        else:
+            dl = DataLoader(streams, transform_workers=LOADER_WORKERS, batch_size=LOADER_BATCH,
+                            prefetch_size=LOADER_PREFETCH)
+        it = iter(dl)
+        return (lambda: next(it)), dl.close, as_np
+    if name == "loaderx 0.5.4":
+        import loaderx
+
+        ip, lp = d / f"v054-img224-{codec}", d / "v054-labels"
+        for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
+            if not (p / "done").exists():
+                if p.exists():
+                    shutil.rmtree(p)
+                loaderx.Dataset.write(p, np.ascontiguousarray(arr), codec=c).close()
+                (p / "done").write_text("")
+        read_through(ip)
+        dl = loaderx.DataLoader(loaderx.Dataset(ip), loaderx.Dataset(lp), LOADER_WORKERS, LOADER_BATCH,
+                                LOADER_PREFETCH)
+        it = iter(dl)
+        return (lambda: next(it)), getattr(dl, "close", lambda: None), \
+            (lambda b: (np.asarray(b["data"]).reshape(-1, *images.shape[1:]), np.asarray(b["label"]).reshape(-1)))
+    if name.startswith("torch"):
+        import torch
+        from torch.utils.data import BatchSampler, DataLoader as TorchLoader, RandomSampler
+
+        read_through(src)
+        ds = TorchImages(str(src))
+        sampler = BatchSampler(RandomSampler(range(n), replacement=True, num_samples=1 << 30),
+                               LOADER_BATCH, drop_last=True)
+        ctx = "fork" if name == "torch fork" else "spawn"
+        dl = TorchLoader(ds, batch_size=None, sampler=sampler, num_workers=LOADER_WORKERS,
+                         multiprocessing_context=ctx, persistent_workers=True,
+                         prefetch_factor=max(1, LOADER_PREFETCH // LOADER_WORKERS) or 1)
+        it = iter(dl)
+        del torch
+        return (lambda: next(it)), (lambda: it._shutdown_workers()), \
+            (lambda b: (b["image"].numpy(), b["label"].numpy()))
+    if name == "grain":
+        from absl import flags as absl_flags
+
+        if not absl_flags.FLAGS.is_parsed():
+            absl_flags.FLAGS.mark_as_parsed()  # grain reads absl flags; this is no absl app
+        try:
+            import grain.python as pygrain
+        except ImportError:
+            import grain as pygrain  # type: ignore[no-redef]
+        from array_record.python import array_record_module as arm
+
+        p = d / "grain-img224.array_record"
+        if not Path(str(p) + ".done").exists():
+            wr = arm.ArrayRecordWriter(str(p), "group_size:1")
+            for i in range(n):
+                wr.write(struct.pack("<q", i) + images[i].tobytes())
+            wr.close()
+            Path(str(p) + ".done").write_text("")
+        read_through(p)
+        source = pygrain.ArrayRecordDataSource([str(p)])
+        sampler = pygrain.IndexSampler(num_records=n, shuffle=True, seed=42, num_epochs=None,
+                                       shard_options=pygrain.NoSharding())
+        parse = type("Parse", (pygrain.MapTransform,), {"map": GrainParse.map, "__init__": GrainParse.__init__})
+        dl = pygrain.DataLoader(data_source=source, sampler=sampler,
+                                operations=[parse(tuple(images.shape[1:])), pygrain.Batch(LOADER_BATCH, drop_remainder=True)],
+                                worker_count=LOADER_WORKERS, worker_buffer_size=max(1, LOADER_PREFETCH // LOADER_WORKERS))
+        it = iter(dl)
+        return (lambda: next(it)), (lambda: None), as_np
+    if name == "jax-dataloader":
+        import jax_dataloader as jdl
+
+        mem = np.array(images)
+        ds = jdl.ArrayDataset(mem, idx_labels)
+        dl = jdl.DataLoader(ds, backend="jax", batch_size=LOADER_BATCH, shuffle=True, drop_last=True)
+
+        def forever() -> Iterator[Any]:
+            while True:
+                yield from dl
+
+        it = forever()
+        return (lambda: next(it)), (lambda: None), \
+            (lambda b: (np.asarray(b[0]), np.asarray(b[1])))
+    raise SystemExit(f"unknown loader {name}")
+
+
+def loader_run(name: str, codec: str, data_dir: Path) -> int:
+    """One loader in this process: prints a JSON line on stdout."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    images = np.load(data_dir / "source" / "img224.npy", mmap_mode="r")
+    try:
+        nxt, close, split = make_loader(name, codec, data_dir)
+    except Exception as e:  # noqa: BLE001 - the loader is missing, with the reason
+        out.write(json.dumps({"missing": f"{type(e).__name__}: {e}"}) + "\n")
+        return 0
+    own_pss = pss_rss_of(os.getpid())[0]
+    out.write(json.dumps({"ready": True, "pss_before": own_pss}) + "\n")
+    out.flush()
+    t0 = time.perf_counter()
+    for _ in range(CFG["loader_warmup"]):
+        nxt()
+    warm = time.perf_counter() - t0
+    times = []
+    checked = 0
+    t_all = time.perf_counter()
+    for k in range(CFG["loader_batches"]):
+        t0 = time.perf_counter()
+        b = nxt()
+        times.append(time.perf_counter() - t0)
+        if k == 0:
+            img, lab = split(b)
+            if img.shape != (LOADER_BATCH, *images.shape[1:]) or not np.array_equal(img, images[lab.astype(np.intp)]):
+                raise SystemExit(f"{name} {codec}: a batch {img.shape} whose images are not the records at its labels")
+            checked += 1
+    total = time.perf_counter() - t_all
+    out.write(json.dumps({"total_s": total, "batch_s": times, "warmup_s": warm, "checked": checked}) + "\n")
+    out.flush()
+    try:
+        close()
+    except Exception as e:  # noqa: BLE001 - measured already; the process ends here
+        log(f"{name} {codec}: close failed: {e}")
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bool, scale: float) -> dict[str, Any]:
+    cmd = [python, str(SCRIPT), *(["--smoke"] if smoke else ["--scale", str(scale)]),
+           "loader-run", name, codec, "--data-dir", str(data_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline() or '{"missing": "the loader process exited at start"}')
+    if "missing" in first:
+        proc.wait()
+        return {"missing": first["missing"]}
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    line = proc.stdout.readline()
+    sampler.stop.set()
+    sampler.join()
+    code = proc.wait()
+    if not line:
+        raise SystemExit(f"loader {name} {codec} exited with {code} before reporting")
+    res = json.loads(line)
+    res.update(peak_pss=sampler.peak_pss, peak_rss=sampler.peak_rss, procs=sampler.peak_procs,
+               pss_before=first["pss_before"])
+    return res
+
+
+# ----------------------------------------------------------------- driver
+
+
+FIELD_HOLDS = ("NumPy mmap, HDF5, LMDB, Arrow IPC, Parquet, ArrayRecord, Lance, the in-memory ceiling, "
+               "torch, Grain, jax-dataloader")
+
+
+class Remote:
+    def __init__(self, impl: str, python: str, data_dir: Path, argv: list[str]) -> None:
+        self.impl = impl
+        self.proc = subprocess.Popen([python, str(SCRIPT), *argv, "worker", impl, "--data-dir", str(data_dir)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.hello = self.reply("start")
+
+    def reply(self, what: str) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.impl} worker exited during {what} (code {self.proc.wait()})")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise RuntimeError(f"{what}: {msg['error']}")
+        return msg["ok"]
+
+    def call(self, op: str, **kw: Any) -> Any:
+        assert self.proc.stdin is not None
+        t0 = time.perf_counter()
+        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.proc.stdin.flush()
+        res = self.reply(op)
+        if time.perf_counter() - t0 > 2.0:
+            log(f"  slow: {self.impl} {op} {kw} took {time.perf_counter() - t0:.1f} s")
+        return res
+
+    def quit(self) -> None:
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def rotated(items: list[Any], r: int) -> list[Any]:
+    k = r % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
+def p95(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))]
+
+
+def prepare_sources(data_dir: Path) -> dict[str, Any]:
+    src = data_dir / "source"
+    src.mkdir(parents=True, exist_ok=True)
+    key = {k: CFG[k] for k in ("img224", "img64", "photos_mib", "tok512", "tokens", "labels")}
+    key["version"] = GEN_VERSION
+    stamp = src / "manifest.json"
+    try:
+        old = json.loads(stamp.read_text())
+        if old.get("key") == key:
+            return old["workloads"]
+    except (OSError, ValueError):
+        pass
+    log("[field] generating the workloads")
+    for f in src.iterdir():
+        f.unlink()
+    shutil.rmtree(data_dir / "stores", ignore_errors=True)
+    shutil.rmtree(data_dir / "loader", ignore_errors=True)
+    manifests = {}
+    for name in WORKLOADS:
+        t0 = time.perf_counter()
+        manifests[name] = {**generate(name, src), "what": WORKLOADS[name]["what"]}
+        log(f"  {name}: {manifests[name]['records']} records, "
+            f"{manifests[name]['logical_bytes'] / MIB:.1f} MiB ({time.perf_counter() - t0:.1f} s)")
+    stamp.write_text(json.dumps({"key": key, "workloads": manifests}, indent=1) + "\n")
+    return manifests
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for raw in f:
+                if raw.startswith("model name"):
+                    model = raw.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except OSError:
+        pass
+    return {"nproc": len(os.sched_getaffinity(0)), "cpu_model": model, "memory_bytes": mem,
+            "system": f"{platform.system()} {platform.release()} {platform.machine()}",
+            "python": platform.python_version(), "load_1min_start": round(os.getloadavg()[0], 2)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    data_dir: Path = args.data_dir
+    argv = ["--smoke"] if args.smoke else ["--scale", str(args.scale)]
+    env_missing: dict[str, str] = {}
+    if args.field_env and Path(args.field_env).exists():
+        for dist, info in json.loads(Path(args.field_env).read_text())["requirements"].items():
+            if info.get("missing"):
+                env_missing[dist] = info["missing"]
+    pythons = {"ours": sys.executable, "v054": args.v054_python, "v240": args.v240_python,
+               "field": args.field_python}
+    result: dict[str, Any] = {"kind": "field", "workloads": prepare_sources(data_dir),
+                              "contenders": {}, "missing": {}, "install_missing": env_missing}
+    workers: dict[str, Remote] = {}
+    given = dict(m.split("=", 1) for m in args.missing)
+    for impl, py in pythons.items():
+        why = given.get(impl)
+        if why is None and (not py or not Path(py).exists()):
+            why = f"no interpreter given for {impl} (its venv does not exist)" if not py \
+                else f"no interpreter for {impl} at {py}"
+        if why is not None:
+            result["missing"][impl] = why + (f" (so: {FIELD_HOLDS})" if impl == "field" else "")
+            continue
+        try:
+            workers[impl] = Remote(impl, str(py), data_dir, argv)
+        except RuntimeError as e:
+            result["missing"][impl] = str(e)
+            continue
+        hello = workers[impl].hello
+        result["contenders"][impl] = hello
+        for name, why in hello["missing"].items():
+            result["missing"][name] = why
+    for impl, why in result["missing"].items():
+        log(f"[field] MISSING {impl}: {why}")
+
+    sections = set(args.sections)
+    if "store" in sections:
+        result.update(store_section(workers, args))
+    if "loader" in sections:
+        result["loaders"] = loader_section(pythons, result["missing"], data_dir, args)
+    for w in workers.values():
+        w.quit()
+    return result
+
+
+def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[str, Any]:
+    workloads = list(WORKLOADS)
+    jobs: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for impl, w in workers.items():
+        for j in w.call("jobs", workloads=workloads):
+            (skipped if j["skip"] else jobs).append(j)
+    # Contenders of one workload next to each other, told apart by codec
+    # first, so that consecutive jobs alternate contenders (A B A B) and any
+    # drift lands on all of a workload's contenders alike.
+    order = {name: k for k, name in enumerate(workloads)}
+    jobs.sort(key=lambda j: (order[j["workload"]], j["codec"] != "raw", j["codec"]))
+    drop = not args.smoke
+    write_jobs = [j for j in jobs if j["contender"] != "memory"]
+    wsamples: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    dropped_all = drop
+    failed: list[dict[str, Any]] = []
+    for r in range(CFG["write_rounds"]):
+        for j in rotated(write_jobs, r):
+            key = (j["impl"], j["contender"], j["codec"], j["workload"])
+            if any(f["key"] == list(key) for f in failed):
+                continue
+            try:
+                res = workers[j["impl"]].call("write", contender=j["contender"], workload=j["workload"],
+                                              codec=j["codec"], drop_cache=drop)
+            except RuntimeError as e:
+                failed.append({"key": list(key), "error": str(e)})
+                log(f"  write {key} FAILED: {e}")
+                continue
+            dropped_all = dropped_all and res["dropped"]
+            wsamples.setdefault(key, []).append(res)
+        log(f"  write round {r + 1}/{CFG['write_rounds']} done")
+    gjobs = []
+    for j in jobs:
+        key = (j["impl"], j["contender"], j["codec"], j["workload"])
+        if j["contender"] != "memory" and key not in wsamples:
+            continue
+        try:
+            workers[j["impl"]].call("open_reader", contender=j["contender"], workload=j["workload"], codec=j["codec"])
+            gjobs.append(j)
+        except RuntimeError as e:
+            failed.append({"key": list(key), "error": str(e)})
+            log(f"  open {key} FAILED: {e}")
+    log(f"  {len(gjobs)} readers open and checked")
+    gsamples: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in range(CFG["rounds"]):
+        for j in rotated(gjobs, r):
+            key = (j["impl"], j["contender"], j["codec"], j["workload"])
+            gsamples.setdefault(key, []).append(
+                workers[j["impl"]].call("gather", contender=j["contender"], workload=j["workload"], codec=j["codec"]))
+        log(f"  gather round {r + 1}/{CFG['rounds']} done")
+    for w in workers.values():
+        w.call("close_all")
+    rows = []
+    for j in jobs:
+        key = (j["impl"], j["contender"], j["codec"], j["workload"])
+        row: dict[str, Any] = {"impl": j["impl"], "contender": j["contender"], "codec": j["codec"],
+                               "workload": j["workload"]}
+        ws = wsamples.get(key)
+        if ws:
+            row["write_durable_s"] = statistics.median(s["durable_s"] for s in ws)
+            row["write_close_s"] = statistics.median(s["close_s"] for s in ws)
+            row["on_disk_bytes"] = ws[-1]["on_disk_bytes"]
+        gs = gsamples.get(key)
+        if gs:
+            per = [g["total_s"] / len(g["batch_s"]) for g in gs]
+            row["gather_batch_s"] = statistics.median(per)
+            row["gather_p95_s"] = p95([t for g in gs for t in g["batch_s"]])
+            row["batch_bytes"] = gs[0]["bytes"] / len(gs[0]["batch_s"])
+            row["batch_records"] = gs[0]["records"] / len(gs[0]["batch_s"])
+            row["rounds_batch_s"] = per
+        err = next((f["error"] for f in failed if f["key"] == list(key)), None)
+        if err:
+            row["error"] = err
+        rows.append(row)
+    fatal = [f for f in failed if args.smoke or f["key"][0] == "ours"]
+    if fatal:
+        # Ours failing is a bug here, and so is anything failing in a smoke run
+        # (which exists to catch the harness's own bugs); a contender failing
+        # in a real run is reported in its table instead.
+        raise SystemExit("field.py: " + "; ".join(f"{'/'.join(f['key'])}: {f['error']}" for f in fatal))
+    return {"stores": rows, "skipped": skipped, "page_cache_before_writes":
+            "not tried (smoke)" if not drop else "dropped" if dropped_all else "not permitted"}
+
+
+def loader_section(pythons: dict[str, Any], missing: dict[str, str], data_dir: Path,
+                   args: argparse.Namespace) -> list[dict[str, Any]]:
+    runs = []
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, codec, venv in LOADERS:
+        if venv in missing:
+            rows[(name, codec)] = {"name": name, "codec": codec, "missing": missing[venv]}
+        else:
+            runs.append((name, codec, venv))
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in range(CFG["loader_rounds"]):
+        for name, codec, venv in rotated(runs, r):
+            if "missing" in rows.get((name, codec), {}):
+                continue
+            res = measure_loader(name, codec, str(pythons[venv]), data_dir, args.smoke, args.scale)
+            if "missing" in res:
+                if venv == "ours" or (args.smoke and not res["missing"].startswith(("ImportError", "ModuleNotFound"))):
+                    raise SystemExit(f"field.py: loader {name} {codec} failed: {res['missing']}")
+                rows[(name, codec)] = {"name": name, "codec": codec, "missing": res["missing"]}
+                log(f"  loader {name} {codec} MISSING: {res['missing']}")
+                continue
+            samples.setdefault((name, codec), []).append(res)
+        log(f"  loader round {r + 1}/{CFG['loader_rounds']} done")
+    out = []
+    for name, codec, _venv in LOADERS:
+        key = (name, codec)
+        if key in rows:
+            out.append(rows[key])
+            continue
+        s = samples.get(key, [])
+        if not s:
+            continue
+        per = [x["total_s"] / len(x["batch_s"]) for x in s]
+        out.append({
+            "name": name, "codec": codec, "batches_per_s": 1 / statistics.median(per),
+            "p95_s": p95([t for x in s for t in x["batch_s"]]),
+            "peak_pss": statistics.median(x["peak_pss"] for x in s),
+            "peak_rss": statistics.median(x["peak_rss"] for x in s),
+            "pss_before": statistics.median(x["pss_before"] for x in s),
+            "procs": max(x["procs"] for x in s), "rounds_batch_s": per,
+        })
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny data, one round (figures mean nothing)")
+    parser.add_argument("--scale", type=float, default=1.0, help="record counts x F (1.0: publication run)")
+    sub = parser.add_subparsers(dest="mode")
+    w = sub.add_parser("worker", help=argparse.SUPPRESS)
+    w.add_argument("impl", choices=["ours", "v054", "v240", "field"])
+    w.add_argument("--data-dir", type=Path, required=True)
+    lr = sub.add_parser("loader-run", help=argparse.SUPPRESS)
+    lr.add_argument("name")
+    lr.add_argument("codec")
+    lr.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--sections", nargs="+", default=["store", "loader"], choices=["store", "loader"])
+    parser.add_argument("--field-python", default=None, help="interpreter of the bench venv")
+    parser.add_argument("--field-env", default=None, help="its field-env.json (install failures)")
+    parser.add_argument("--v054-python", default=None, help="interpreter with loaderx 0.5.4")
+    parser.add_argument("--v240-python", default=None, help="interpreter with loaderx 2.4.0")
+    parser.add_argument("--missing", action="append", default=[], metavar="IMPL=REASON",
+                        help="a contender venv (field, v054, v240) that could not be made, and why")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--json", dest="json_out", default=None)
+    args = parser.parse_args(argv)
+    configure(args.scale, args.smoke)
+    if args.mode == "worker":
+        return serve(args.impl, args.data_dir)
+    if args.mode == "loader-run":
+        return loader_run(args.name, args.codec, args.data_dir)
+    if args.data_dir is None:
+        target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+        args.data_dir = target / ("bench-field-smoke" if args.smoke else "bench-field")
+    args.data_dir = args.data_dir.resolve()
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    info = machine()
+    result = run(args)
+    info["load_1min_end"] = round(os.getloadavg()[0], 2)
+    result = {"machine": info, "config": dict(CFG), "smoke": args.smoke, **result}
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    from field_tables import report
+
+    sys.stdout.write(report(result) + f"\n\n(total {result['seconds']:.0f} s)\n")
+    if args.json_out:
+        out = Path(args.json_out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
