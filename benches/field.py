@@ -944,6 +944,9 @@ LOADERS: list[tuple[str, str, str]] = [
     # (name, codec, venv)
     ("loaderx", "raw", "ours"), ("loaderx", "lz4", "ours"), ("loaderx", "zstd", "ours"),
     ("loaderx", "flate", "ours"),
+    # The same package through the 0.5.x two-stream call, on Dataset stores:
+    # the baseline the named-stream loader must match.
+    ("loaderx pair", "raw", "ours"), ("loaderx pair", "zstd", "ours"),
     ("loaderx 0.5.4", "raw", "v054"), ("loaderx 0.5.4", "flate", "v054"),
     ("loaderx 2.4.0", "raw", "v240"), ("loaderx 2.4.0", "zstd", "v240"),
     ("torch fork", "raw", "field"), ("torch spawn", "raw", "field"),
@@ -1018,10 +1021,11 @@ def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any
                             prefetch_size=LOADER_PREFETCH)
         it = iter(dl)
         return (lambda: next(it)), dl.close, as_np
-    if name == "loaderx 0.5.4":
+    if name in ("loaderx 0.5.4", "loaderx pair"):
         import loaderx
 
-        ip, lp = d / f"v054-img224-{codec}", d / "v054-labels"
+        tag = "v054" if name == "loaderx 0.5.4" else "pair"
+        ip, lp = d / f"{tag}-img224-{codec}", d / f"{tag}-labels"
         for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
             if not (p / "done").exists():
                 if p.exists():

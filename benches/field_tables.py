@@ -204,11 +204,14 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "a loader missing")
         add(f"loader {codec} vs loaderx 0.5.4 {old}", lrate("loaderx", codec), lrate("loaderx 0.5.4", old), 1.5,
             "a loader missing")
+    for codec in ("raw", "zstd"):
+        add(f"named-stream loader {codec} vs the two-stream call (loaderx pair)", lrate("loaderx", codec),
+            lrate("loaderx pair", codec), 1.0, "a loader missing")
     for other in ("torch fork", "torch spawn", "grain", "jax-dataloader"):
         add(f"loader raw vs {other}", lrate("loaderx", "raw"), lrate(other, "raw"), 1.0, f"{other} missing")
     ours = loaders.get(("loaderx", "raw"))
     if ours:
-        others = [r["peak_pss"] for k, r in loaders.items() if k[0] != "loaderx"]
+        others = [r["peak_pss"] for k, r in loaders.items() if k[0] not in ("loaderx", "loaderx pair")]
         add("loader raw: lowest peak PSS (lowest other / ours)", min(others) if others else None,
             ours["peak_pss"], 1.0, "no other loader")
         batch = result["workloads"]["img224"]["median_record_bytes"] * 256

@@ -61,13 +61,16 @@ commands:
                   (deflate-flate2,lz4) and its tests; libdeflate <-> flate2 stores
   demo            build the package, convert a synthetic dataset with every codec,
                   and time the DataLoader over each
-  bench [all|typed]
-                  all (default): criterion benches, then benches/compare.py (the
-                  Python binding side by side with NumPy and loaderx 0.5.4, from
-                  target/compat-venv), then the typed section; typed:
-                  benches/typed.py alone (typed containers vs loaderx 2.4.0, from
-                  target/compat24-venv). Keeps the runs in docs/bench/latest.json
-                  and docs/bench/typed.json and regenerates the tables of
+  bench [all|typed|field|store|loader|smoke]
+                  all (default): criterion benches, benches/compare.py (the
+                  Python binding vs NumPy and loaderx 0.5.4), typed.py (typed
+                  containers vs loaderx 2.4.0) and field.py (stores and loaders
+                  of the field: HDF5, LMDB, Arrow, Parquet, ArrayRecord, Lance,
+                  torch, Grain, jax-dataloader, each from its own venv under
+                  target/); typed or field alone; store or loader: field.py's
+                  section alone, printed only; smoke: every script on tiny data.
+                  LOADERX_BENCH_SCALE=F scales field.py's record counts. Keeps
+                  the runs in docs/bench/*.json and regenerates the tables of
                   docs/BENCHMARKS.md and README.md from them
   fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);
                   installs cargo-fuzz if missing
