@@ -18,6 +18,10 @@ impl CodecTag {
     pub const LZ4: CodecTag = CodecTag(3);
     /// zstd with the store's trained dictionary (format v2 only).
     pub const ZSTD_DICT: CodecTag = CodecTag(4);
+    /// A JPEG file, decoding to 8-bit RGB (format v2 only; `uint8` images).
+    pub const JPEG: CodecTag = CodecTag(5);
+    /// A PNG file, decoding to 8-bit RGB (format v2 only; `uint8` images).
+    pub const PNG: CodecTag = CodecTag(6);
 
     /// Whether format v1 defines this tag.
     #[must_use]
@@ -25,10 +29,16 @@ impl CodecTag {
         self.0 <= 3
     }
 
-    /// Whether format v2 defines this tag (v1's and `zstd_dict`).
+    /// Whether format v2 defines this tag (v1's, `zstd_dict`, `jpeg`, `png`).
     #[must_use]
     pub fn is_known_v2(self) -> bool {
-        self.0 <= 4
+        self.0 <= 6
+    }
+
+    /// Whether records of this tag are encoded images (`jpeg`, `png`).
+    #[must_use]
+    pub fn is_image(self) -> bool {
+        self == CodecTag::JPEG || self == CodecTag::PNG
     }
 
     /// The tag's name as the Python API spells it, if known.
@@ -40,6 +50,8 @@ impl CodecTag {
             2 => "zstd",
             3 => "lz4",
             4 => "zstd_dict",
+            5 => "jpeg",
+            6 => "png",
             _ => return None,
         })
     }

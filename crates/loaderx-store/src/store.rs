@@ -12,7 +12,7 @@ use std::{
     },
 };
 
-use loaderx_format::{FormatError, Head, RecordLoc, Rules, v2::Schema};
+use loaderx_format::{CodecTag, FormatError, Head, RecordLoc, Rules, v2::Schema};
 
 use crate::{
     Codec, CodecId, Deflate, Error, Result,
@@ -579,9 +579,34 @@ impl<C: Codec, S: Storage> Store<C, S> {
         out: &mut [u8],
         check_raw: bool,
     ) -> Result<()> {
-        let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
+        let Some(codec) = CodecId::from_tag(loc.codec) else {
+            // Encoded images (`jpeg`, `png`): see `codec::image`.
+            let schema = self.schema.as_ref();
+            return self.read_record(index, loc, check_raw, |src| {
+                crate::codec::image::decode_record(schema, loc.codec, src, out)
+            });
+        };
+        self.read_record(index, loc, check_raw, |src| match codec {
+            CodecId::ZstdDict => match &self.dictionary {
+                Some(d) => d.decode(src, out),
+                None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
+            },
+            _ => codec.decode(src, out),
+        })
+    }
+
+    /// Runs `f` on record `index`'s stored bytes, after checking a v2
+    /// record's CRC32C when it is compressed or `check_raw` is set; a
+    /// failure of either is [`Error::Corrupt`] naming the record.
+    pub(crate) fn read_record(
+        &self,
+        index: u64,
+        loc: &RecordLoc,
+        check_raw: bool,
+        f: impl FnOnce(&[u8]) -> std::result::Result<(), crate::DecodeError>,
+    ) -> Result<()> {
         let file = FileId::Chunk(loc.chunk_id);
-        let check = self.schema.is_some() && (check_raw || codec != CodecId::Raw);
+        let check = self.schema.is_some() && (check_raw || loc.codec != CodecTag::RAW);
         self.files
             .with_bytes(
                 file,
@@ -598,19 +623,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
                             )));
                         }
                     }
-                    match codec {
-                        CodecId::ZstdDict => match &self.dictionary {
-                            Some(d) => d.decode(src, out),
-                            None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
-                        },
-                        _ => codec.decode(src, out),
-                    }
+                    f(src)
                 },
             )?
             .map_err(|e| Error::Corrupt {
                 path: self.file_path(file),
                 entry: index,
-                reason: format!("{codec} record: {e}"),
+                reason: format!("{} record: {e}", loc.codec.name().unwrap_or("unknown")),
             })
     }
 }

@@ -172,6 +172,19 @@ impl Schema {
                 }
             }
         }
+        if self.codec.is_image() {
+            let name = self.codec.name().unwrap_or("image");
+            let rgb = match self.kind {
+                Kind::Dense => matches!(self.shape[..], [_, _, 3] | [3, _, _]),
+                Kind::Ragged => self.ndim == 3,
+                Kind::Bytes => false,
+            };
+            if self.dtype != Dtype::U8 || !rgb {
+                return bad(format!(
+                    "codec {name} stores uint8 RGB images: dtype |u1 and item shape (H, W, 3) or (3, H, W) (dense), or ndim 3 (ragged)"
+                ));
+            }
+        }
         match (&self.dictionary, self.codec == CodecTag::ZSTD_DICT) {
             (None, true) => return bad("codec zstd_dict needs a dictionary".into()),
             (Some(_), false) => return bad("a dictionary is only kept for codec zstd_dict".into()),

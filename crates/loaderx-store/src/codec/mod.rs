@@ -6,6 +6,7 @@
 //! fit, the record did not shrink and is stored raw.
 
 mod deflate;
+pub(crate) mod image;
 mod lz4;
 mod raw;
 mod zstd;
@@ -205,7 +206,7 @@ mod tests {
         assert_eq!(CodecId::from_name("gzip"), None);
         assert_eq!(CodecId::from_tag(CodecTag(4)), Some(CodecId::ZstdDict));
         assert_eq!(CodecId::from_name("zstd_dict"), Some(CodecId::ZstdDict));
-        assert_eq!(CodecId::from_tag(CodecTag(5)), None);
+        assert_eq!(CodecId::from_tag(CodecTag(7)), None);
         assert_eq!(CodecId::Deflate.name(), "flate");
     }
 
