@@ -195,3 +195,40 @@ def test_loader_batches_decoded_images(tmp_path: Path) -> None:
                 np.testing.assert_array_equal(sm, expect_small[k])
     dense.close()
     small.close()
+
+
+def test_image_folder_keeps_files_as_they_are(tmp_path: Path) -> None:
+    from loaderx import converter
+
+    root = tmp_path / "folder"
+    (root / "cat").mkdir(parents=True)
+    (root / "dog").mkdir()
+    cats = [picture(20 + i, 30, i) for i in range(3)]
+    for i, a in enumerate(cats):
+        (root / "cat" / f"{i}.jpg").write_bytes(jpeg_bytes(a))
+    dog = picture(10, 12, 9)
+    (root / "dog" / "a.png").write_bytes(png_bytes(dog))
+    counts = converter.convert_image_folder(root, tmp_path / "out", codec="zstd", keep_encoded=True)
+    assert counts == {"label": 4, "image": 4}
+    images = Ragged.open(tmp_path / "out" / "image")
+    assert images.codec == "jpeg"
+    got = images[:]
+    assert [g.shape for g in got] == [(20, 30, 3), (21, 30, 3), (22, 30, 3), (10, 12, 3)]
+    np.testing.assert_array_equal(got[3], dog)
+    for g, f in zip(got[:3], sorted((root / "cat").iterdir())):
+        assert np.abs(g.astype(np.int16) - pil_rgb(f.read_bytes())).mean() < 1.0
+    # The store holds the files' bytes, not re-encoded ones.
+    assert images.stats()["live_bytes"] == sum(
+        p.stat().st_size for p in root.rglob("*") if p.is_file()
+    )
+    np.testing.assert_array_equal(Dense.open(tmp_path / "out" / "label")[:], [0, 0, 0, 1])
+    assert Ragged.open(tmp_path / "out" / "image", resize=(8, 8))[:].shape == (4, 8, 8, 3)
+
+    (root / "dog" / "b.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(converter.ConversionError, match="b.jpg"):
+        converter.convert_image_folder(root, tmp_path / "out2", codec="zstd", keep_encoded=True)
+    assert not (tmp_path / "out2").exists()
+    with pytest.raises(ValueError, match="keep_encoded"):
+        converter.convert_image_folder(
+            root, tmp_path / "out3", codec="zstd", keep_encoded=True, size=(8, 8)
+        )
