@@ -958,9 +958,9 @@ def convert_image_folder(
             pending: list[tuple[Path, bytes]] = []
             pending_bytes = 0
             for i, (path, _) in enumerate(files):
-                data = path.read_bytes()
-                pending.append((path, data))
-                pending_bytes += len(data)
+                content = path.read_bytes()
+                pending.append((path, content))
+                pending_bytes += len(content)
                 if pending_bytes >= batch_bytes or i == total - 1:
                     try:
                         images.append_encoded([d for _, d in pending])
