@@ -98,6 +98,11 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         "benches/typed.py --smoke (2.4.0 only if <target>/compat24-venv exists)",
         &mut cmd,
     )?;
+    let mut cmd = venv.python();
+    cmd.arg(ws.root.join("benches").join("images.py"))
+        .arg("--smoke")
+        .current_dir(&ws.root);
+    steps::run("benches/images.py --smoke", &mut cmd)?;
     tables(ws, venv, &[json, typed_json], false)
 }
 
