@@ -309,6 +309,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
             });
         }
         let v2 = self.schema.is_some();
+        if let Some(s) = self.schema.as_ref().filter(|s| s.codec.is_image()) {
+            return Err(self.schema_error(format!(
+                "an image store (codec {}) holds encoded images: append them with append_images or append_encoded_images",
+                s.codec.name().unwrap_or("image")
+            )));
+        }
         if codec == CodecId::ZstdDict && self.dictionary.is_none() {
             return Err(
                 self.schema_error("codec zstd_dict needs a store created with a dictionary".into())

@@ -141,6 +141,11 @@ fn files_are_stored_as_they_are_and_checked_against_the_shape() {
         .append_encoded_images(b"GIF89a", &[0], &[6])
         .unwrap_err();
     assert!(err.to_string().contains("not a JPEG or PNG"), "{err}");
+    // Plain byte appends would store pixels raw in an image store: refused.
+    let err = store
+        .append_fixed(&picture(16, 24, 0), 1, 16 * 24 * 3)
+        .unwrap_err();
+    assert!(err.to_string().contains("append_images"), "{err}");
     assert_eq!(store.len(), 2, "refused appends change nothing");
 }
 
