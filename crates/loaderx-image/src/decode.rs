@@ -73,7 +73,7 @@ pub fn decode_into(
         }
         match layout {
             Layout::Hwc => opened.decode_rgb(out)?,
-            Layout::Chw => with_scratch(h.decoded_len(), |rgb| {
+            Layout::Chw => with_scratch(format, h.decoded_len(), |rgb| {
                 opened.decode_rgb(rgb)?;
                 resize::hwc_to_chw(rgb, h.height as usize, h.width as usize, out);
                 Ok(())
@@ -116,7 +116,7 @@ pub fn decode_fit_into(
             opened.decode_rgb(out)?;
             return Ok(h);
         }
-        with_scratch(h.decoded_len(), |rgb| {
+        with_scratch(format, h.decoded_len(), |rgb| {
             opened.decode_rgb(rgb)?;
             resize::fit_into(
                 rgb,
@@ -133,8 +133,34 @@ pub fn decode_fit_into(
     })
 }
 
-/// Runs `f` with this thread's scratch buffer, `len` bytes long.
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+/// Scratch larger than this is not kept for reuse (one huge image must not
+/// pin its buffer in every thread for the life of the process).
+const KEEP_SCRATCH: usize = 16 << 20;
+
+/// A zeroed buffer of `len` bytes, or an error instead of an abort when the
+/// memory is not there (the size comes from an image header).
+pub(crate) fn alloc(format: Format, len: usize) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        ImageError::new(
+            format,
+            format!("out of memory allocating {len} bytes for the decoded image"),
+        )
+    })?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
+/// Runs `f` with a scratch buffer of `len` bytes: this thread's reusable
+/// one, or a fresh one for a very large image.
+fn with_scratch<R>(
+    format: Format,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> Result<R>,
+) -> Result<R> {
+    if len > KEEP_SCRATCH {
+        return f(&mut alloc(format, len)?);
+    }
     SCRATCH.with(|cell| {
         // A nested use (cannot happen today) gets a fresh buffer instead
         // of a borrow panic.
@@ -144,7 +170,7 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result
             }
             f(&mut buf[..len])
         } else {
-            f(&mut vec![0u8; len])
+            f(&mut alloc(format, len)?)
         }
     })
 }
@@ -209,9 +235,12 @@ impl<'a> Opened<'a> {
         debug_assert_eq!(dst.len(), self.header.decoded_len());
         match &mut self.decoder {
             Decoder::Jpeg(d) => {
+                check_jpeg_structure(self.bytes)?;
+                // Whatever a damaged stream leaves unwritten is zero, never
+                // the previous image's pixels.
+                dst.fill(0);
                 d.decode_into(dst)
-                    .map_err(|e| ImageError::new(Format::Jpeg, jpeg_reason(&e)))?;
-                check_jpeg_end(self.bytes)
+                    .map_err(|e| ImageError::new(Format::Jpeg, jpeg_reason(&e)))
             }
             Decoder::Png(r) => {
                 decode_png(r, self.header, dst)?;
@@ -236,25 +265,91 @@ fn jpeg_reason(e: &zune_jpeg::errors::DecodeErrors) -> String {
     }
 }
 
-/// A JPEG whose last scan is not followed by an end-of-image marker was
-/// cut short: the decoder may have filled its last rows with nothing.
-/// Scanning back from the end, the first `FF D9` (EOI) or `FF DA` (SOS)
-/// found must be EOI (neither can occur inside entropy-coded data, where
-/// `FF` is always followed by `00` or a restart marker).
-fn check_jpeg_end(bytes: &[u8]) -> Result<()> {
+/// Checks what the decoder does not: that a JPEG was not cut short, and
+/// that a single-scan image has nothing but entropy data between its scan
+/// header and its end.
+///
+/// * Scanning back from the end, the first `FF D9` (EOI) or `FF DA` (SOS)
+///   found must be EOI: a file whose last scan has no end-of-image marker
+///   after it was cut, and its last rows would be filled with nothing.
+///   Neither marker can occur inside entropy-coded data, where `FF` is
+///   always followed by `00` or a restart marker.
+/// * A sequential image whose first scan holds every component (the usual
+///   baseline JPEG) has one scan: a header marker between that scan and EOI
+///   (a damaged or spliced file) would make the decoder stop early and
+///   leave the rest of the image unwritten, so it is refused.
+fn check_jpeg_structure(bytes: &[u8]) -> Result<()> {
+    let bad = |why: String| Err(ImageError::new(Format::Jpeg, why));
+    let mut end_ok = false;
     for i in (0..bytes.len().saturating_sub(1)).rev() {
         if bytes[i] == 0xFF {
             match bytes[i + 1] {
-                0xD9 => return Ok(()),
+                0xD9 => {
+                    end_ok = true;
+                    break;
+                }
                 0xDA => break,
                 _ => {}
             }
         }
     }
-    Err(ImageError::new(
-        Format::Jpeg,
-        "truncated data (no end-of-image marker after the last scan)",
-    ))
+    if !end_ok {
+        return bad("truncated data (no end-of-image marker after the last scan)".into());
+    }
+    // Walk the header segments to the first scan.
+    let (mut pos, mut frame_components, mut sequential) = (2usize, 0u8, false);
+    let scan_start = loop {
+        while bytes.get(pos) == Some(&0xFF) && bytes.get(pos + 1) == Some(&0xFF) {
+            pos += 1;
+        }
+        let (Some(&0xFF), Some(&marker)) = (bytes.get(pos), bytes.get(pos + 1)) else {
+            return Ok(()); // the decoder already judged the headers
+        };
+        if matches!(marker, 0x01 | 0xD0..=0xD7) {
+            pos += 2;
+            continue;
+        }
+        let Some(len) = bytes
+            .get(pos + 2..pos + 4)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        else {
+            return Ok(());
+        };
+        match marker {
+            0xC0 | 0xC1 => {
+                sequential = true;
+                frame_components = bytes.get(pos + 9).copied().unwrap_or(0);
+            }
+            0xC2 | 0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => sequential = false,
+            0xDA => {
+                let scan_components = bytes.get(pos + 4).copied().unwrap_or(0);
+                if !(sequential && scan_components == frame_components) {
+                    return Ok(());
+                }
+                break pos + 2 + len;
+            }
+            _ => {}
+        }
+        pos += 2 + len;
+    };
+    let mut i = scan_start;
+    while i + 1 < bytes.len() {
+        if bytes[i] == 0xFF {
+            match bytes[i + 1] {
+                0x00 | 0xD0..=0xD7 => i += 2,
+                0xFF => i += 1,
+                0xD9 => return Ok(()),
+                m => {
+                    return bad(format!(
+                        "marker FF {m:02X} inside the image data at byte {i} (a damaged or spliced file)"
+                    ));
+                }
+            }
+        } else {
+            i += 1;
+        }
+    }
+    Ok(())
 }
 
 fn open_jpeg(bytes: &[u8]) -> Result<Opened<'_>> {
@@ -304,7 +399,8 @@ fn png_error(e: &png::DecodingError) -> ImageError {
 }
 
 fn open_png(bytes: &[u8]) -> Result<Opened<'_>> {
-    let mut d = png::Decoder::new(Cursor::new(bytes));
+    // Images up to the record limit (2 GiB of pixels), not png's 64 MiB.
+    let mut d = png::Decoder::new_with_limits(Cursor::new(bytes), png::Limits { bytes: 1 << 31 });
     d.set_transformations(png::Transformations::normalize_to_color8());
     d.ignore_checksums(false);
     let reader = d.read_info().map_err(|e| png_error(&e))?;
@@ -359,7 +455,7 @@ fn decode_png(
             format!("unexpected {need}-byte frame for a {pixels}-pixel image"),
         ));
     }
-    let mut frame = vec![0u8; need];
+    let mut frame = alloc(Format::Png, need)?;
     reader.next_frame(&mut frame).map_err(|e| png_error(&e))?;
     match samples {
         1 | 2 => {

@@ -180,6 +180,28 @@ fn truncated_images_are_errors_naming_the_cause() {
 }
 
 #[test]
+fn a_marker_inside_the_scan_is_an_error_not_a_half_image() {
+    // A second scan header spliced into a baseline image's entropy data:
+    // the decoder would stop there and leave the rest unwritten.
+    let hwc = picture(48, 48, 6);
+    let jpeg = encode_jpeg(&hwc, 48, 48, Layout::Hwc, 90).unwrap();
+    let sos = jpeg.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+    let sos_len = usize::from(u16::from_be_bytes([jpeg[sos + 2], jpeg[sos + 3]]));
+    let mid = sos + 2 + sos_len + (jpeg.len() - sos) / 2;
+    let mut spliced = jpeg[..mid].to_vec();
+    spliced.extend_from_slice(&jpeg[sos..sos + 2 + sos_len]);
+    spliced.extend_from_slice(&jpeg[mid..]);
+    let mut out = vec![0u8; hwc.len()];
+    let err = decode_into(&spliced, Format::Jpeg, Layout::Hwc, None, &mut out).unwrap_err();
+    assert!(
+        err.reason.contains("marker FF DA inside the image data"),
+        "{err}"
+    );
+    // Restart markers are part of the scan, and the untouched file decodes.
+    decode_into(&jpeg, Format::Jpeg, Layout::Hwc, None, &mut out).unwrap();
+}
+
+#[test]
 fn fit_decodes_resize_and_crop_from_any_size() {
     let hwc = picture(60, 90, 4);
     let png = encode_png(&hwc, 60, 90, Layout::Hwc).unwrap();
