@@ -125,14 +125,16 @@ pub fn fit_into(
         let srow = &src[(row_lo + r) * w * CHANNELS..(row_lo + r + 1) * w * CHANNELS];
         for (o, px) in line.chunks_exact_mut(CHANNELS).enumerate() {
             let (first, weights) = cols.of(o);
-            let mut acc = [0f32; CHANNELS];
-            for (k, &wt) in weights.iter().enumerate() {
-                let s = &srow[(first + k) * CHANNELS..(first + k + 1) * CHANNELS];
-                for c in 0..CHANNELS {
-                    acc[c] += wt * f32::from(s[c]);
-                }
+            let taps = &srow[first * CHANNELS..(first + weights.len()) * CHANNELS];
+            let (mut red, mut green, mut blue) = (0f32, 0f32, 0f32);
+            for (s, &wt) in taps.chunks_exact(CHANNELS).zip(weights) {
+                red += wt * f32::from(s[0]);
+                green += wt * f32::from(s[1]);
+                blue += wt * f32::from(s[2]);
             }
-            px.copy_from_slice(&acc);
+            px[0] = red;
+            px[1] = green;
+            px[2] = blue;
         }
     }
 
