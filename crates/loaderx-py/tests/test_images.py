@@ -82,6 +82,29 @@ def test_jpeg_matches_pil_decoding_the_same_bytes(tmp_path: Path) -> None:
     assert r.stats()["live_bytes"] < 10 * 48 * 64 * 3 / 3
 
 
+def test_quality_is_the_writers_choice(tmp_path: Path) -> None:
+    images = np.stack([picture(64, 64, s) for s in range(4)])
+    sizes = {}
+    for q in (30, 95):
+        with Dense.create(tmp_path / f"q{q}", np.uint8, (64, 64, 3), codec="jpeg", quality=q) as w:
+            assert w.quality == q
+            w.append(images)
+        sizes[q] = Dense.open(tmp_path / f"q{q}").stats()["live_bytes"]
+    assert sizes[30] < sizes[95]
+    w = Dense.open(tmp_path / "q30", writable=True, quality=95)
+    w.append(images[:1])
+    assert len(w) == 5 and w.quality == 95
+    w.close()
+    with pytest.raises(TypeError, match="quality"):
+        Dense.open(tmp_path / "q30", writable=True, quality=9.5)
+    # Ragged image stores take append_flat too (the arrays are encoded).
+    with Ragged.create(tmp_path / "r", np.uint8, 3, codec="png") as g:
+        flat = np.concatenate([images[0].reshape(-1), images[1][:10].reshape(-1)])
+        g.append_flat(flat, [0, images[0].size, flat.size], [[64, 64, 3], [10, 64, 3]])
+    r = Ragged.open(tmp_path / "r")
+    np.testing.assert_array_equal(r[1], images[1][:10])
+
+
 def test_files_are_checked_against_the_dense_shape(tmp_path: Path) -> None:
     w = Dense.create(tmp_path / "d", np.uint8, (16, 16, 3), codec="jpeg")
     good = jpeg_bytes(picture(16, 16))

@@ -381,3 +381,25 @@ mod imp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use loaderx_format::CodecTag;
+
+    use super::decode_record;
+
+    /// Without the feature an image record is refused naming the feature;
+    /// with it, damaged bytes are refused naming the format.
+    #[test]
+    fn image_records_decode_or_say_why() {
+        let mut out = [0u8; 12];
+        let err = decode_record(None, CodecTag::JPEG, b"\xff\xd8\xff", &mut out).unwrap_err();
+        if cfg!(feature = "image") {
+            assert!(err.reason.starts_with("JPEG: "), "{err}");
+        } else {
+            assert!(err.reason.contains("feature `image`"), "{err}");
+        }
+        let err = decode_record(None, CodecTag(9), b"", &mut out).unwrap_err();
+        assert!(err.reason.contains("unknown codec tag 9"), "{err}");
+    }
+}
