@@ -97,6 +97,7 @@ fn gather(c: &mut Criterion) {
             ndim: 1,
             codec: tag,
             dictionary: None,
+            codecs: Vec::new(),
         };
         let name = format!("v2-{}{}", codec.name(), if check_raw { "+crc" } else { "" });
         let path = dir.path().join(&name);

@@ -181,8 +181,9 @@ fn v2_meta(image: &[u8], lens: &[u64], fixed: bool) {
             fault.is_some()
         );
         if fault.is_none() {
-            assert!(loc.codec.is_known_v2());
-            assert!(loc.logic_length >= 1 && loc.logic_length <= MAX_RECORD_LEN_V2);
+            assert!(loc.codec.is_allowed_v2());
+            assert!(loc.logic_length <= MAX_RECORD_LEN_V2);
+            assert!(loc.logic_length >= 1 || loc.codec == CodecTag::RAW);
             assert!(loc.phys_length <= MAX_RECORD_LEN_V2);
             assert!(loc.codec != CodecTag::RAW || loc.phys_length == loc.logic_length);
             assert!(head.has_chunk(loc.chunk_id));

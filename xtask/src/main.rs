@@ -11,7 +11,13 @@
 //!   and overflow checks on), `cargo test --workspace --release`, then the
 //!   Python package built into the venv, its pytest suite, `mypy.stubtest`, a
 //!   smoke run of the benchmark scripts and a short run of every fuzz target
-//!   under AddressSanitizer.
+//!   under AddressSanitizer. Before the release run: the codec feature
+//!   checks (`codecs` below).
+//! * `codecs` — the codec feature checks alone: the pure-Rust build of
+//!   `loaderx-store` (`deflate-flate2,lz4`) has no C build helper in its
+//!   `cargo tree` and passes the store's tests with `CC=false`; DEFLATE
+//!   stores written by the libdeflate and the flate2 builds read in the
+//!   other.
 //! * `demo`  — build the package, make a synthetic image-like dataset, convert
 //!   it with every codec and time the `DataLoader` over each.
 //! * `bench [all|typed]` — build the package, make sure `target/compat-venv`
@@ -34,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod codecs;
 mod fuzz;
 mod python;
 mod steps;
@@ -50,6 +57,8 @@ commands:
   test            fmt check, clippy, rustdoc, cargo tests (dev profile for the
                   library crates, then release), Python package tests, stubtest,
                   benchmark-script smoke run, fuzz smoke run
+  codecs          the codec feature checks alone: the no-C build of loaderx-store
+                  (deflate-flate2,lz4) and its tests; libdeflate <-> flate2 stores
   demo            build the package, convert a synthetic dataset with every codec,
                   and time the DataLoader over each
   bench [all|typed]
@@ -81,6 +90,11 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "test" => no_args(command, rest).and_then(|()| run_test()),
         "demo" => no_args(command, rest).and_then(|()| run_demo()),
+        "codecs" => no_args(command, rest).and_then(|()| {
+            let ws = Workspace::locate()?;
+            codecs::no_c_build(&ws)?;
+            codecs::deflate_cross(&ws)
+        }),
         "bench" => bench::Section::parse(rest).and_then(run_bench),
         "stress" => stress_scale(rest).and_then(run_stress),
         "fuzz" => fuzz::seconds(rest)
@@ -140,6 +154,8 @@ fn run_test() -> Result<(), Failure> {
     )?;
     library_docs(&ws)?;
     library_tests_debug(&ws)?;
+    codecs::no_c_build(&ws)?;
+    codecs::deflate_cross(&ws)?;
     ws.cargo("cargo test", &["test", "--workspace", "--release"])?;
     let venv = python::ensure_venv(&ws)?;
     python::develop(&ws, &venv)?;

@@ -18,10 +18,16 @@ impl CodecTag {
     pub const LZ4: CodecTag = CodecTag(3);
     /// zstd with the store's trained dictionary (format v2 only).
     pub const ZSTD_DICT: CodecTag = CodecTag(4);
-    /// A JPEG file, decoding to 8-bit RGB (format v2 only; `uint8` images).
+    /// A JPEG file, decoding to 8-bit RGB (format v2 only; `uint8` images;
+    /// listed in the store's codec table).
     pub const JPEG: CodecTag = CodecTag(5);
-    /// A PNG file, decoding to 8-bit RGB (format v2 only; `uint8` images).
+    /// A PNG file, decoding to 8-bit RGB (format v2 only; like
+    /// [`CodecTag::JPEG`]).
     pub const PNG: CodecTag = CodecTag(6);
+    /// The first tag of the range format v2 leaves to codecs defined
+    /// outside loaderx (`128 ..= 255`); a store using one lists it, by name
+    /// and version, in its schema block.
+    pub const EXTERNAL_MIN: u8 = 128;
 
     /// Whether format v1 defines this tag.
     #[must_use]
@@ -29,16 +35,32 @@ impl CodecTag {
         self.0 <= 3
     }
 
-    /// Whether format v2 defines this tag (v1's, `zstd_dict`, `jpeg`, `png`).
+    /// Whether format v2 defines this tag (v1's and `zstd_dict`).
     #[must_use]
     pub fn is_known_v2(self) -> bool {
-        self.0 <= 6
+        self.0 <= 4
     }
 
     /// Whether records of this tag are encoded images (`jpeg`, `png`).
     #[must_use]
     pub fn is_image(self) -> bool {
         self == CodecTag::JPEG || self == CodecTag::PNG
+    }
+
+    /// Whether this tag is in the range left to codecs defined outside
+    /// loaderx (`128 ..= 255`).
+    #[must_use]
+    pub fn is_external(self) -> bool {
+        self.0 >= Self::EXTERNAL_MIN
+    }
+
+    /// Whether a format v2 table entry may carry this tag: v2's own
+    /// (`0 ..= 4`), the image codecs' (5, 6) and the external range. Tags
+    /// past 4 must also be listed in the store's schema block, which the
+    /// store checks when it decodes.
+    #[must_use]
+    pub fn is_allowed_v2(self) -> bool {
+        self.0 <= 6 || self.is_external()
     }
 
     /// The tag's name as the Python API spells it, if known.

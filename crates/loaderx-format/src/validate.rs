@@ -133,7 +133,7 @@ pub fn entry_fault(
     rules: Rules,
 ) -> Option<EntryFault> {
     let known = if rules.v2 {
-        loc.codec.is_known_v2()
+        loc.codec.is_allowed_v2()
     } else {
         loc.codec.is_known()
     };
@@ -141,7 +141,10 @@ pub fn entry_fault(
         return Some(EntryFault::UnknownCodec(loc.codec));
     }
     let limit = rules.max_record;
-    if loc.logic_length == 0 || loc.logic_length > limit {
+    // Format v2 has empty records (an empty sequence in a ragged store);
+    // they are always raw, so the check below makes their stored length 0.
+    let empty_ok = rules.v2 && loc.codec == CodecTag::RAW;
+    if (loc.logic_length == 0 && !empty_ok) || loc.logic_length > limit {
         return Some(EntryFault::LogicLength {
             len: loc.logic_length,
             limit,

@@ -66,6 +66,19 @@ def test_convert_info_verify(tmp_path: Path, images_npy) -> None:
     assert ok.returncode == 0 and "ok (2,000 records)" in ok.stdout
 
 
+def test_convert_with_a_trained_dictionary(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    a = rng.zipf(1.3, size=(3000, 64)).clip(0, 30_000).astype(np.int32)
+    np.save(tmp_path / "t.npy", a)
+    done = loaderx("convert", tmp_path / "t.npy", tmp_path / "out", "--codec", "zstd_dict")
+    assert done.returncode == 0, done.stderr
+    with Dense.open(tmp_path / "out") as d:
+        assert d.codec == "zstd_dict"
+        np.testing.assert_array_equal(d[:], a)
+    ok = loaderx("verify", tmp_path / "out")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
 def test_convert_refuses_an_existing_output_and_bad_sources(tmp_path: Path, images_npy) -> None:
     src, _ = images_npy
     (tmp_path / "out").mkdir()

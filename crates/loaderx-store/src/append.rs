@@ -95,7 +95,9 @@ impl<'a> Layout<'a> {
     }
 
     /// Checks every record's size and source range; returns the total bytes.
-    fn validate(&self, src: &[u8], limit: u32) -> Result<u64> {
+    /// Empty records pass only when `allow_empty` (ragged stores: an empty
+    /// token list is a record).
+    fn validate(&self, src: &[u8], limit: u32, allow_empty: bool) -> Result<u64> {
         if let Layout::Ragged { offsets, lens } = self
             && offsets.len() != lens.len()
         {
@@ -114,7 +116,7 @@ impl<'a> Layout<'a> {
                 }
                 Layout::Ragged { offsets, lens } => (Some(offsets[i]), u64::from(lens[i])),
             };
-            if len == 0 || len > u64::from(limit) {
+            if (len == 0 && !allow_empty) || len > u64::from(limit) {
                 return Err(Error::RecordSize {
                     position: i,
                     len,
@@ -167,7 +169,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.schema
             .as_ref()
             .and_then(|s| CodecId::from_tag(s.codec))
-            .unwrap_or(C::ID)
+            .unwrap_or(self.default_codec)
     }
 
     /// [`append_fixed`](Self::append_fixed) with an explicit codec.
@@ -242,11 +244,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             let bytes = d
                 .iter()
                 .fold(itemsize, |a, &x| a.saturating_mul(u64::from(x)));
-            if bytes != u64::from(len) || d.contains(&0) {
+            if bytes != u64::from(len) {
                 return Err(self.schema_error(format!(
-                    "record {i} (of this append) has dimensions {d:?}, which give {bytes} bytes of {}, but it is {len} bytes{}",
+                    "record {i} (of this append) has dimensions {d:?}, which give {bytes} bytes of {}, but it is {len} bytes",
                     schema.dtype.name(),
-                    if d.contains(&0) { " (zero-size records are refused)" } else { "" }
                 )));
             }
         }
@@ -287,6 +288,33 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.append_with_dims(codec, src, layout, &[])
     }
 
+    /// The codec for `codec`, one found through the registry: it must be
+    /// listed in the store's codec table, at the version registered.
+    fn plugged_codec(&self, codec: CodecId) -> Result<&dyn Codec> {
+        let tag = codec.tag();
+        let listed = self.schema.as_ref().and_then(|s| s.codec_ref(tag));
+        let Some(listed) = listed else {
+            return Err(self.schema_error(format!(
+                "codec tag {} is not in the store's codec table (a store lists the codecs past the built-ins it may hold when it is created)",
+                tag.0
+            )));
+        };
+        // Listed means checked at open: registered, same name, same or later version.
+        let c = self
+            .codecs
+            .registered(tag)
+            .expect("a listed codec was registered when the store opened");
+        if c.version() != listed.version {
+            return Err(self.schema_error(format!(
+                "codec {:?} is version {} here but the store was written by version {}: appending would mix versions",
+                listed.name,
+                c.version(),
+                listed.version
+            )));
+        }
+        Ok(c)
+    }
+
     pub(crate) fn schema_error(&self, reason: String) -> Error {
         Error::Schema {
             path: self.path().to_owned(),
@@ -320,16 +348,32 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 self.schema_error("codec zstd_dict needs a store created with a dictionary".into())
             );
         }
-        if !v2 && codec == CodecId::ZstdDict {
-            return Err(self.schema_error("codec zstd_dict needs a format v2 store".into()));
+        if !v2 && !codec.tag().is_known() {
+            return Err(self.schema_error(format!("codec {codec} needs a format v2 store")));
         }
+        if cfg!(feature = "image") && codec.tag().is_image() {
+            // Built in with the feature, never found through the registry:
+            // image records need the image paths, which check the pixels.
+            return Err(self.schema_error(format!(
+                "{codec} records are written with append_images or append_encoded_images, into an image store"
+            )));
+        }
+        let plugged = if codec.is_builtin() {
+            if let Some(feature) = codec.missing_feature() {
+                return Err(self.unavailable(codec, feature));
+            }
+            None
+        } else {
+            Some(self.plugged_codec(codec)?)
+        };
         let n = layout.count();
         let limit = if v2 {
             MAX_RECORD_LEN_V2
         } else {
             MAX_RECORD_LEN
         };
-        layout.validate(src, limit)?;
+        let ragged = self.schema.as_ref().is_some_and(|s| s.kind == Kind::Ragged);
+        layout.validate(src, limit, ragged)?;
         if n == 0 {
             return Ok(self.len());
         }
@@ -339,8 +383,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
 
         let dict = self.dictionary.as_ref();
-        let encode = |data: &[u8], slot: &mut [u8]| match (codec, dict) {
-            (CodecId::ZstdDict, Some(d)) => d.encode(data, slot),
+        let encode = |data: &[u8], slot: &mut [u8]| match (codec, dict, plugged) {
+            (_, _, Some(c)) => c.encode(data, slot),
+            (CodecId::ZstdDict, Some(d), None) => d.encode(data, slot),
             _ => codec.encode(data, slot),
         };
 
@@ -641,6 +686,13 @@ fn encode_all(
         let mut at = 0usize;
         for (k, e) in enc_part.iter_mut().enumerate() {
             let data = layout.source(src, first + k);
+            if data.is_empty() {
+                // An empty record is stored raw: nothing to encode.
+                if with_crc {
+                    e.crc = loaderx_format::v2::crc32c(data);
+                }
+                continue;
+            }
             let slot = &mut arena_part[at..at + data.len() - 1];
             if let Some(len) = encode(data, slot) {
                 e.phys = len as u32;

@@ -145,6 +145,23 @@ pub enum Error {
         /// The store's directory.
         path: PathBuf,
     },
+    /// The store needs a codec this handle does not have: one defined
+    /// outside loaderx that was not registered in
+    /// [`OpenOptions::codecs`](crate::OpenOptions) (or is registered at an
+    /// older version, or under another name), or one whose cargo feature
+    /// this build lacks. Nothing was decoded. Code -8.
+    CodecUnavailable {
+        /// The store.
+        path: PathBuf,
+        /// The codec's tag.
+        tag: u8,
+        /// Its name, as the store records it.
+        name: String,
+        /// Its version, as the store records it.
+        version: u32,
+        /// Why it is unavailable, and what to do (the feature to enable).
+        reason: String,
+    },
 }
 
 /// Shorthand for results of this crate.
@@ -277,7 +294,7 @@ impl Error {
             | Error::OverlappingDestinations { .. }
             | Error::LengthMismatch { .. } => ErrorCode::BufferTooSmall,
             Error::Corrupt { .. } => ErrorCode::Corrupt,
-            Error::NotAStore { .. } => ErrorCode::NotAStore,
+            Error::NotAStore { .. } | Error::CodecUnavailable { .. } => ErrorCode::NotAStore,
         }
     }
 
@@ -400,6 +417,17 @@ impl fmt::Display for Error {
             Error::NotAStore { path, reason } => {
                 write!(f, "not a loaderx store: {}: {reason}", path.display())
             }
+            Error::CodecUnavailable {
+                path,
+                tag,
+                name,
+                version,
+                reason,
+            } => write!(
+                f,
+                "the store at {} needs codec {name:?} version {version} (tag {tag}), which is not available: {reason}",
+                path.display()
+            ),
             Error::Schema { path, reason } => {
                 write!(
                     f,

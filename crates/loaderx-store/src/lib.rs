@@ -8,7 +8,12 @@
 //!   wrong and where.
 //! * [`Codec`] is a per-record compression scheme ([`Raw`], [`Deflate`] — the
 //!   default —, [`Zstd`], [`Lz4`]); [`CodecId`] picks one at run time. Reads
-//!   dispatch on each record's own tag.
+//!   dispatch on each record's own tag. `Codec` is also the extension point:
+//!   codecs defined elsewhere (tags `128 ..= 255`) and the image codecs are
+//!   registered in a [`CodecRegistry`] passed in [`OpenOptions::codecs`].
+//!   Cargo features pick the built-ins: `deflate-libdeflate` (default) or
+//!   `deflate-flate2` (pure Rust), `zstd` (default), `lz4` (default);
+//!   `--no-default-features --features deflate-flate2,lz4` compiles no C.
 //! * [`Storage`](storage::Storage) is where the bytes live: memory-mapped
 //!   files ([`FileStorage`](storage::FileStorage)), or, with the test-only
 //!   cargo feature `testing`, memory (`storage::MemStorage`, which can fail
@@ -70,9 +75,9 @@ mod undo;
 #[cfg(feature = "image")]
 pub use codec::image::ImageLayout;
 pub use codec::{
-    Codec, CodecId, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, Lz4, MAX_DICT_SIZE,
-    MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, TrainError, Zstd, ZstdDictionary,
-    train_dictionary,
+    Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, ExternalId,
+    Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, RegisterError,
+    TrainError, Zstd, ZstdDictionary, train_dictionary,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;

@@ -9,12 +9,12 @@ use std::{
 };
 
 use loaderx_format::{
-    CHUNK_CAPACITY, FormatError, HEADER_LEN, Head, Header, MAX_LANES, META_LEN,
-    v2::{self, HeaderV2, Schema},
+    CHUNK_CAPACITY, CodecTag, FormatError, HEADER_LEN, Head, Header, MAX_LANES, META_LEN,
+    v2::{self, CodecRef, HeaderV2, Schema},
 };
 
 use crate::{
-    Codec, Error, Result, Store, ZstdDictionary,
+    Codec, CodecId, CodecRegistry, Error, Result, Store, ZstdDictionary,
     files::{Files, Layout},
     frontier::{ChunkLens, Frontier},
     lock::StoreLock,
@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// How to open a store.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// Refuse every write, and never create or modify anything on disk.
     pub read_only: bool,
@@ -41,6 +41,11 @@ pub struct OpenOptions {
     /// Compressed records are always checked; raw ones would cost a second
     /// pass over their bytes, so this is off by default (`docs/FORMAT.md`).
     pub check_raw: bool,
+    /// The codecs past the built-ins the handle can use: the image codecs
+    /// and codecs defined outside loaderx. Opening a store whose schema
+    /// lists a codec missing here fails with [`Error::CodecUnavailable`].
+    /// Built-ins only by default.
+    pub codecs: CodecRegistry,
 }
 
 impl Default for OpenOptions {
@@ -51,7 +56,17 @@ impl Default for OpenOptions {
             chunk_capacity: CHUNK_CAPACITY,
             lanes: 1,
             check_raw: false,
+            codecs: CodecRegistry::new(),
         }
+    }
+}
+
+impl OpenOptions {
+    /// These options with `codecs` as the registry.
+    #[must_use]
+    pub fn with_codecs(mut self, codecs: CodecRegistry) -> OpenOptions {
+        self.codecs = codecs;
+        self
     }
 }
 
@@ -67,7 +82,7 @@ impl OpenOptions {
     }
 }
 
-impl<C: Codec> Store<C, FileStorage> {
+impl<C: Codec + Default> Store<C, FileStorage> {
     /// Opens the store at `path`, creating the directory and an empty store
     /// when absent.
     ///
@@ -168,6 +183,11 @@ impl<C: Codec> Store<C, FileStorage> {
                 op: "create",
             });
         }
+        // A codec the handle lacks refuses the creation before anything,
+        // the directory included, is made.
+        with_codec_table(schema, &options.codecs)
+            .and_then(|s| check_codecs(&s, &options.codecs))
+            .map_err(|e| e.at(path))?;
         match fs::metadata(path) {
             Ok(md) if !md.is_dir() => {
                 return Err(Error::NotAStore {
@@ -190,7 +210,7 @@ impl<C: Codec> Store<C, FileStorage> {
     }
 }
 
-impl<C: Codec, S: Storage> Store<C, S> {
+impl<C: Codec + Default, S: Storage> Store<C, S> {
     /// Opens the store held by `storage`. O(1) in the number of records:
     /// only the header is read; table entries are checked when touched.
     ///
@@ -233,6 +253,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             });
         }
         if let Some(schema) = new {
+            let schema = &with_codec_table(schema, &options.codecs)
+                .and_then(|s| check_codecs(&s, &options.codecs).map(|()| s))
+                .map_err(|e| e.at(files.dir()))?;
             // Atomic on its own: no lock needed (and none can be taken on a
             // file that does not exist yet).
             if files.exists(FileId::Meta)? || !create_v2(&files, schema, options.lanes)? {
@@ -262,6 +285,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // The schema never changes once created: read it (and so the
         // table's layout) before recovery, which needs the layout.
         let schema = read_layout(&mut files)?;
+        // Only the codecs the schema lists are reachable from this handle.
+        let codecs = match &schema {
+            Some(schema) => {
+                check_codecs(schema, &options.codecs).map_err(|e| e.at(files.dir()))?;
+                options.codecs.only(schema.codecs.iter().map(|c| c.tag))
+            }
+            None => options.codecs.only([]),
+        };
         let dictionary = match schema.as_ref().and_then(|s| s.dictionary.as_deref()) {
             Some(bytes) => Some(ZstdDictionary::new(bytes).map_err(|e| Error::NotAStore {
                 path: files.path(FileId::Meta),
@@ -306,9 +337,148 @@ impl<C: Codec, S: Storage> Store<C, S> {
             append_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             lock,
+            codecs,
+            default_codec: C::default().id(),
             _codec: PhantomData,
         })
     }
+}
+
+/// Why a store's codecs are not usable, before the store's path is known.
+struct Unavailable {
+    tag: u8,
+    name: String,
+    version: u32,
+    reason: String,
+}
+
+impl Unavailable {
+    fn at(self, path: &Path) -> Error {
+        Error::CodecUnavailable {
+            path: path.to_owned(),
+            tag: self.tag,
+            name: self.name,
+            version: self.version,
+            reason: self.reason,
+        }
+    }
+}
+
+/// `schema`, with the codec table listing its default codec when that is
+/// one found through `codecs` and the caller did not list it.
+fn with_codec_table(
+    schema: &Schema,
+    codecs: &CodecRegistry,
+) -> std::result::Result<Schema, Unavailable> {
+    let mut schema = schema.clone();
+    let id = CodecId::from_tag(schema.codec);
+    if cfg!(feature = "image") && schema.codec.is_image() {
+        // The built-in image codecs: an image store lists both, since
+        // `append_encoded_images` keeps JPEG and PNG files alike, unless
+        // the caller listed image codecs itself (then its own is added).
+        let chosen = schema.codecs.iter().any(|c| c.tag.is_image());
+        for tag in [CodecTag::JPEG, CodecTag::PNG] {
+            if schema.codec_ref(tag).is_none() && (!chosen || tag == schema.codec) {
+                schema.codecs.push(CodecRef {
+                    tag,
+                    name: tag.name().unwrap_or("?").to_owned(),
+                    version: crate::codec::image::VERSION,
+                });
+            }
+        }
+        schema.codecs.sort_by_key(|c| c.tag);
+        return Ok(schema);
+    }
+    if let Some(id) = id.filter(|c| !c.is_builtin())
+        && schema.codec_ref(schema.codec).is_none()
+    {
+        let Some(codec) = codecs.registered(schema.codec) else {
+            return Err(unregistered(id, schema.codec.name().unwrap_or("?"), 0));
+        };
+        schema.codecs.push(CodecRegistry::codec_ref(codec));
+        schema.codecs.sort_by_key(|c| c.tag);
+    }
+    Ok(schema)
+}
+
+fn unregistered(id: CodecId, name: &str, version: u32) -> Unavailable {
+    let reason = match id.missing_feature() {
+        Some(feature) => format!(
+            "this build has no {id} codec: enable cargo feature `{feature}` of loaderx-store (or register a {id} codec in OpenOptions::codecs)"
+        ),
+        None => "it is not registered in OpenOptions::codecs".to_owned(),
+    };
+    Unavailable {
+        tag: id.tag().0,
+        name: name.to_owned(),
+        version,
+        reason,
+    }
+}
+
+/// Checks that every codec `schema` lists is registered in `codecs`, under
+/// the same name, at the same or a later version.
+fn check_codecs(schema: &Schema, codecs: &CodecRegistry) -> std::result::Result<(), Unavailable> {
+    for c in &schema.codecs {
+        let id = CodecId::from_tag(c.tag).expect("a checked codec table names valid tags");
+        if cfg!(feature = "image") && c.tag.is_image() {
+            // Built in, ahead of the registry.
+            if c.version > crate::codec::image::VERSION {
+                return Err(Unavailable {
+                    tag: c.tag.0,
+                    name: c.name.clone(),
+                    version: c.version,
+                    reason: format!(
+                        "the store's {:?} is version {}, this build's is {}",
+                        c.name,
+                        c.version,
+                        crate::codec::image::VERSION
+                    ),
+                });
+            }
+            continue;
+        }
+        let Some(have) = codecs.registered(c.tag) else {
+            return Err(unregistered(id, &c.name, c.version));
+        };
+        let refuse = |reason: String| {
+            Err(Unavailable {
+                tag: c.tag.0,
+                name: c.name.clone(),
+                version: c.version,
+                reason,
+            })
+        };
+        if have.name() != c.name {
+            return refuse(format!(
+                "tag {} is registered to codec {:?}, a different codec",
+                c.tag.0,
+                have.name()
+            ));
+        }
+        if have.version() < c.version {
+            return refuse(format!(
+                "the registered {:?} is version {}, older than the store's",
+                c.name,
+                have.version()
+            ));
+        }
+    }
+    // The default codec, when it is a built-in this build lacks.
+    if let Some(feature) = CodecId::from_tag(schema.codec)
+        .filter(|c| c.is_builtin())
+        .and_then(CodecId::missing_feature)
+    {
+        return Err(Unavailable {
+            tag: schema.codec.0,
+            name: schema.codec.name().unwrap_or("?").to_owned(),
+            version: 1,
+            reason: format!(
+                "this build of loaderx-store lacks it: enable cargo feature `{feature}`"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Creates an empty store: chunk 0, then `meta.zr` at its full (sparse)

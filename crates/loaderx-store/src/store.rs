@@ -83,6 +83,11 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// The advisory lock between processes (`None` for stores not on files,
     /// or where the file system has no `flock`).
     pub(crate) lock: Option<StoreLock>,
+    /// The codecs past the built-ins this handle can use: those of the
+    /// registry it was opened with that the schema lists.
+    pub(crate) codecs: crate::CodecRegistry,
+    /// `C`'s id: what appends use by default.
+    pub(crate) default_codec: CodecId,
     pub(crate) _codec: PhantomData<C>,
 }
 
@@ -108,7 +113,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// The codec appends use unless told otherwise.
     pub fn default_codec(&self) -> CodecId {
-        C::ID
+        self.default_codec
+    }
+
+    /// The codecs past the built-ins this handle can use (those the
+    /// store's schema lists, as registered when it was opened).
+    pub fn codecs(&self) -> &crate::CodecRegistry {
+        &self.codecs
     }
 
     /// Whether writes are refused.
@@ -563,6 +574,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(found)
     }
 
+    /// The error for a built-in `codec` this build lacks.
+    pub(crate) fn unavailable(&self, codec: CodecId, feature: &str) -> Error {
+        Error::CodecUnavailable {
+            path: self.path().to_owned(),
+            tag: codec.tag().0,
+            name: codec.name().to_owned(),
+            version: 1,
+            reason: format!(
+                "this build of loaderx-store lacks it: enable cargo feature `{feature}`"
+            ),
+        }
+    }
+
     /// Decodes record `index` (whose validated entry is `loc`) into `out`,
     /// which is exactly `loc.logic_length` bytes.
     #[inline]
@@ -579,30 +603,61 @@ impl<C: Codec, S: Storage> Store<C, S> {
         out: &mut [u8],
         check_raw: bool,
     ) -> Result<()> {
-        let Some(codec) = CodecId::from_tag(loc.codec) else {
-            // Encoded images (`jpeg`, `png`): see `codec::image`.
+        let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
+        let listed = || Error::Corrupt {
+            path: self.file_path(FileId::Meta),
+            entry: index,
+            reason: format!(
+                "codec tag {} is not listed in the store's codec table",
+                loc.codec.0
+            ),
+        };
+        // Encoded images decode with the schema's layout and size, which
+        // `Codec::decode` cannot carry: with the `image` feature they have a
+        // built-in path, ahead of the registry (see `codec::image`).
+        if cfg!(feature = "image") && loc.codec.is_image() {
             let schema = self.schema.as_ref();
-            return self.read_record(index, loc, check_raw, |src| {
+            if schema.and_then(|s| s.codec_ref(loc.codec)).is_none() {
+                return Err(listed());
+            }
+            return self.read_record(index, loc, check_raw, None, |src| {
                 crate::codec::image::decode_record(schema, loc.codec, src, out)
             });
+        }
+        let plugged = if codec.is_builtin() {
+            if let Some(feature) = codec.missing_feature() {
+                return Err(self.unavailable(codec, feature));
+            }
+            None
+        } else {
+            Some(self.codecs.registered(loc.codec).ok_or_else(listed)?)
         };
-        self.read_record(index, loc, check_raw, |src| match codec {
-            CodecId::ZstdDict => match &self.dictionary {
-                Some(d) => d.decode(src, out),
-                None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
+        self.read_record(
+            index,
+            loc,
+            check_raw,
+            plugged.map(|c| c.name()),
+            |src| match (codec, plugged) {
+                (_, Some(c)) => c.decode(src, out),
+                (CodecId::ZstdDict, None) => match &self.dictionary {
+                    Some(d) => d.decode(src, out),
+                    None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
+                },
+                (_, None) => codec.decode(src, out),
             },
-            _ => codec.decode(src, out),
-        })
+        )
     }
 
     /// Runs `f` on record `index`'s stored bytes, after checking a v2
     /// record's CRC32C when it is compressed or `check_raw` is set; a
-    /// failure of either is [`Error::Corrupt`] naming the record.
+    /// failure of either is [`Error::Corrupt`] naming the record (and the
+    /// codec, by `plugged`'s name when it came from the registry).
     pub(crate) fn read_record(
         &self,
         index: u64,
         loc: &RecordLoc,
         check_raw: bool,
+        plugged: Option<&str>,
         f: impl FnOnce(&[u8]) -> std::result::Result<(), crate::DecodeError>,
     ) -> Result<()> {
         let file = FileId::Chunk(loc.chunk_id);
@@ -629,7 +684,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .map_err(|e| Error::Corrupt {
                 path: self.file_path(file),
                 entry: index,
-                reason: format!("{} record: {e}", loc.codec.name().unwrap_or("unknown")),
+                reason: match plugged {
+                    Some(name) => format!("{name} record (codec tag {}): {e}", loc.codec.0),
+                    None => format!("{} record: {e}", loc.codec.name().unwrap_or("unknown")),
+                },
             })
     }
 }

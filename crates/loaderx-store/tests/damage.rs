@@ -326,6 +326,10 @@ fn a_compressed_record_that_does_not_decode_exactly_is_code_7() {
         (CodecId::Zstd, "stored bytes cut short", "zstd record"),
         (CodecId::Lz4, "stored bytes cut short", "lz4 record"),
     ];
+    // Codecs this build leaves out (cargo features) have nothing to damage.
+    let cases = cases
+        .into_iter()
+        .filter(|(codec, ..)| codec.missing_feature().is_none());
     for (codec, fault, reason) in cases {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("z");

@@ -5,10 +5,10 @@
 use std::fs;
 
 use loaderx_store::{
-    Deflate, Error, OpenOptions, Store,
+    Codec, CodecId, CodecRegistry, DecodeError, Deflate, Error, OpenOptions, Store,
     format::{
         CodecTag,
-        v2::{Dtype, Kind, Schema},
+        v2::{CodecRef, Dtype, Kind, Schema},
     },
     image::{Format, Layout, encode_jpeg, encode_png},
 };
@@ -21,6 +21,8 @@ fn schema(kind: Kind, shape: &[u64], ndim: u8, codec: CodecTag) -> Schema {
         ndim,
         codec,
         dictionary: None,
+        // Left empty: creating the store lists the image codecs itself.
+        codecs: Vec::new(),
     }
 }
 
@@ -253,4 +255,124 @@ fn a_damaged_image_is_an_error_naming_its_record() {
         .unwrap_err();
     assert!(matches!(err, Error::Corrupt { entry: 4, .. }), "{err:?}");
     assert_eq!(Format::sniff(&jpeg), Some(Format::Jpeg));
+}
+
+/// The image codecs are built in: an image store lists both in its codec
+/// table when created, needs nothing registered to reopen, and the
+/// registry will not take their tags.
+#[test]
+fn image_stores_list_their_codecs_and_need_no_registration() {
+    let listed = |tag: CodecTag| CodecRef {
+        tag,
+        name: tag.name().unwrap().into(),
+        version: 1,
+    };
+    for codec in [CodecTag::JPEG, CodecTag::PNG] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = create(&dir, &schema(Kind::Ragged, &[], 3, codec));
+        let want = vec![listed(CodecTag::JPEG), listed(CodecTag::PNG)];
+        assert_eq!(store.schema().unwrap().codecs, want);
+        // JPEG and PNG files share the store, whatever its codec.
+        let jpeg = encode_jpeg(&picture(8, 8, 1), 8, 8, Layout::Hwc, 90).unwrap();
+        let png = encode_png(&picture(6, 10, 2), 6, 10, Layout::Hwc).unwrap();
+        let src = [jpeg.clone(), png.clone()].concat();
+        store
+            .append_encoded_images(
+                &src,
+                &[0, jpeg.len() as u64],
+                &[jpeg.len() as u64, png.len() as u64],
+            )
+            .unwrap();
+        // Plain appends with an image codec id are refused, even into a
+        // byte store (they would store bytes no image path checked).
+        let bytes = create(&tempfile::tempdir().unwrap(), &Schema::bytes(CodecTag::RAW));
+        let id = CodecId::from_tag(codec).unwrap();
+        let err = bytes.append_fixed_with(id, &[0u8; 12], 1, 12).unwrap_err();
+        assert!(err.to_string().contains("append_images"), "{err}");
+        assert_eq!(bytes.len(), 0);
+        drop(store);
+        let store: Store<Deflate> =
+            Store::open_with(dir.path().join("imgs"), OpenOptions::default()).unwrap();
+        assert_eq!(store.schema().unwrap().codecs, want);
+        let mut out = vec![0u8; 6 * 10 * 3];
+        store.gather_exact(&[1], &mut out, 6 * 10 * 3).unwrap();
+        assert_eq!(out, picture(6, 10, 2));
+    }
+
+    // A store whose table lists only jpeg takes no PNG file.
+    let dir = tempfile::tempdir().unwrap();
+    let mut only_jpeg = schema(Kind::Ragged, &[], 3, CodecTag::JPEG);
+    only_jpeg.codecs = vec![listed(CodecTag::JPEG)];
+    let store = create(&dir, &only_jpeg);
+    assert_eq!(store.schema().unwrap().codecs, only_jpeg.codecs);
+    let png = encode_png(&picture(4, 4, 0), 4, 4, Layout::Hwc).unwrap();
+    let err = store
+        .append_encoded_images(&png, &[0], &[png.len() as u64])
+        .unwrap_err();
+    assert!(err.to_string().contains("does not list png"), "{err}");
+    assert_eq!(store.len(), 0);
+
+    // A store written by a later version of the image codecs is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let mut later = schema(Kind::Ragged, &[], 3, CodecTag::PNG);
+    later.codecs = vec![CodecRef {
+        version: 2,
+        ..listed(CodecTag::PNG)
+    }];
+    let err = Store::<Deflate>::create_v2(dir.path().join("s"), &later, OpenOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::CodecUnavailable {
+                tag: 6,
+                version: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    #[derive(Debug)]
+    struct Fake;
+    impl Codec for Fake {
+        fn id(&self) -> CodecId {
+            CodecId::Jpeg
+        }
+        fn name(&self) -> &str {
+            "jpeg"
+        }
+        fn encode(&self, _: &[u8], _: &mut [u8]) -> Option<usize> {
+            None
+        }
+        fn decode(&self, _: &[u8], _: &mut [u8]) -> Result<(), DecodeError> {
+            Err(DecodeError::new("never used"))
+        }
+    }
+    let err = CodecRegistry::new().register(Fake).unwrap_err();
+    assert!(err.reason.contains("feature `image`"), "{err}");
+}
+
+/// Writes `tests/fixtures/jpeg-store`, the image store the default-feature
+/// build must refuse (`tests/codecs.rs`). Run with `--ignored` to redo it.
+#[test]
+#[ignore = "writes a fixture into the source tree"]
+fn write_jpeg_store_fixture() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jpeg-store");
+    let _ = fs::remove_dir_all(&path);
+    let options = OpenOptions {
+        chunk_capacity: 1 << 16,
+        ..OpenOptions::default()
+    };
+    let store: Store<Deflate> = Store::create_v2(
+        &path,
+        &schema(Kind::Dense, &[8, 8, 3], 3, CodecTag::JPEG),
+        options,
+    )
+    .unwrap();
+    let jpeg = encode_jpeg(&picture(8, 8, 3), 8, 8, Layout::Hwc, 90).unwrap();
+    store
+        .append_encoded_images(&jpeg, &[0], &[jpeg.len() as u64])
+        .unwrap();
+    store.sync().unwrap();
 }

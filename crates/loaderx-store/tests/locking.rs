@@ -178,7 +178,7 @@ fn a_late_writer_catches_up_in_format_v2_and_before_a_delete() {
         lanes: 3,
         ..OpenOptions::default()
     };
-    drop(Store::<Deflate>::create_v2(&path, &Schema::bytes(CodecTag::ZSTD), options).unwrap());
+    drop(Store::<Deflate>::create_v2(&path, &Schema::bytes(CodecTag::LZ4), options).unwrap());
     let first: Store<Deflate> = Store::open(&path).unwrap();
     let mut late: Store<Deflate> = Store::open(&path).unwrap();
     first.append_fixed(&[1u8; 600], 6, 100).unwrap();

@@ -168,6 +168,7 @@ fn parse_index_v2_seeds(dir: &Path) {
         ndim: 2,
         codec: CodecTag::ZSTD,
         dictionary: None,
+        codecs: Vec::new(),
     };
     let ragged = Schema {
         kind: Kind::Ragged,
@@ -176,6 +177,7 @@ fn parse_index_v2_seeds(dir: &Path) {
         ndim: 2,
         codec: CodecTag::LZ4,
         dictionary: None,
+        codecs: Vec::new(),
     };
     let tokens = Schema {
         kind: Kind::Ragged,
@@ -184,6 +186,7 @@ fn parse_index_v2_seeds(dir: &Path) {
         ndim: 1,
         codec: CodecTag::ZSTD_DICT,
         dictionary: Some(fuzz_dictionary()),
+        codecs: Vec::new(),
     };
     let mut images = Vec::new();
     images.push((

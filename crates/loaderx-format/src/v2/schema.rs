@@ -3,10 +3,14 @@
 //! ```text
 //! 0      4     5      6     7          8            8 + dtype_len
 //! | ZSCH | kind | codec | ndim | dtype_len | dtype (ASCII) | dense: ndim × u64 dim | dict_len: u32 | dict_crc: u32 | dictionary |
+//! [ | ZCDC | count: u8 | count × (id: u8 | version: u32 | name_len: u8 | name (ASCII)) | ]
 //! ```
 //!
 //! The header holds the block's length and CRC32C; the dictionary carries
-//! its own CRC32C so damage to it is reported as such.
+//! its own CRC32C so damage to it is reported as such. The codec table
+//! (`ZCDC`) is present only when the store may hold records of codecs past
+//! format v2's own (tags 5, 6 and `128 ..= 255`); readers from before it
+//! refuse such a block for its trailing bytes, so they never mis-decode.
 
 use crate::{CodecTag, FormatError, v2::MAX_RECORD_LEN_V2};
 
@@ -17,6 +21,53 @@ pub const MAX_NDIM: usize = 16;
 pub const MAX_DICT_LEN: usize = 4 << 20;
 
 const MAGIC: [u8; 4] = *b"ZSCH";
+const CODECS_MAGIC: [u8; 4] = *b"ZCDC";
+
+/// Most bytes of a codec's name in the codec table.
+pub const MAX_CODEC_NAME: usize = 64;
+
+/// One codec of a schema's codec table: a codec past format v2's own that
+/// the store's records may use, named so a reader that lacks it can say
+/// which one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CodecRef {
+    /// Its tag: 5 (`jpeg`), 6 (`png`) or `128 ..= 255`.
+    pub tag: CodecTag,
+    /// Its name: printable ASCII, `1 ..= 64` bytes; `jpeg` and `png` for
+    /// tags 5 and 6.
+    pub name: String,
+    /// The version of its encoding that wrote the store.
+    pub version: u32,
+}
+
+impl CodecRef {
+    fn check(&self) -> Result<(), String> {
+        if !(self.tag.0 > 4 && self.tag.is_allowed_v2()) {
+            return Err(format!(
+                "codec table entry {:?} has tag {}: only 5, 6 and 128..=255 are listed",
+                self.name, self.tag.0
+            ));
+        }
+        if self.name.is_empty()
+            || self.name.len() > MAX_CODEC_NAME
+            || !self.name.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(format!(
+                "codec table entry for tag {} has name {:?}: 1..={MAX_CODEC_NAME} printable ASCII bytes",
+                self.tag.0, self.name
+            ));
+        }
+        if let Some(fixed) = self.tag.name()
+            && fixed != self.name
+        {
+            return Err(format!(
+                "codec tag {} is {fixed:?} in format v2, not {:?}",
+                self.tag.0, self.name
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// What the records of a store are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,6 +141,9 @@ pub struct Schema {
     pub codec: CodecTag,
     /// The zstd dictionary (`zstd_dict` stores only).
     pub dictionary: Option<Vec<u8>>,
+    /// The codecs past format v2's own (tags 5, 6, `128 ..= 255`) the
+    /// store's records may use, in tag order; empty for most stores.
+    pub codecs: Vec<CodecRef>,
 }
 
 impl Schema {
@@ -103,7 +157,14 @@ impl Schema {
             ndim: 0,
             codec,
             dictionary: None,
+            codecs: Vec::new(),
         }
+    }
+
+    /// The codec table's entry for `tag`, if the store lists it.
+    #[must_use]
+    pub fn codec_ref(&self, tag: CodecTag) -> Option<&CodecRef> {
+        self.codecs.iter().find(|c| c.tag == tag)
     }
 
     /// Bytes of one dense item (`None` for other kinds).
@@ -135,8 +196,26 @@ impl Schema {
     /// [`FormatError::BadSchema`] or [`FormatError::BadDictionary`] saying why.
     pub fn check(&self) -> Result<(), FormatError> {
         let bad = |why: String| Err(FormatError::BadSchema(why));
-        if !self.codec.is_known_v2() {
+        if !self.codec.is_allowed_v2() {
             return bad(format!("unknown codec tag {}", self.codec.0));
+        }
+        if self.codecs.len() > usize::from(u8::MAX) {
+            return bad(format!(
+                "{} codecs in the codec table (at most 255)",
+                self.codecs.len()
+            ));
+        }
+        for (i, c) in self.codecs.iter().enumerate() {
+            c.check().map_err(FormatError::BadSchema)?;
+            if i > 0 && self.codecs[i - 1].tag >= c.tag {
+                return bad("the codec table is not in strictly increasing tag order".into());
+            }
+        }
+        if !self.codec.is_known_v2() && self.codec_ref(self.codec).is_none() {
+            return bad(format!(
+                "codec tag {} is not listed in the schema's codec table",
+                self.codec.0
+            ));
         }
         match self.kind {
             Kind::Bytes => {
@@ -230,6 +309,16 @@ impl Schema {
         b.extend_from_slice(&(dict.len() as u32).to_le_bytes());
         b.extend_from_slice(&super::crc32c(dict).to_le_bytes());
         b.extend_from_slice(dict);
+        if !self.codecs.is_empty() {
+            b.extend_from_slice(&CODECS_MAGIC);
+            b.push(self.codecs.len() as u8);
+            for c in &self.codecs {
+                b.push(c.tag.0);
+                b.extend_from_slice(&c.version.to_le_bytes());
+                b.push(c.name.len() as u8);
+                b.extend_from_slice(c.name.as_bytes());
+            }
+        }
         b
     }
 
@@ -306,6 +395,12 @@ impl Schema {
             }
             Some(dict.to_vec())
         };
+        let codecs = if r.at != bytes.len() && r.bytes[r.at..].starts_with(&CODECS_MAGIC) {
+            r.at += CODECS_MAGIC.len();
+            read_codec_table(&mut r)?
+        } else {
+            Vec::new()
+        };
         if r.at != bytes.len() {
             return bad(format!(
                 "{} unexpected bytes after the schema",
@@ -319,10 +414,35 @@ impl Schema {
             ndim,
             codec: CodecTag(codec),
             dictionary,
+            codecs,
         };
         schema.check()?;
         Ok(schema)
     }
+}
+
+/// Reads the codec table after its magic.
+fn read_codec_table(r: &mut Reader<'_>) -> Result<Vec<CodecRef>, FormatError> {
+    let truncated = || FormatError::BadSchema("codec table is truncated".into());
+    let count = r.u8().ok_or_else(truncated)?;
+    if count == 0 {
+        return Err(FormatError::BadSchema(
+            "empty codec table (it is left out when empty)".into(),
+        ));
+    }
+    let mut codecs = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let (Some(tag), Some(version), Some(name_len)) = (r.u8(), r.u32(), r.u8()) else {
+            return Err(truncated());
+        };
+        let name = r.take(usize::from(name_len)).ok_or_else(truncated)?;
+        codecs.push(CodecRef {
+            tag: CodecTag(tag),
+            name: String::from_utf8_lossy(name).into_owned(),
+            version,
+        });
+    }
+    Ok(codecs)
 }
 
 /// Why the dictionary in an (untrusted) schema block is damaged, if its own
@@ -380,6 +500,7 @@ mod tests {
             ndim: 3,
             codec: CodecTag::ZSTD,
             dictionary: None,
+            codecs: Vec::new(),
         }
     }
 
@@ -395,6 +516,23 @@ mod tests {
                 ndim: 1,
                 codec: CodecTag::ZSTD_DICT,
                 dictionary: Some(vec![1, 2, 3]),
+                codecs: Vec::new(),
+            },
+            Schema {
+                codec: CodecTag(200),
+                codecs: vec![
+                    CodecRef {
+                        tag: CodecTag::JPEG,
+                        name: "jpeg".into(),
+                        version: 1,
+                    },
+                    CodecRef {
+                        tag: CodecTag(200),
+                        name: "delta-rle".into(),
+                        version: 7,
+                    },
+                ],
+                ..Schema::bytes(CodecTag::RAW)
             },
         ] {
             let b = s.encode();
@@ -429,9 +567,15 @@ mod tests {
             ndim,
             codec,
             dictionary: None,
+            codecs: vec![CodecRef {
+                tag: codec,
+                name: codec.name().unwrap().into(),
+                version: 1,
+            }],
         };
         for codec in [CodecTag::JPEG, CodecTag::PNG] {
-            assert!(codec.is_image() && codec.is_known_v2() && !codec.is_known());
+            assert!(codec.is_image() && codec.is_allowed_v2());
+            assert!(!codec.is_known_v2() && !codec.is_known());
             for shape in [[224, 224, 3], [3, 224, 224], [3, 8, 3]] {
                 assert!(
                     image(Kind::Dense, &shape, 3, Dtype::U8, codec)
@@ -456,14 +600,90 @@ mod tests {
                     codec,
                 ),
                 image(Kind::Ragged, &[], 2, Dtype::U8, codec),
-                Schema::bytes(codec),
+                Schema {
+                    codecs: image(Kind::Dense, &[8, 8, 3], 3, Dtype::U8, codec).codecs,
+                    ..Schema::bytes(codec)
+                },
             ] {
                 let err = bad.check().unwrap_err().to_string();
                 assert!(err.contains("uint8 RGB"), "{err}");
             }
+            // An image store lists its codec in the codec table.
+            let unlisted = Schema {
+                codecs: Vec::new(),
+                ..image(Kind::Dense, &[8, 8, 3], 3, Dtype::U8, codec)
+            };
+            let err = unlisted.check().unwrap_err().to_string();
+            assert!(err.contains("not listed"), "{err}");
         }
         assert_eq!(CodecTag::JPEG.name(), Some("jpeg"));
         assert_eq!(CodecTag::PNG.name(), Some("png"));
-        assert!(!CodecTag(7).is_known_v2());
+        assert!(!CodecTag(7).is_allowed_v2());
+    }
+
+    fn external(tag: u8, name: &str) -> CodecRef {
+        CodecRef {
+            tag: CodecTag(tag),
+            name: name.into(),
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn refuses_bad_codec_tables() {
+        let with = |codec: u8, codecs: Vec<CodecRef>| Schema {
+            codec: CodecTag(codec),
+            codecs,
+            ..Schema::bytes(CodecTag::RAW)
+        };
+        let why = |s: Schema| s.check().unwrap_err().to_string();
+        // An external default codec must be listed.
+        assert!(why(with(130, vec![])).contains("not listed"));
+        // Tags 7..=127 are nobody's.
+        assert!(why(with(9, vec![external(9, "x")])).contains("unknown codec tag 9"));
+        assert!(why(with(0, vec![external(9, "x")])).contains("only 5, 6 and 128..=255"));
+        // Format v2's own tags are never listed.
+        assert!(why(with(0, vec![external(2, "zstd")])).contains("only 5, 6"));
+        // Reserved tags keep their names.
+        assert!(why(with(5, vec![external(5, "webp")])).contains("\"jpeg\" in format v2"));
+        assert!(why(with(0, vec![external(130, "")])).contains("printable ASCII"));
+        assert!(why(with(0, vec![external(130, "a b")])).contains("printable ASCII"));
+        let long = "n".repeat(MAX_CODEC_NAME + 1);
+        assert!(why(with(0, vec![external(130, &long)])).contains("printable ASCII"));
+        assert!(why(with(0, vec![external(140, "b"), external(130, "a")])).contains("increasing"));
+        assert!(why(with(0, vec![external(130, "a"), external(130, "a")])).contains("increasing"));
+        with(130, vec![external(6, "png"), external(130, "a")])
+            .check()
+            .unwrap();
+    }
+
+    #[test]
+    fn codec_table_is_trailing_and_damage_is_refused() {
+        // Without external codecs the block is exactly what earlier
+        // versions wrote; with them, it grows by the table only.
+        let plain = Schema::bytes(CodecTag::FLATE);
+        let old = plain.encode();
+        let mut ext = plain.clone();
+        ext.codecs = vec![external(131, "tok")];
+        let new = ext.encode();
+        assert_eq!(&new[..old.len()], &old[..]);
+        assert_eq!(&new[old.len()..old.len() + 4], b"ZCDC");
+        // Every truncation of the table is refused, never read as less.
+        for cut in old.len() + 1..new.len() {
+            let b = &new[..cut];
+            assert!(
+                Schema::decode(b, crate::v2::crc32c(b)).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // A table that is not `ZCDC` is trailing garbage.
+        let mut other = new.clone();
+        other[old.len()] = b'X';
+        let err = Schema::decode(&other, crate::v2::crc32c(&other)).unwrap_err();
+        assert!(err.to_string().contains("unexpected bytes"), "{err}");
+        // An empty table is refused (it is never written).
+        let mut empty = old.clone();
+        empty.extend_from_slice(b"ZCDC\0");
+        assert!(Schema::decode(&empty, crate::v2::crc32c(&empty)).is_err());
     }
 }

@@ -458,11 +458,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("src", type=Path, help="the source file or directory")
     p.add_argument("dst", type=Path, help="the output (must not exist)")
-    # zstd_dict needs a trained dictionary before the first record: not
-    # offered here (train one with loaderx.utils.train_dict and write with
-    # the Python API).
-    codecs = sorted(c for c in CODECS if c != "zstd_dict")
-    p.add_argument("--codec", default="zstd", choices=codecs, help="(default zstd)")
+    p.add_argument(
+        "--codec",
+        default="zstd",
+        choices=sorted(CODECS),
+        help="(default zstd; zstd_dict trains a dictionary per store on its first batch)",
+    )
     p.add_argument(
         "--workers", type=int, default=4, help="decode threads for image folders (default 4)"
     )

@@ -67,6 +67,60 @@ def _storable(dtype: Any, where: str) -> np.dtype:
     return found
 
 
+# --- zstd_dict: a dictionary per store, trained on its first batch ---------------------------
+
+#: Records a ``zstd_dict`` store's dictionary is trained on, at most (from
+#: the store's first batch).
+DICT_TRAIN_RECORDS = 20_000
+
+
+class _DictTrained:
+    """A writer for ``codec="zstd_dict"``: the store is created on the first
+    append, with a dictionary trained on that batch's records. A store whose
+    first batch is too small to train on (``train_dict`` needs at least 7
+    records), or that gets no records at all, is written with plain
+    ``zstd`` instead: a dictionary learned from so few records would not pay
+    for its own bytes."""
+
+    def __init__(self, create: Callable[[str, Union[bytes, None]], Union[Dense, Ragged]]) -> None:
+        self._create = create
+        self._writer: Dense | Ragged | None = None
+
+    def _open(self, sample: list[np.ndarray] | np.ndarray) -> Dense | Ragged:
+        if self._writer is None:
+            from .utils import train_dict
+
+            picked = sample[:DICT_TRAIN_RECORDS]
+            if not isinstance(picked, np.ndarray):
+                picked = [r for r in picked if r.size]
+            try:
+                trained: bytes | None = train_dict(picked)
+            except ValueError:
+                trained = None
+            codec = "zstd" if trained is None else "zstd_dict"
+            self._writer = self._create(codec, trained)
+        return self._writer
+
+    def append(self, records: Any) -> None:
+        if isinstance(records, np.ndarray):
+            self._open(records).append(records)
+            return
+        records = list(records)
+        cast(Ragged, self._open(records)).append(records)
+
+    def append_flat(self, flat: np.ndarray, offsets: Any, shapes: Any = None) -> None:
+        bounds = np.asarray(offsets, dtype=np.int64)
+        ends = bounds[: DICT_TRAIN_RECORDS + 1].tolist()
+        sample = [flat[a:b] for a, b in zip(ends[:-1], ends[1:]) if 0 <= a <= b <= flat.size]
+        cast(Ragged, self._open(sample)).append_flat(flat, offsets, shapes)
+
+    def __len__(self) -> int:
+        return 0 if self._writer is None else len(self._writer)
+
+    def close(self) -> None:
+        self._open([]).close()
+
+
 # --- the output: a temporary sibling renamed into place ------------------------------------
 
 
@@ -99,15 +153,24 @@ class _Output:
             )
         return self.tmp / name
 
+    def create_dense(self, path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> Dense:
+        """A new `Dense` writer at `path` with the output's codec."""
+
+        def create(codec: str, trained: bytes | None) -> Dense:
+            return Dense.create(path, dtype, shape, codec=codec, dict_bytes=trained)
+
+        if self.codec == "zstd_dict":
+            return cast(Dense, _DictTrained(create))
+        return create(self.codec, None)
+
     def dense(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> Dense:
         writer = self.writers.get(name)
         if writer is None:
             path = self._path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
-            writer = Dense.create(path, dtype, shape, codec=self.codec)
+            writer = self.create_dense(path, dtype, shape)
             self.writers[name] = writer
-        assert isinstance(writer, Dense)
-        return writer
+        return cast(Dense, writer)
 
     def ragged(
         self, name: str, dtype: np.dtype, ndim: int, codec: str | None = None
@@ -116,10 +179,19 @@ class _Output:
         if writer is None:
             path = self._path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
-            writer = Ragged.create(path, dtype, ndim, codec=codec or self.codec)
+
+            def create(codec: str, trained: bytes | None) -> Ragged:
+                return Ragged.create(path, dtype, ndim, codec=codec, dict_bytes=trained)
+
+            if codec is not None:
+                # An image codec the caller picked (keep_encoded).
+                writer = create(codec, None)
+            elif self.codec == "zstd_dict":
+                writer = cast(Ragged, _DictTrained(create))
+            else:
+                writer = create(self.codec, None)
             self.writers[name] = writer
-        assert isinstance(writer, Ragged)
-        return writer
+        return cast(Ragged, writer)
 
     def commit(self, groups: Mapping[str, int] | None = None) -> dict[str, int]:
         """Close every store, check the counts agree (within each group of
@@ -181,22 +253,6 @@ def _run(
     except BaseException:
         out.abort()
         raise
-
-
-def _append_flat(
-    writer: Ragged, values: np.ndarray, offsets: np.ndarray, where: str, first_row: int
-) -> None:
-    """Append one-axis records given flat (record ``i`` is
-    ``values[offsets[i]:offsets[i + 1]]``) in one native call, naming the
-    row of an empty record."""
-    offsets = np.asarray(offsets, dtype=np.int64)
-    empty = np.flatnonzero(np.diff(offsets) == 0)
-    if empty.size:
-        raise ConversionError(
-            f"{where}: row {first_row + int(empty[0])} is empty; a ragged store refuses "
-            f"zero-size records (filter empty rows first)"
-        )
-    writer.append_flat(values, offsets)
 
 
 def _rows_per_batch(row_bytes: float, batch_bytes: int) -> int:
@@ -355,11 +411,6 @@ def _ragged_records(
             raise ConversionError(
                 f"column {where!r}, row {first_row + i}: found {arr.ndim} axes (shape "
                 f"{arr.shape}), expected {ndim}"
-            )
-        if arr.size == 0:
-            raise ConversionError(
-                f"column {where!r}, row {first_row + i} is empty; a ragged store refuses "
-                f"zero-size records (filter empty rows first)"
             )
         out.append(arr)
     return out
@@ -563,7 +614,7 @@ def convert_npy(
     def body(out: _Output) -> None:
         # A store directly at `output`: the temporary directory is the store.
         out.tmp.rmdir()
-        writer = Dense.create(out.tmp, dtype, array.shape[1:], codec=out.codec)
+        writer = out.create_dense(out.tmp, dtype, array.shape[1:])
         out.writers[""] = writer
         _append_dense_chunks(writer, array, batch_bytes, progress, [0], array.shape[0])
 
@@ -764,7 +815,7 @@ def _arrow_column(
     values = _arrow_values(inner, dtype, name)
     writer = out.ragged(name, dtype, 1 + len(spec))
     if not spec:
-        _append_flat(writer, values, offsets, f"column {name!r}", first_row)
+        writer.append_flat(values, np.asarray(offsets, dtype=np.int64))
     else:
         sub = values.reshape(-1, *spec)
         records = [sub[lo:hi] for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist())]

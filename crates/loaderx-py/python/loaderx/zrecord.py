@@ -762,11 +762,6 @@ class Ragged(_Container):
                 f"record {pos}: {self.path} holds arrays of {self.ndim} dimensions, found "
                 f"{record.ndim} (shape {tuple(record.shape)})"
             )
-        if record.size == 0:
-            raise ZrecordError(
-                _RECORD_SIZE,
-                f"record {pos} has shape {tuple(record.shape)}: zero-size records are refused",
-            )
         if record.nbytes > MAX_ITEM_LEN:
             raise ZrecordError(
                 _RECORD_SIZE,
@@ -886,11 +881,6 @@ class Ragged(_Container):
                     f"record {bad}: shape {tuple(dims[bad].tolist())} does not hold its "
                     f"{int(lens[bad])} elements"
                 )
-        empty = np.flatnonzero(lens == 0)
-        if empty.size:
-            raise ZrecordError(
-                _RECORD_SIZE, f"record {int(empty[0])} is empty: zero-size records are refused"
-            )
         itemsize = self.dtype.itemsize
         if int(lens.max()) * itemsize > MAX_ITEM_LEN:
             big = int(np.argmax(lens))

@@ -1,9 +1,11 @@
 //! Encoded images: records stored as JPEG or PNG files (codec tags 5 and
 //! 6, format v2) that decode to `uint8` RGB in the gather's own threads,
 //! straight into the destination batch. Behind the cargo feature `image`
-//! (the decoders live in the `loaderx-image` crate); a build without it
-//! opens such stores but refuses to decode their image records, saying
-//! which feature to enable.
+//! (the decoders live in the `loaderx-image` crate), ahead of the codec
+//! registry: their decode needs the schema's layout and size, which
+//! `Codec::decode` cannot carry. A build without the feature refuses to
+//! open such stores (their codec table lists `jpeg`/`png`), saying which
+//! feature to enable, unless a codec for the tag was registered.
 //!
 //! * A dense image store's schema shape is `(H, W, 3)` (HWC) or
 //!   `(3, H, W)` (CHW); every record is an `H × W` image and decodes into
@@ -22,6 +24,10 @@
 use loaderx_format::{CodecTag, v2::Schema};
 
 use super::DecodeError;
+
+/// The version of the built-in `jpeg` and `png` codecs, which a store
+/// records in its codec table (their records are plain JPEG and PNG files).
+pub(crate) const VERSION: u32 = 1;
 
 /// Decodes one image record (`tag` is `jpeg` or `png`) into `out`, in the
 /// layout and size the store's schema gives.
@@ -294,6 +300,12 @@ mod imp {
                         h.height, h.width, h.format
                     )));
                 }
+                if schema.codec_ref(tag_of(format)).is_none() {
+                    return Err(self.schema_error(format!(
+                        "record {i} (of this append) is a {format} file, and this store's codec table does not list {} (image stores created by this build list jpeg and png)",
+                        tag_of(format).name().unwrap_or("it")
+                    )));
+                }
                 Ok(Some(h))
             })?;
             let mut records = Vec::with_capacity(n);
@@ -356,6 +368,21 @@ mod imp {
                         loc.codec.name().unwrap_or("unknown")
                     )));
                 }
+                if self
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.codec_ref(loc.codec))
+                    .is_none()
+                {
+                    return Err(Error::Corrupt {
+                        path: self.file_path(crate::storage::FileId::Meta),
+                        entry: idx,
+                        reason: format!(
+                            "codec tag {} is not listed in the store's codec table",
+                            loc.codec.0
+                        ),
+                    });
+                }
                 locs.push((i * item, loc));
             }
             self.check_chunks_still_hold(idxs, &locs)?;
@@ -370,7 +397,7 @@ mod imp {
                     // outlives this call.
                     let out = unsafe { shared.range_mut(*at, item) };
                     let format = format_of(loc.codec).unwrap_or(Format::Jpeg);
-                    self.read_record(idxs[i], loc, self.check_raw, |src| {
+                    self.read_record(idxs[i], loc, self.check_raw, None, |src| {
                         loaderx_image::decode_fit_into(src, format, layout, height, width, out)
                             .map(|_| ())
                             .map_err(|e| DecodeError::new(e.to_string()))

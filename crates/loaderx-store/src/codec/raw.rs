@@ -5,7 +5,9 @@ use super::{Codec, CodecId, DecodeError};
 pub struct Raw;
 
 impl Codec for Raw {
-    const ID: CodecId = CodecId::Raw;
+    fn id(&self) -> CodecId {
+        CodecId::Raw
+    }
 
     fn encode(&self, _src: &[u8], _dst: &mut [u8]) -> Option<usize> {
         None

@@ -1,27 +1,43 @@
 //! zstd, one frame per record, with per-thread contexts.
 
-use std::cell::RefCell;
-
-use zstd::bulk::{Compressor, Decompressor};
-
 use super::{Codec, CodecId, DecodeError};
 
 /// zstd level used for writing; chosen by measurement (`docs/BENCHMARKS.md`).
+#[cfg_attr(not(feature = "zstd"), allow(dead_code))]
 pub const ZSTD_LEVEL: i32 = 3;
-
-thread_local! {
-    static COMPRESSOR: RefCell<Option<Compressor<'static>>> = const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<Decompressor<'static>>> = const { RefCell::new(None) };
-}
 
 /// zstd: decodes ~3× faster than DEFLATE; not readable by loaderx 0.5.x.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Zstd;
 
 impl Codec for Zstd {
-    const ID: CodecId = CodecId::Zstd;
+    fn id(&self) -> CodecId {
+        CodecId::Zstd
+    }
 
     fn encode(&self, src: &[u8], dst: &mut [u8]) -> Option<usize> {
+        imp::encode(src, dst)
+    }
+
+    fn decode(&self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
+        imp::decode(src, dst)
+    }
+}
+
+#[cfg(feature = "zstd")]
+mod imp {
+    use std::cell::RefCell;
+
+    use zstd::bulk::{Compressor, Decompressor};
+
+    use super::{DecodeError, ZSTD_LEVEL};
+
+    thread_local! {
+        static COMPRESSOR: RefCell<Option<Compressor<'static>>> = const { RefCell::new(None) };
+        static DECOMPRESSOR: RefCell<Option<Decompressor<'static>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn encode(src: &[u8], dst: &mut [u8]) -> Option<usize> {
         COMPRESSOR.with(|cell| {
             let mut slot = cell.borrow_mut();
             if slot.is_none() {
@@ -34,7 +50,7 @@ impl Codec for Zstd {
         })
     }
 
-    fn decode(&self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
+    pub(super) fn decode(src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
         // A frame header that declares a content size other than ours is
         // refused before any work; frames without one are checked after.
         if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(src)
@@ -60,5 +76,20 @@ impl Codec for Zstd {
                 Err(e) => Err(DecodeError::new(format!("invalid zstd frame: {e}"))),
             }
         })
+    }
+}
+
+#[cfg(not(feature = "zstd"))]
+mod imp {
+    use super::DecodeError;
+
+    pub(super) fn encode(_src: &[u8], _dst: &mut [u8]) -> Option<usize> {
+        None
+    }
+
+    pub(super) fn decode(_src: &[u8], _dst: &mut [u8]) -> Result<(), DecodeError> {
+        Err(DecodeError::new(
+            "this build of loaderx-store has no zstd: enable cargo feature `zstd`",
+        ))
     }
 }

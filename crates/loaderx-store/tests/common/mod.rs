@@ -44,7 +44,7 @@ pub fn small_chunks(capacity: u64) -> OpenOptions {
     }
 }
 
-pub fn mem_store<C: Codec>(storage: &MemStorage, capacity: u64) -> Store<C, MemStorage> {
+pub fn mem_store<C: Codec + Default>(storage: &MemStorage, capacity: u64) -> Store<C, MemStorage> {
     Store::open_in(storage.clone(), small_chunks(capacity)).unwrap()
 }
 
