@@ -636,7 +636,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             index,
             loc,
             check_raw,
-            plugged.map(|c| c.name()),
+            plugged.map(Codec::name),
             |src| match (codec, plugged) {
                 (_, Some(c)) => c.decode(src, out),
                 (CodecId::ZstdDict, None) => match &self.dictionary {
