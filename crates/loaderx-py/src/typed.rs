@@ -112,7 +112,7 @@ pub(crate) fn build_schema(
                 "{rank} dimensions is more than the {MAX_NDIM} a record may have"
             ))
         })?;
-    let schema = Schema {
+    let mut schema = Schema {
         kind,
         dtype,
         shape,
@@ -121,6 +121,8 @@ pub(crate) fn build_schema(
         dictionary,
         codecs: Vec::new(),
     };
+    // Image stores list their codecs, as the store's create_v2 would.
+    loaderx_store::list_image_codecs(&mut schema);
     schema
         .check()
         .map_err(|err| PyValueError::new_err(err.to_string()))?;

@@ -73,7 +73,7 @@ mod store;
 mod undo;
 
 #[cfg(feature = "image")]
-pub use codec::image::ImageLayout;
+pub use codec::image::{ImageLayout, list_codecs as list_image_codecs};
 pub use codec::{
     Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, ExternalId,
     Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, RegisterError,

@@ -9,8 +9,8 @@ use std::{
 };
 
 use loaderx_format::{
-    CHUNK_CAPACITY, CodecTag, FormatError, HEADER_LEN, Head, Header, MAX_LANES, META_LEN,
-    v2::{self, CodecRef, HeaderV2, Schema},
+    CHUNK_CAPACITY, FormatError, HEADER_LEN, Head, Header, MAX_LANES, META_LEN,
+    v2::{self, HeaderV2, Schema},
 };
 
 use crate::{
@@ -373,20 +373,7 @@ fn with_codec_table(
     let mut schema = schema.clone();
     let id = CodecId::from_tag(schema.codec);
     if cfg!(feature = "image") && schema.codec.is_image() {
-        // The built-in image codecs: an image store lists both, since
-        // `append_encoded_images` keeps JPEG and PNG files alike, unless
-        // the caller listed image codecs itself (then its own is added).
-        let chosen = schema.codecs.iter().any(|c| c.tag.is_image());
-        for tag in [CodecTag::JPEG, CodecTag::PNG] {
-            if schema.codec_ref(tag).is_none() && (!chosen || tag == schema.codec) {
-                schema.codecs.push(CodecRef {
-                    tag,
-                    name: tag.name().unwrap_or("?").to_owned(),
-                    version: crate::codec::image::VERSION,
-                });
-            }
-        }
-        schema.codecs.sort_by_key(|c| c.tag);
+        crate::codec::image::list_codecs(&mut schema);
         return Ok(schema);
     }
     if let Some(id) = id.filter(|c| !c.is_builtin())

@@ -29,6 +29,29 @@ use super::DecodeError;
 /// records in its codec table (their records are plain JPEG and PNG files).
 pub(crate) const VERSION: u32 = 1;
 
+/// Completes the codec table of an image store's `schema` (codec `jpeg` or
+/// `png`) as [`Store::create_v2`](crate::Store::create_v2) does with the
+/// `image` feature: both `jpeg` and `png` are listed (version 1), since
+/// `append_encoded_images` keeps files of either format, unless the
+/// caller listed image codecs itself, in which case only the schema's own
+/// codec is added. Other schemas are left alone.
+pub fn list_codecs(schema: &mut Schema) {
+    if !schema.codec.is_image() {
+        return;
+    }
+    let chosen = schema.codecs.iter().any(|c| c.tag.is_image());
+    for tag in [CodecTag::JPEG, CodecTag::PNG] {
+        if schema.codec_ref(tag).is_none() && (!chosen || tag == schema.codec) {
+            schema.codecs.push(loaderx_format::v2::CodecRef {
+                tag,
+                name: tag.name().unwrap_or("?").to_owned(),
+                version: VERSION,
+            });
+        }
+    }
+    schema.codecs.sort_by_key(|c| c.tag);
+}
+
 /// Decodes one image record (`tag` is `jpeg` or `png`) into `out`, in the
 /// layout and size the store's schema gives.
 #[cfg(feature = "image")]
