@@ -199,6 +199,11 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     if let Some(python) = bench_venv {
         plots(ws, &python, &field_json, &dir.join("img"))?;
     }
+    let mut cmd = venv.python();
+    cmd.arg(ws.root.join("benches").join("images.py"))
+        .arg("--smoke")
+        .current_dir(&ws.root);
+    steps::run("benches/images.py --smoke", &mut cmd)?;
     tables(ws, venv, &[json, typed_json, field_json], false)
 }
 

@@ -172,8 +172,9 @@ fn run_test() -> Result<(), Failure> {
 
 /// The library crates: the ones other code builds on, held to rustdoc
 /// without warnings and tested with debug assertions on.
-const LIBRARY_CRATES: [&str; 4] = [
+const LIBRARY_CRATES: [&str; 5] = [
     "loaderx-format",
+    "loaderx-image",
     "loaderx-store",
     "loaderx-sampler",
     "loaderx-loader",

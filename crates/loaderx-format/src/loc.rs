@@ -18,10 +18,11 @@ impl CodecTag {
     pub const LZ4: CodecTag = CodecTag(3);
     /// zstd with the store's trained dictionary (format v2 only).
     pub const ZSTD_DICT: CodecTag = CodecTag(4);
-    /// A JPEG image (format v2 only; reserved for the image codecs, which
-    /// are registered from outside the store crate).
+    /// A JPEG file, decoding to 8-bit RGB (format v2 only; `uint8` images;
+    /// listed in the store's codec table).
     pub const JPEG: CodecTag = CodecTag(5);
-    /// A PNG image (format v2 only; reserved like [`CodecTag::JPEG`]).
+    /// A PNG file, decoding to 8-bit RGB (format v2 only; like
+    /// [`CodecTag::JPEG`]).
     pub const PNG: CodecTag = CodecTag(6);
     /// The first tag of the range format v2 leaves to codecs defined
     /// outside loaderx (`128 ..= 255`); a store using one lists it, by name
@@ -38,6 +39,12 @@ impl CodecTag {
     #[must_use]
     pub fn is_known_v2(self) -> bool {
         self.0 <= 4
+    }
+
+    /// Whether records of this tag are encoded images (`jpeg`, `png`).
+    #[must_use]
+    pub fn is_image(self) -> bool {
+        self == CodecTag::JPEG || self == CodecTag::PNG
     }
 
     /// Whether this tag is in the range left to codecs defined outside

@@ -433,6 +433,74 @@ impl Store {
         Ok(PyArray1::from_vec(py, dims))
     }
 
+    /// Appends `uint8` images `src[offsets[i] ..][.. lens[i]]` (dense: one
+    /// item each, `dims` empty; ragged: `(h, w, 3)` each, in `dims`),
+    /// encoded with the schema's codec (JPEG at `quality`) on the store's
+    /// threads; returns the index of the first.
+    fn append_images(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        offsets: PyReadonlyArray1<'_, u64>,
+        lens: PyReadonlyArray1<'_, u64>,
+        dims: PyReadonlyArray1<'_, u32>,
+        quality: u8,
+    ) -> PyResult<u64> {
+        let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
+        let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
+        let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
+        let dims = dims.as_slice().map_err(|_| not_contiguous("dims"))?;
+        self.handle.shared(py, |engine| {
+            engine.append_images(src, offsets, lens, dims, quality)
+        })
+    }
+
+    /// Appends JPEG/PNG files `src[offsets[i] ..][.. lens[i]]` as they are,
+    /// their headers checked against the schema; returns the index of the
+    /// first.
+    fn append_encoded(
+        &self,
+        py: Python<'_>,
+        src: PyReadonlyArray1<'_, u8>,
+        offsets: PyReadonlyArray1<'_, u64>,
+        lens: PyReadonlyArray1<'_, u64>,
+    ) -> PyResult<u64> {
+        let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
+        let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
+        let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
+        self.handle.shared(py, |engine| {
+            engine.append_encoded_images(src, offsets, lens)
+        })
+    }
+
+    /// Image records `idxs` decoded, resized to cover `height x width` and
+    /// centre-cropped, into `dst` (`n * height * width * 3` bytes) in
+    /// `layout` (`"hwc"` or `"chw"`); GIL released.
+    fn gather_images(
+        &self,
+        py: Python<'_>,
+        idxs: PyReadonlyArray1<'_, u64>,
+        mut dst: PyReadwriteArray1<'_, u8>,
+        height: u32,
+        width: u32,
+        layout: &str,
+    ) -> PyResult<()> {
+        let layout = match layout {
+            "hwc" => loaderx_store::ImageLayout::Hwc,
+            "chw" => loaderx_store::ImageLayout::Chw,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "layout must be \"hwc\" or \"chw\", got {other:?}"
+                )));
+            }
+        };
+        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
+        self.handle.shared(py, |engine| {
+            engine.gather_images(idxs, dst, height, width, layout)
+        })
+    }
+
     /// Checks every record and entry; raises the first problem.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
         self.handle.shared(py, |engine| engine.verify())

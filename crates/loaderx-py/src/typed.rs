@@ -30,11 +30,12 @@ const KINDS: [(Kind, &str); 3] = [
     (Kind::Ragged, "ragged"),
 ];
 
-/// Every codec tag a v2 schema may carry, with its Python name.
+/// Every codec tag a v2 schema may carry without a registered codec (the
+/// built-ins and the image codecs of feature `image`), with its Python name.
 fn typed_codecs() -> impl Iterator<Item = (CodecTag, &'static str)> {
     (0..=u8::MAX)
         .map(CodecTag)
-        .take_while(|tag| tag.is_known_v2())
+        .take_while(|tag| tag.is_known_v2() || tag.is_image())
         .filter_map(|tag| tag.name().map(|name| (tag, name)))
 }
 
@@ -111,7 +112,7 @@ pub(crate) fn build_schema(
                 "{rank} dimensions is more than the {MAX_NDIM} a record may have"
             ))
         })?;
-    let schema = Schema {
+    let mut schema = Schema {
         kind,
         dtype,
         shape,
@@ -120,6 +121,8 @@ pub(crate) fn build_schema(
         dictionary,
         codecs: Vec::new(),
     };
+    // Image stores list their codecs, as the store's create_v2 would.
+    loaderx_store::list_image_codecs(&mut schema);
     schema
         .check()
         .map_err(|err| PyValueError::new_err(err.to_string()))?;

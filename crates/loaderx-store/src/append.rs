@@ -22,7 +22,7 @@ const WINDOW: u64 = 64 << 20;
 
 /// Where the records of one append come from.
 #[derive(Debug, Clone, Copy)]
-enum Layout<'a> {
+pub(crate) enum Layout<'a> {
     /// `n` records of `item_len` bytes, record `i` at `i · item_len`.
     Fixed { n: usize, item_len: usize },
     /// Record `i` is `src[offsets[i]..][..lens[i]]`.
@@ -144,10 +144,10 @@ type EncodeFn<'a> = dyn Fn(&[u8], &mut [u8]) -> Option<usize> + Sync + 'a;
 /// One record's encoded form: where its payload lives, how it is tagged,
 /// and (format v2) the CRC32C of what is stored.
 #[derive(Debug, Clone, Copy)]
-struct Encoded {
-    phys: u32,
-    codec: CodecTag,
-    crc: u32,
+pub(crate) struct Encoded {
+    pub(crate) phys: u32,
+    pub(crate) codec: CodecTag,
+    pub(crate) crc: u32,
 }
 
 impl<C: Codec, S: Storage> Store<C, S> {
@@ -315,7 +315,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(c)
     }
 
-    fn schema_error(&self, reason: String) -> Error {
+    pub(crate) fn schema_error(&self, reason: String) -> Error {
         Error::Schema {
             path: self.path().to_owned(),
             reason,
@@ -337,6 +337,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
             });
         }
         let v2 = self.schema.is_some();
+        if let Some(s) = self.schema.as_ref().filter(|s| s.codec.is_image()) {
+            return Err(self.schema_error(format!(
+                "an image store (codec {}) holds encoded images: append them with append_images or append_encoded_images",
+                s.codec.name().unwrap_or("image")
+            )));
+        }
         if codec == CodecId::ZstdDict && self.dictionary.is_none() {
             return Err(
                 self.schema_error("codec zstd_dict needs a store created with a dictionary".into())
@@ -344,6 +350,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         if !v2 && !codec.tag().is_known() {
             return Err(self.schema_error(format!("codec {codec} needs a format v2 store")));
+        }
+        if cfg!(feature = "image") && codec.tag().is_image() {
+            // Built in with the feature, never found through the registry:
+            // image records need the image paths, which check the pixels.
+            return Err(self.schema_error(format!(
+                "{codec} records are written with append_images or append_encoded_images, into an image store"
+            )));
         }
         let plugged = if codec.is_builtin() {
             if let Some(feature) = codec.missing_feature() {
@@ -376,11 +389,38 @@ impl<C: Codec, S: Storage> Store<C, S> {
             _ => codec.encode(data, slot),
         };
 
-        let _writer = self
+        let (_writer, before) = self.begin_append(n, max_records)?;
+        let first = before.length;
+
+        // In windows of at most WINDOW source bytes, so memory stays bounded
+        // whatever the append's size: encode in parallel, place, write the
+        // bytes and the entries; publish once, at the end (a failure leaves
+        // nothing visible: what was written lies past the frontier).
+        let mut head = before;
+        let mut start = 0;
+        while start < n {
+            let end = layout.window_end(start, WINDOW);
+            head = self.append_window(&head, codec, &encode, src, &layout, start..end, dims)?;
+            start = end;
+        }
+        self.frontier.publish(&head);
+        Ok(first)
+    }
+
+    /// Takes the append lock and checks that `n` more records fit and that
+    /// every lane's tail chunk is whole; returns the lock and the head to
+    /// append after. Shared by every append path.
+    pub(crate) fn begin_append(
+        &self,
+        n: usize,
+        max_records: u64,
+    ) -> Result<(std::sync::MutexGuard<'_, ()>, Head)> {
+        let writer = self
             .append_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.become_writer()?;
+        let v2 = self.schema.is_some();
         let before = self.head();
         let first = before.length;
         // Writing at a frontier past a tail chunk's real end would leave a
@@ -408,20 +448,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 / self.files.entry_len() as u64;
             return Err(self.full(n, "record (the table's mapped extent)", fit));
         }
-
-        // In windows of at most WINDOW source bytes, so memory stays bounded
-        // whatever the append's size: encode in parallel, place, write the
-        // bytes and the entries; publish once, at the end (a failure leaves
-        // nothing visible: what was written lies past the frontier).
-        let mut head = before;
-        let mut start = 0;
-        while start < n {
-            let end = layout.window_end(start, WINDOW);
-            head = self.append_window(&head, codec, &encode, src, &layout, start..end, dims)?;
-            start = end;
-        }
-        self.frontier.publish(&head);
-        Ok(first)
+        Ok((writer, before))
     }
 
     /// Encodes, places and writes records `range` of an append (one
@@ -490,7 +517,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// are written at once; a record never straddles chunks, and `>=` keeps
     /// a frontier strictly below the capacity (FORMAT.md, "Limits").
     /// Returns each record's place, the head after, and the new chunks.
-    fn place(
+    pub(crate) fn place(
         &self,
         before: &Head,
         encoded: &[Encoded],
@@ -547,7 +574,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Writes every record's payload at its placed location, in pieces of up
     /// to [`WRITE_PIECE`] contiguous bytes, in parallel.
-    fn write_payloads<'p>(
+    pub(crate) fn write_payloads<'p>(
         &self,
         locs: &[RecordLoc],
         payload: &(dyn Fn(usize) -> &'p [u8] + Sync),

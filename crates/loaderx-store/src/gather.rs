@@ -162,7 +162,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Re-checks, against the chunk files' lengths as they are now, that every
     /// record's bytes are still there: a chunk file truncated behind our back
     /// must give an error, not a SIGBUS. One `fstat` per distinct chunk.
-    fn check_chunks_still_hold(&self, idxs: &[u64], locs: &[(usize, RecordLoc)]) -> Result<()> {
+    pub(crate) fn check_chunks_still_hold(
+        &self,
+        idxs: &[u64],
+        locs: &[(usize, RecordLoc)],
+    ) -> Result<()> {
         let mut seen: Vec<(u32, u64)> = Vec::new();
         for (i, (_, loc)) in locs.iter().enumerate() {
             let len = if let Some(&(_, len)) = seen.iter().find(|(c, _)| *c == loc.chunk_id) {

@@ -55,6 +55,8 @@
 compile_error!("loaderx-store needs a 64-bit target (it maps 4 GiB chunk files whole)");
 
 mod append;
+#[cfg(feature = "image")]
+mod append_encoded;
 mod codec;
 mod compact;
 mod delete;
@@ -70,6 +72,8 @@ pub mod storage;
 mod store;
 mod undo;
 
+#[cfg(feature = "image")]
+pub use codec::image::{ImageLayout, list_codecs as list_image_codecs};
 pub use codec::{
     Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, ExternalId,
     Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, RegisterError,
@@ -78,5 +82,8 @@ pub use codec::{
 pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;
 pub use loaderx_format::{MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS};
+/// The image codecs (`loaderx-image`), with the `image` feature.
+#[cfg(feature = "image")]
+pub use loaderx_image as image;
 pub use open::OpenOptions;
 pub use store::{Stats, Store};

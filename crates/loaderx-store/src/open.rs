@@ -372,6 +372,10 @@ fn with_codec_table(
 ) -> std::result::Result<Schema, Unavailable> {
     let mut schema = schema.clone();
     let id = CodecId::from_tag(schema.codec);
+    if cfg!(feature = "image") && schema.codec.is_image() {
+        crate::codec::image::list_codecs(&mut schema);
+        return Ok(schema);
+    }
     if let Some(id) = id.filter(|c| !c.is_builtin())
         && schema.codec_ref(schema.codec).is_none()
     {
@@ -387,7 +391,7 @@ fn with_codec_table(
 fn unregistered(id: CodecId, name: &str, version: u32) -> Unavailable {
     let reason = match id.missing_feature() {
         Some(feature) => format!(
-            "this build has no {id} codec: enable cargo feature `{feature}` (crate loaderx-image) and register its codecs in OpenOptions::codecs"
+            "this build has no {id} codec: enable cargo feature `{feature}` of loaderx-store (or register a {id} codec in OpenOptions::codecs)"
         ),
         None => "it is not registered in OpenOptions::codecs".to_owned(),
     };
@@ -404,6 +408,23 @@ fn unregistered(id: CodecId, name: &str, version: u32) -> Unavailable {
 fn check_codecs(schema: &Schema, codecs: &CodecRegistry) -> std::result::Result<(), Unavailable> {
     for c in &schema.codecs {
         let id = CodecId::from_tag(c.tag).expect("a checked codec table names valid tags");
+        if cfg!(feature = "image") && c.tag.is_image() {
+            // Built in, ahead of the registry.
+            if c.version > crate::codec::image::VERSION {
+                return Err(Unavailable {
+                    tag: c.tag.0,
+                    name: c.name.clone(),
+                    version: c.version,
+                    reason: format!(
+                        "the store's {:?} is version {}, this build's is {}",
+                        c.name,
+                        c.version,
+                        crate::codec::image::VERSION
+                    ),
+                });
+            }
+            continue;
+        }
         let Some(have) = codecs.registered(c.tag) else {
             return Err(unregistered(id, &c.name, c.version));
         };

@@ -12,7 +12,7 @@ use std::{
     },
 };
 
-use loaderx_format::{FormatError, Head, RecordLoc, Rules, v2::Schema};
+use loaderx_format::{CodecTag, FormatError, Head, RecordLoc, Rules, v2::Schema};
 
 use crate::{
     Codec, CodecId, Deflate, Error, Result,
@@ -604,28 +604,64 @@ impl<C: Codec, S: Storage> Store<C, S> {
         check_raw: bool,
     ) -> Result<()> {
         let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
+        let listed = || Error::Corrupt {
+            path: self.file_path(FileId::Meta),
+            entry: index,
+            reason: format!(
+                "codec tag {} is not listed in the store's codec table",
+                loc.codec.0
+            ),
+        };
+        // Encoded images decode with the schema's layout and size, which
+        // `Codec::decode` cannot carry: with the `image` feature they have a
+        // built-in path, ahead of the registry (see `codec::image`).
+        if cfg!(feature = "image") && loc.codec.is_image() {
+            let schema = self.schema.as_ref();
+            if schema.and_then(|s| s.codec_ref(loc.codec)).is_none() {
+                return Err(listed());
+            }
+            return self.read_record(index, loc, check_raw, None, |src| {
+                crate::codec::image::decode_record(schema, loc.codec, src, out)
+            });
+        }
         let plugged = if codec.is_builtin() {
             if let Some(feature) = codec.missing_feature() {
                 return Err(self.unavailable(codec, feature));
             }
             None
         } else {
-            match self.codecs.registered(loc.codec) {
-                Some(c) => Some(c),
-                None => {
-                    return Err(Error::Corrupt {
-                        path: self.file_path(FileId::Meta),
-                        entry: index,
-                        reason: format!(
-                            "codec tag {} is not listed in the store's codec table",
-                            loc.codec.0
-                        ),
-                    });
-                }
-            }
+            Some(self.codecs.registered(loc.codec).ok_or_else(listed)?)
         };
+        self.read_record(
+            index,
+            loc,
+            check_raw,
+            plugged.map(Codec::name),
+            |src| match (codec, plugged) {
+                (_, Some(c)) => c.decode(src, out),
+                (CodecId::ZstdDict, None) => match &self.dictionary {
+                    Some(d) => d.decode(src, out),
+                    None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
+                },
+                (_, None) => codec.decode(src, out),
+            },
+        )
+    }
+
+    /// Runs `f` on record `index`'s stored bytes, after checking a v2
+    /// record's CRC32C when it is compressed or `check_raw` is set; a
+    /// failure of either is [`Error::Corrupt`] naming the record (and the
+    /// codec, by `plugged`'s name when it came from the registry).
+    pub(crate) fn read_record(
+        &self,
+        index: u64,
+        loc: &RecordLoc,
+        check_raw: bool,
+        plugged: Option<&str>,
+        f: impl FnOnce(&[u8]) -> std::result::Result<(), crate::DecodeError>,
+    ) -> Result<()> {
         let file = FileId::Chunk(loc.chunk_id);
-        let check = self.schema.is_some() && (check_raw || codec != CodecId::Raw);
+        let check = self.schema.is_some() && (check_raw || loc.codec != CodecTag::RAW);
         self.files
             .with_bytes(
                 file,
@@ -642,22 +678,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
                             )));
                         }
                     }
-                    match (codec, plugged) {
-                        (_, Some(c)) => c.decode(src, out),
-                        (CodecId::ZstdDict, None) => match &self.dictionary {
-                            Some(d) => d.decode(src, out),
-                            None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
-                        },
-                        (_, None) => codec.decode(src, out),
-                    }
+                    f(src)
                 },
             )?
             .map_err(|e| Error::Corrupt {
                 path: self.file_path(file),
                 entry: index,
                 reason: match plugged {
-                    Some(c) => format!("{} record (codec tag {}): {e}", c.name(), loc.codec.0),
-                    None => format!("{codec} record: {e}"),
+                    Some(name) => format!("{name} record (codec tag {}): {e}", loc.codec.0),
+                    None => format!("{} record: {e}", loc.codec.name().unwrap_or("unknown")),
                 },
             })
     }

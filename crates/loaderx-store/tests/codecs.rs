@@ -195,6 +195,7 @@ fn creating_with_an_unregistered_codec_writes_nothing() {
 }
 
 #[test]
+#[cfg(not(feature = "image"))]
 fn image_codecs_need_the_image_feature() {
     let dir = tempfile::tempdir().unwrap();
     for (tag, name) in [(CodecTag::JPEG, "jpeg"), (CodecTag::PNG, "png")] {
@@ -215,6 +216,56 @@ fn image_codecs_need_the_image_feature() {
     });
     let err = Store::<Deflate>::create_v2(&path, &schema, OpenOptions::default()).unwrap_err();
     assert!(err.to_string().contains("feature `image`"), "{err}");
+}
+
+/// A copy of `tests/fixtures/jpeg-store`: a dense 8x8 JPEG store of one
+/// record, written by a build with feature `image` (`tests/image.rs`,
+/// `write_jpeg_store_fixture`).
+fn jpeg_store() -> (tempfile::TempDir, std::path::PathBuf) {
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jpeg-store");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jpeg-store");
+    std::fs::create_dir(&path).unwrap();
+    for name in ["meta.zr", "0.zr"] {
+        std::fs::copy(from.join(name), path.join(name)).unwrap();
+    }
+    (dir, path)
+}
+
+/// A real image store opened by a build without feature `image` is
+/// refused at open, naming the codec and the feature, and left unchanged.
+#[test]
+#[cfg(not(feature = "image"))]
+fn a_jpeg_store_is_refused_without_the_image_feature() {
+    let (_dir, path) = jpeg_store();
+    let before = std::fs::read(path.join("meta.zr")).unwrap();
+    for read_only in [true, false] {
+        let options = OpenOptions {
+            read_only,
+            ..OpenOptions::default()
+        };
+        let err = Store::<Deflate>::open_with(&path, options).unwrap_err();
+        assert!(
+            matches!(&err, Error::CodecUnavailable { tag: 5, name, .. } if name == "jpeg"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("enable cargo feature `image`"), "{text}");
+    }
+    assert_eq!(std::fs::read(path.join("meta.zr")).unwrap(), before);
+}
+
+/// With feature `image` the same store opens with nothing registered and
+/// its record decodes.
+#[test]
+#[cfg(feature = "image")]
+fn a_jpeg_store_opens_with_the_image_feature() {
+    let (_dir, path) = jpeg_store();
+    let store: Store = Store::open_with(&path, OpenOptions::default()).unwrap();
+    assert_eq!(store.len(), 1);
+    let mut out = vec![0u8; 8 * 8 * 3];
+    store.gather_exact(&[0], &mut out, 8 * 8 * 3).unwrap();
+    assert!(out.iter().any(|&b| b != 0), "pixels were written");
 }
 
 #[test]

@@ -545,12 +545,16 @@ fn appends_use_the_schema_codec() {
 
 #[test]
 fn empty_sequences_of_a_ragged_store_round_trip_with_every_codec() {
+    // Every codec this build has (the no-C build lacks zstd).
     for codec in [
         CodecTag::RAW,
         CodecTag::FLATE,
         CodecTag::ZSTD,
         CodecTag::LZ4,
-    ] {
+    ]
+    .into_iter()
+    .filter(|&t| CodecId::from_tag(t).unwrap().missing_feature().is_none())
+    {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
         let mut records = tokens(11, 40);

@@ -309,10 +309,23 @@ fn store_ops_seeds(dir: &Path) {
     write(dir, "faulty", &faulty);
 }
 
+/// Small JPEGs and PNGs of a few sizes, made by the project's encoders.
+fn image_decode_seeds(dir: &Path) {
+    use loaderx_image::{Layout, encode_jpeg, encode_png};
+    for (h, w) in [(1u32, 1u32), (8, 8), (9, 17), (24, 16)] {
+        let pixels: Vec<u8> = (0..h * w * 3).map(|i| (i * 37 % 251) as u8).collect();
+        let jpeg = encode_jpeg(&pixels, h, w, Layout::Hwc, 85).unwrap();
+        write(dir, &format!("jpeg_{h}x{w}"), &jpeg);
+        let png = encode_png(&pixels, h, w, Layout::Hwc).unwrap();
+        write(dir, &format!("png_{h}x{w}"), &png);
+    }
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     parse_index_seeds(&root.join("parse_index"));
     decode_seeds(&root.join("decode"));
     store_ops_seeds(&root.join("store_ops"));
+    image_decode_seeds(&root.join("image_decode"));
     println!("seed corpus written to {}", root.display());
 }

@@ -251,6 +251,23 @@ impl Schema {
                 }
             }
         }
+        if self.codec.is_image() {
+            let name = self.codec.name().unwrap_or("image");
+            let side = |d: u64| d <= 65_535;
+            let rgb = match self.kind {
+                Kind::Dense => match self.shape[..] {
+                    [h, w, 3] | [3, h, w] => side(h) && side(w),
+                    _ => false,
+                },
+                Kind::Ragged => self.ndim == 3,
+                Kind::Bytes => false,
+            };
+            if self.dtype != Dtype::U8 || !rgb {
+                return bad(format!(
+                    "codec {name} stores uint8 RGB images: dtype |u1 and item shape (H, W, 3) or (3, H, W) with sides up to 65535 (dense), or ndim 3 (ragged)"
+                ));
+            }
+        }
         match (&self.dictionary, self.codec == CodecTag::ZSTD_DICT) {
             (None, true) => return bad("codec zstd_dict needs a dictionary".into()),
             (Some(_), false) => return bad("a dictionary is only kept for codec zstd_dict".into()),
@@ -539,6 +556,69 @@ mod tests {
         assert!(Schema::decode(&t, crate::v2::crc32c(&t)).is_err());
         assert!(Schema::decode(&b[..10], crate::v2::crc32c(&b[..10])).is_err());
         assert!(Dtype::from_name("<f16").is_none() && Dtype::from_name("|O").is_none());
+    }
+
+    #[test]
+    fn image_codecs_take_uint8_rgb_only() {
+        let image = |kind, shape: &[u64], ndim, dtype, codec| Schema {
+            kind,
+            dtype,
+            shape: shape.to_vec(),
+            ndim,
+            codec,
+            dictionary: None,
+            codecs: vec![CodecRef {
+                tag: codec,
+                name: codec.name().unwrap().into(),
+                version: 1,
+            }],
+        };
+        for codec in [CodecTag::JPEG, CodecTag::PNG] {
+            assert!(codec.is_image() && codec.is_allowed_v2());
+            assert!(!codec.is_known_v2() && !codec.is_known());
+            for shape in [[224, 224, 3], [3, 224, 224], [3, 8, 3]] {
+                assert!(
+                    image(Kind::Dense, &shape, 3, Dtype::U8, codec)
+                        .check()
+                        .is_ok()
+                );
+            }
+            assert!(
+                image(Kind::Ragged, &[], 3, Dtype::U8, codec)
+                    .check()
+                    .is_ok()
+            );
+            for bad in [
+                image(Kind::Dense, &[8, 8, 4], 3, Dtype::U8, codec),
+                image(Kind::Dense, &[8, 8], 2, Dtype::U8, codec),
+                image(Kind::Dense, &[70_000, 8, 3], 3, Dtype::U8, codec),
+                image(
+                    Kind::Dense,
+                    &[8, 8, 3],
+                    3,
+                    Dtype::from_name("<f4").unwrap(),
+                    codec,
+                ),
+                image(Kind::Ragged, &[], 2, Dtype::U8, codec),
+                Schema {
+                    codecs: image(Kind::Dense, &[8, 8, 3], 3, Dtype::U8, codec).codecs,
+                    ..Schema::bytes(codec)
+                },
+            ] {
+                let err = bad.check().unwrap_err().to_string();
+                assert!(err.contains("uint8 RGB"), "{err}");
+            }
+            // An image store lists its codec in the codec table.
+            let unlisted = Schema {
+                codecs: Vec::new(),
+                ..image(Kind::Dense, &[8, 8, 3], 3, Dtype::U8, codec)
+            };
+            let err = unlisted.check().unwrap_err().to_string();
+            assert!(err.contains("not listed"), "{err}");
+        }
+        assert_eq!(CodecTag::JPEG.name(), Some("jpeg"));
+        assert_eq!(CodecTag::PNG.name(), Some("png"));
+        assert!(!CodecTag(7).is_allowed_v2());
     }
 
     fn external(tag: u8, name: &str) -> CodecRef {

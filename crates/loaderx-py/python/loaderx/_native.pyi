@@ -75,6 +75,28 @@ class Store:
         self, idxs: npt.NDArray[np.uint64]
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], npt.NDArray[np.uint32]]: ...
     def dims(self, idxs: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint32]: ...
+    def append_images(
+        self,
+        src: npt.NDArray[np.uint8],
+        offsets: npt.NDArray[np.uint64],
+        lens: npt.NDArray[np.uint64],
+        dims: npt.NDArray[np.uint32],
+        quality: int,
+    ) -> int: ...
+    def append_encoded(
+        self,
+        src: npt.NDArray[np.uint8],
+        offsets: npt.NDArray[np.uint64],
+        lens: npt.NDArray[np.uint64],
+    ) -> int: ...
+    def gather_images(
+        self,
+        idxs: npt.NDArray[np.uint64],
+        dst: npt.NDArray[np.uint8],
+        height: int,
+        width: int,
+        layout: str,
+    ) -> None: ...
     def verify(self) -> None: ...
     def damaged(self) -> list[tuple[int, str]]: ...
     def __len__(self) -> int: ...

@@ -282,6 +282,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         workers=args.workers,
         size=size,
         progress=progress,
+        keep_encoded=args.keep_encoded,
     )
     elapsed = progress.finish()
     records = max(counts.values()) if counts else 0
@@ -468,6 +469,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--size", default=None, help="image folders: decode to HEIGHTxWIDTH RGB (else raw bytes)"
+    )
+    p.add_argument(
+        "--keep-encoded",
+        action="store_true",
+        help="image folders: keep the JPEG/PNG files as they are in an image store "
+        "(decoded on gather; choose a size when reading)",
     )
     p.add_argument(
         "--progress-interval",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
 import sys
 import shutil
@@ -33,7 +34,7 @@ from typing import Any, Callable, Union, cast
 
 import numpy as np
 
-from .zrecord import CODECS, DTYPES, MAX_NDIM, Dense, Ragged
+from .zrecord import CODECS, DTYPES, MAX_NDIM, Dense, Ragged, ZrecordError
 
 #: Default bound on the source bytes read per batch.
 BATCH_BYTES = 16 << 20
@@ -171,7 +172,9 @@ class _Output:
             self.writers[name] = writer
         return cast(Dense, writer)
 
-    def ragged(self, name: str, dtype: np.dtype, ndim: int) -> Ragged:
+    def ragged(
+        self, name: str, dtype: np.dtype, ndim: int, codec: str | None = None
+    ) -> Ragged:
         writer = self.writers.get(name)
         if writer is None:
             path = self._path(name)
@@ -180,11 +183,13 @@ class _Output:
             def create(codec: str, trained: bytes | None) -> Ragged:
                 return Ragged.create(path, dtype, ndim, codec=codec, dict_bytes=trained)
 
-            writer = (
-                cast(Ragged, _DictTrained(create))
-                if self.codec == "zstd_dict"
-                else create(self.codec, None)
-            )
+            if codec is not None:
+                # An image codec the caller picked (keep_encoded).
+                writer = create(codec, None)
+            elif self.codec == "zstd_dict":
+                writer = cast(Ragged, _DictTrained(create))
+            else:
+                writer = create(self.codec, None)
             self.writers[name] = writer
         return cast(Ragged, writer)
 
@@ -957,13 +962,26 @@ def convert_image_folder(
     workers: int = 4,
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
+    keep_encoded: bool = False,
 ) -> dict[str, int]:
     """An image folder ``root/<class>/*.jpg|png`` as ``output/label``
     (``Dense`` int64, classes numbered in sorted name order, listed in
     ``output/classes.txt``) and ``output/image``: the encoded file bytes
     (``Ragged`` uint8, one axis), or with ``size=(height, width)`` the
     images decoded to RGB and resized to that shape (``Dense`` uint8
-    ``(height, width, 3)``), decoded on `workers` threads (Pillow)."""
+    ``(height, width, 3)``), decoded on `workers` threads (Pillow).
+
+    With ``keep_encoded=True`` ``output/image`` is an image store instead
+    (``Ragged`` uint8 ``(h, w, 3)``, codec ``jpeg``): every file kept as
+    the JPEG/PNG bytes it is, its header read for its shape, and decoded
+    on gather by ``Ragged.open(path)`` (each image at its own size) or
+    ``Ragged.open(path, resize=(H, W))`` (stacked, resized and
+    centre-cropped). `codec` then applies to the labels only."""
+    if keep_encoded and size is not None:
+        raise ValueError(
+            "keep_encoded stores the files as they are; choose the size when reading "
+            "(Ragged.open(path, resize=(height, width))), not with size="
+        )
     root = Path(os.fspath(src))
     classes, files = _image_files(root)
     total = len(files)
@@ -986,7 +1004,27 @@ def convert_image_folder(
         (out.tmp / "classes.txt").write_text("".join(f"{c}\n" for c in classes))
         label_writer = out.dense("label", np.dtype(np.int64), ())
         done = 0
-        if size is None:
+        if keep_encoded:
+            images = out.ragged("image", np.dtype(np.uint8), 3, codec="jpeg")
+            pending: list[tuple[Path, bytes]] = []
+            pending_bytes = 0
+            for i, (path, _) in enumerate(files):
+                content = path.read_bytes()
+                pending.append((path, content))
+                pending_bytes += len(content)
+                if pending_bytes >= batch_bytes or i == total - 1:
+                    try:
+                        images.append_encoded([d for _, d in pending])
+                    except ZrecordError as exc:
+                        bad = re.search(r"record (\d+) \(of this append\)", str(exc))
+                        where = pending[int(bad.group(1))][0] if bad else root
+                        raise ConversionError(f"{where}: {exc}") from exc
+                    label_writer.append(labels[done : done + len(pending)])
+                    done += len(pending)
+                    pending, pending_bytes = [], 0
+                    if progress is not None:
+                        progress(done, total)
+        elif size is None:
             writer = out.ragged("image", np.dtype(np.uint8), 1)
             block: list[np.ndarray] = []
             block_bytes = 0
@@ -1164,8 +1202,11 @@ def convert_path(
     workers: int = 4,
     size: tuple[int, int] | None = None,
     progress: Progress | None = None,
+    keep_encoded: bool = False,
 ) -> dict[str, int]:
-    """Convert whatever `src` is (see :func:`source_kind`) into `output`."""
+    """Convert whatever `src` is (see :func:`source_kind`) into `output`
+    (`size` and `keep_encoded`: image folders, see
+    :func:`convert_image_folder`)."""
     kind = source_kind(src)
     if kind == "npy":
         return convert_npy(src, output, codec=codec, progress=progress)
@@ -1184,7 +1225,13 @@ def convert_path(
             datasets.load_from_disk(os.fspath(src)), output, codec=codec, progress=progress
         )
     return convert_image_folder(
-        src, output, codec=codec, size=size, workers=workers, progress=progress
+        src,
+        output,
+        codec=codec,
+        size=size,
+        workers=workers,
+        progress=progress,
+        keep_encoded=keep_encoded,
     )
 
 

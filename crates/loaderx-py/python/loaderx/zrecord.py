@@ -129,6 +129,62 @@ def _shards(data_shards: Any) -> int:
     return count
 
 
+#: Codecs whose records are encoded images (decoded to uint8 RGB on read).
+IMAGE_CODECS: tuple[str, ...] = ("jpeg", "png")
+
+#: JPEG quality used when none is given.
+DEFAULT_QUALITY = 90
+
+
+def _quality(quality: Any) -> int:
+    if isinstance(quality, bool) or not isinstance(quality, (int, np.integer)):
+        raise TypeError(f"quality must be an integer between 1 and 100, got {quality!r}")
+    if not 1 <= int(quality) <= 100:
+        raise ValueError(f"quality must be between 1 and 100, got {int(quality)}")
+    return int(quality)
+
+
+def _size(resize: Any) -> tuple[int, int]:
+    try:
+        height, width = (operator.index(d) for d in resize)
+    except (TypeError, ValueError):
+        raise TypeError(f"resize must be (height, width), got {resize!r}") from None
+    if not (1 <= height <= 65535 and 1 <= width <= 65535):
+        raise ValueError(f"resize sides must be between 1 and 65535, got {(height, width)}")
+    return height, width
+
+
+def _pack_files(files: Iterable[Any]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Encoded files (bytes-like) in blocks of about ``WRITE_CHUNK_BYTES``:
+    one buffer with the byte offset and length of each."""
+    block: list[memoryview] = []
+    size = 0
+
+    def packed() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lens = np.fromiter((m.nbytes for m in block), dtype=np.uint64, count=len(block))
+        offsets = np.zeros(len(block), dtype=np.uint64)
+        np.cumsum(lens[:-1], out=offsets[1:])
+        data = np.frombuffer(b"".join(block), dtype=np.uint8)
+        return data, offsets, lens
+
+    for pos, item in enumerate(files):
+        if isinstance(item, str):
+            raise TypeError(f"file {pos} is a str; pass the file's bytes (open(path, 'rb').read())")
+        try:
+            view = memoryview(item).cast("B")
+        except TypeError:
+            raise TypeError(
+                f"file {pos} is a {type(item).__name__}, not bytes of a JPEG or PNG file"
+            ) from None
+        block.append(view)
+        size += view.nbytes
+        if size >= WRITE_CHUNK_BYTES:
+            yield packed()
+            block, size = [], 0
+    if block:
+        yield packed()
+
+
 def _is_record_index(idx: Any) -> bool:
     if isinstance(idx, (bool, np.bool_)):
         return False
@@ -232,6 +288,10 @@ class _Container(_Closing):
         self._writable = writable
         self._editable = editable
         self._check_raw = False
+        #: Whether records are encoded images (codec ``jpeg`` or ``png``).
+        self.is_image: bool = self.codec in IMAGE_CODECS
+        #: JPEG quality of appended arrays (``jpeg`` stores).
+        self.quality: int = DEFAULT_QUALITY
         _OPEN.add(self)
 
     @classmethod
@@ -386,6 +446,40 @@ class _Container(_Closing):
             )
         return i + n if i < 0 else i
 
+    # --- images -----------------------------------------------------------------------
+
+    def _image_store(self, op: str) -> _native.Store:
+        store = self._appending()
+        if not self.is_image:
+            raise ValueError(
+                f"{op} needs an image store (codec 'jpeg' or 'png'); {self.path} has codec "
+                f"{self.codec!r}"
+            )
+        return store
+
+    def append_encoded(self, files: Iterable[Any]) -> None:
+        """Add JPEG or PNG files as they are, no re-encoding: each item of
+        `files` is one file's bytes. Each header is read (not the pixels)
+        and checked: a :class:`Dense` store takes only images of its
+        ``(H, W)``; a :class:`Ragged` store records each image's
+        ``(h, w, 3)``. JPEG and PNG files may be mixed. Files are checked in
+        blocks of about ``WRITE_CHUNK_BYTES``; a block with a bad file
+        (``ZrecordError`` naming it) is not written."""
+        store = self._image_store("append_encoded")
+        if isinstance(files, (bytes, bytearray, memoryview, str)):
+            raise TypeError("append_encoded takes an iterable of files (bytes), not one file")
+        for data, offsets, lens in _pack_files(files):
+            store.append_encoded(data, offsets, lens)
+
+    def _images(self, resize: Any, layout: str) -> Images:
+        if not self.is_image:
+            self.close()
+            raise ValueError(
+                f"resize needs an image store (codec 'jpeg' or 'png'); {self.path} has codec "
+                f"{self.codec!r}"
+            )
+        return Images(self, _size(resize), layout)
+
     # --- integrity and maintenance ----------------------------------------------------
 
     def verify(self) -> None:
@@ -457,22 +551,51 @@ class Dense(_Container):
         codec: str,
         dict_bytes: bytes | None = None,
         data_shards: int = 4,
+        quality: int = DEFAULT_QUALITY,
     ) -> Dense:
         """A writer for a new store at `path` (which must not hold one:
         ``FileExistsError``). `codec` is ``"raw"``, ``"flate"``, ``"zstd"``,
         ``"lz4"`` or ``"zstd_dict"`` (with `dict_bytes` from
-        :func:`loaderx.utils.train_dict`); `data_shards` write lanes."""
-        return cls._create(path, dtype, _shape(item_shape), 0, codec, dict_bytes, data_shards)
+        :func:`loaderx.utils.train_dict`); `data_shards` write lanes.
+
+        Images: with codec ``"jpeg"`` (at `quality`, 1-100) or ``"png"``,
+        `dtype` is ``uint8`` and `item_shape` ``(H, W, 3)`` or ``(3, H, W)``;
+        appended arrays are encoded (on the store's threads) and reads decode
+        them back into that layout. :meth:`append_encoded` stores JPEG/PNG
+        files as they are."""
+        q = _quality(quality)
+        made = cls._create(path, dtype, _shape(item_shape), 0, codec, dict_bytes, data_shards)
+        made.quality = q
+        return made
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
-    ) -> Dense:
+        cls,
+        path: str | os.PathLike[str],
+        writable: bool = False,
+        *,
+        check_raw: bool = False,
+        quality: int = DEFAULT_QUALITY,
+        resize: tuple[int, int] | None = None,
+        layout: str = "hwc",
+    ) -> Any:
         """A reader of the store at `path`; with ``writable=True`` it also
         appends, deletes and compacts. Reads check the checksum of every
         compressed record; ``check_raw=True`` checks raw records too (a
-        second pass over their bytes)."""
-        return cls._open(path, writable, check_raw)
+        second pass over their bytes). `quality`: JPEG quality of arrays
+        appended through a writable handle.
+
+        An image store opened with ``resize=(H, W)`` is an :class:`Images`
+        reader instead: every image decoded, resized to cover ``H x W`` and
+        centre-cropped to it, in `layout` (``"hwc"`` or ``"chw"``)."""
+        if resize is not None:
+            if writable:
+                raise ValueError("resize gives a reader: it cannot be combined with writable=True")
+            return cls._open(path, False, check_raw)._images(resize, layout)
+        q = _quality(quality)
+        opened = cls._open(path, writable, check_raw)
+        opened.quality = q
+        return opened
 
     def _describe(self) -> str:
         return f"{self.dtype.str}{list(self.item_shape)}"
@@ -496,11 +619,19 @@ class Dense(_Container):
                 f"shape (n{expected}), found {tuple(array.shape)}"
             )
         step = max(1, WRITE_CHUNK_BYTES // self._item_len)
+        no_dims = np.zeros(0, dtype=np.uint32)
         for start in range(0, array.shape[0], step):
             block = array[start : start + step]
             if not block.flags.c_contiguous:
                 block = np.ascontiguousarray(block)
-            store.append_dense(block.reshape(-1).view(np.uint8), block.shape[0])
+            flat = block.reshape(-1).view(np.uint8)
+            if self.is_image:
+                n = block.shape[0]
+                lens = np.full(n, self._item_len, dtype=np.uint64)
+                offsets = np.arange(n, dtype=np.uint64) * np.uint64(self._item_len)
+                store.append_images(flat, offsets, lens, no_dims, self.quality)
+            else:
+                store.append_dense(flat, block.shape[0])
             _release_pages(array, block)
 
     def _gather(self, idx64: np.ndarray) -> np.ndarray:
@@ -562,9 +693,15 @@ class Ragged(_Container):
         codec: str,
         dict_bytes: bytes | None = None,
         data_shards: int = 4,
+        quality: int = DEFAULT_QUALITY,
     ) -> Ragged:
         """A writer for a new store at `path` (which must not hold one:
-        ``FileExistsError``) of arrays of `dtype` with `ndim` axes."""
+        ``FileExistsError``) of arrays of `dtype` with `ndim` axes.
+
+        Images of varying size: codec ``"jpeg"`` (at `quality`) or ``"png"``,
+        ``uint8``, ``ndim=3``; each record an ``(h, w, 3)`` RGB array, or a
+        file added as it is with :meth:`append_encoded`."""
+        q = _quality(quality)
         if isinstance(ndim, bool):
             raise TypeError(f"ndim must be an integer, got {ndim!r}")
         try:
@@ -573,17 +710,39 @@ class Ragged(_Container):
             raise TypeError(f"ndim must be an integer, got {ndim!r}") from None
         if not 1 <= rank <= MAX_NDIM:
             raise ValueError(f"ndim must be between 1 and {MAX_NDIM}, got {rank}")
-        return cls._create(path, dtype, (), rank, codec, dict_bytes, data_shards)
+        made = cls._create(path, dtype, (), rank, codec, dict_bytes, data_shards)
+        made.quality = q
+        return made
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
-    ) -> Ragged:
+        cls,
+        path: str | os.PathLike[str],
+        writable: bool = False,
+        *,
+        check_raw: bool = False,
+        quality: int = DEFAULT_QUALITY,
+        resize: tuple[int, int] | None = None,
+        layout: str = "hwc",
+    ) -> Any:
         """A reader of the store at `path`; with ``writable=True`` it also
         appends, deletes and compacts. Reads check the checksum of every
         compressed record; ``check_raw=True`` checks raw records too (a
-        second pass over their bytes)."""
-        return cls._open(path, writable, check_raw)
+        second pass over their bytes). `quality`: JPEG quality of arrays
+        appended through a writable handle.
+
+        An image store opened with ``resize=(H, W)`` is an :class:`Images`
+        reader: a fixed-shape, stacked view where every image is decoded,
+        resized to cover ``H x W`` and centre-cropped to it, in `layout`
+        (``"hwc"`` or ``"chw"``)."""
+        if resize is not None:
+            if writable:
+                raise ValueError("resize gives a reader: it cannot be combined with writable=True")
+            return cls._open(path, False, check_raw)._images(resize, layout)
+        q = _quality(quality)
+        opened = cls._open(path, writable, check_raw)
+        opened.quality = q
+        return opened
 
     def _describe(self) -> str:
         return f"{self.dtype.str}, ndim={self.ndim}"
@@ -660,16 +819,22 @@ class Ragged(_Container):
             checked = [self._check(pos, r) for pos, r in enumerate(records)]
             if sum(r.nbytes for r in checked) <= WRITE_CHUNK_BYTES:
                 if checked:
-                    store.append_shaped(*self._pack(checked))
+                    self._write_shaped(store, self._pack(checked))
                 return
             blocks = self._blocks(checked, checked=True)
         else:
             blocks = self._blocks(records, checked=False)
 
         def write(packed: tuple[np.ndarray, ...]) -> None:
-            store.append_shaped(*packed)
+            self._write_shaped(store, packed)
 
         _pipelined((self._pack(b) for b in blocks), write)
+
+    def _write_shaped(self, store: _native.Store, packed: tuple[np.ndarray, ...]) -> None:
+        if self.is_image:
+            store.append_images(*packed, self.quality)
+        else:
+            store.append_shaped(*packed)
 
     def append_flat(
         self, flat: np.ndarray, offsets: Any, shapes: Any = None
@@ -728,7 +893,9 @@ class Ragged(_Container):
         data = np.ascontiguousarray(flat[start:stop]).view(np.uint8)
         byte_offsets = ((bounds[:-1] - start) * itemsize).astype(np.uint64)
         byte_lens = (lens * itemsize).astype(np.uint64)
-        store.append_shaped(data, byte_offsets, byte_lens, dims.astype(np.uint32).reshape(-1))
+        self._write_shaped(
+            store, (data, byte_offsets, byte_lens, dims.astype(np.uint32).reshape(-1))
+        )
 
     # --- reading ----------------------------------------------------------------------
 
@@ -832,6 +999,88 @@ class Ragged(_Container):
         return flat, elements, shapes
 
 
+class Images(_Closing):
+    """Images of an image store (codec ``jpeg`` or ``png``, dense or
+    ragged) read at one fixed size: ``Dense.open(path, resize=(H, W))`` or
+    ``Ragged.open(path, resize=(H, W))``.
+
+    Every image is decoded in the store's Rust threads (the GIL released),
+    resized keeping its aspect ratio so it covers ``H x W`` (a triangle
+    filter: bilinear when enlarging, an area-weighted average when
+    shrinking), centre-cropped to ``H x W`` and written straight into the
+    batch. ``im[i]`` is one ``uint8`` array of :attr:`item_shape`
+    (``(H, W, 3)`` for ``layout="hwc"``, ``(3, H, W)`` for ``"chw"``); any
+    other index a stacked ``(n, *item_shape)`` array. A ``DataLoader``
+    stream like any other (batches through :meth:`__getitems__`)."""
+
+    def __init__(self, source: _Container, size: tuple[int, int], layout: str) -> None:
+        if layout not in ("hwc", "chw"):
+            source.close()
+            raise ValueError(f"layout must be 'hwc' or 'chw', got {layout!r}")
+        self._source = source
+        self.path = source.path
+        self.height, self.width = size
+        self.layout = layout
+        self.dtype = np.dtype(np.uint8)
+        self.item_shape: tuple[int, ...] = (
+            (self.height, self.width, 3) if layout == "hwc" else (3, self.height, self.width)
+        )
+        _OPEN.add(self)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Images reader {self.path!r}: {self.layout} {list(self.item_shape)}, "
+            f"codec={self._source.codec}, {'closed' if self.closed else f'{len(self)} records'}>"
+        )
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._source.closed
+
+    def close(self) -> None:
+        """Release the store. Idempotent."""
+        source = getattr(self, "_source", None)
+        if source is not None:
+            source.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _reopen_images,
+            (type(self._source), self.path, (self.height, self.width), self.layout),
+        )
+
+    def _gather(self, idx64: np.ndarray) -> np.ndarray:
+        out = np.empty((idx64.size, *self.item_shape), dtype=np.uint8)
+        self._source._reading().gather_images(
+            idx64, out.reshape(-1), self.height, self.width, self.layout
+        )
+        return out
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        if _is_record_index(idx):
+            return self._gather(np.array([self._source._index(idx)], dtype=np.uint64))[0]
+        return self._gather(self._source._indices(idx))
+
+    def __getitems__(self, idxs: Any) -> np.ndarray:
+        """The batch ``(n, *item_shape)`` at `idxs`."""
+        return self._gather(self._source._indices(idxs))
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+def _reopen_images(
+    cls: type[_Container], path: str, size: tuple[int, int], layout: str
+) -> Images:
+    """Unpickles an :class:`Images` reader."""
+    return cls._open(path, False, False)._images(size, layout)
+
+
 class FlatRagged:
     """A :class:`Ragged` reader seen as a ``DataLoader`` stream of flat
     batches, ``(flat, offsets, shapes)`` (from :meth:`Ragged.flat`)."""
@@ -856,9 +1105,12 @@ class FlatRagged:
 
 __all__ = [
     "CODECS",
+    "DEFAULT_QUALITY",
     "DTYPES",
     "Dense",
     "FlatRagged",
+    "IMAGE_CODECS",
+    "Images",
     "MAX_ITEM_LEN",
     "MAX_NDIM",
     "MAX_SHARDS",

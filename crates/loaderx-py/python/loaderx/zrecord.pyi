@@ -11,9 +11,12 @@ from ._zrecord import ZrecordError as ZrecordError
 
 __all__ = [
     "CODECS",
+    "DEFAULT_QUALITY",
     "DTYPES",
     "Dense",
     "FlatRagged",
+    "IMAGE_CODECS",
+    "Images",
     "MAX_ITEM_LEN",
     "MAX_NDIM",
     "MAX_SHARDS",
@@ -28,14 +31,19 @@ MAX_NDIM: int
 MAX_SHARDS: int
 MAX_ITEM_LEN: int
 WRITE_CHUNK_BYTES: Final[int]
+IMAGE_CODECS: tuple[str, ...]
+DEFAULT_QUALITY: int
 
 class _Container:
     path: str
     dtype: np.dtype[Any]
     codec: str
+    is_image: bool
+    quality: int
     def __init__(
         self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
     ) -> None: ...
+    def append_encoded(self, files: Iterable[Any]) -> None: ...
     @property
     def closed(self) -> bool: ...
     @property
@@ -64,11 +72,19 @@ class Dense(_Container):
         codec: str,
         dict_bytes: bytes | None = None,
         data_shards: int = 4,
+        quality: int = 90,
     ) -> Dense: ...
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
-    ) -> Dense: ...
+        cls,
+        path: str | os.PathLike[str],
+        writable: bool = False,
+        *,
+        check_raw: bool = False,
+        quality: int = 90,
+        resize: tuple[int, int] | None = None,
+        layout: str = "hwc",
+    ) -> Any: ...
     def append(self, array: npt.NDArray[Any]) -> None: ...
     def __getitem__(self, idx: Any) -> Any: ...
     def __getitems__(self, idxs: npt.ArrayLike) -> npt.NDArray[Any]: ...
@@ -96,11 +112,19 @@ class Ragged(_Container):
         codec: str,
         dict_bytes: bytes | None = None,
         data_shards: int = 4,
+        quality: int = 90,
     ) -> Ragged: ...
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], writable: bool = False, *, check_raw: bool = False
-    ) -> Ragged: ...
+        cls,
+        path: str | os.PathLike[str],
+        writable: bool = False,
+        *,
+        check_raw: bool = False,
+        quality: int = 90,
+        resize: tuple[int, int] | None = None,
+        layout: str = "hwc",
+    ) -> Any: ...
     def append(self, records: Iterable[npt.NDArray[Any]]) -> None: ...
     def append_flat(
         self, flat: npt.NDArray[Any], offsets: npt.ArrayLike, shapes: npt.ArrayLike | None = None
@@ -129,6 +153,31 @@ class Ragged(_Container):
     def flat_batch(
         self, data: npt.NDArray[np.uint8], offsets: npt.NDArray[np.uint64] | None, idxs: npt.NDArray[np.uint64]
     ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+
+class Images:
+    path: str
+    height: int
+    width: int
+    layout: str
+    dtype: np.dtype[Any]
+    item_shape: tuple[int, ...]
+    def __init__(self, source: _Container, size: tuple[int, int], layout: str) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+    def __getitem__(self, idx: Any) -> npt.NDArray[np.uint8]: ...
+    def __getitems__(self, idxs: Any) -> npt.NDArray[np.uint8]: ...
+    def __iter__(self) -> Iterator[npt.NDArray[np.uint8]]: ...
+    def __enter__(self) -> Images: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None: ...
+    def __del__(self) -> None: ...
 
 class FlatRagged:
     def __init__(self, ragged: Ragged) -> None: ...

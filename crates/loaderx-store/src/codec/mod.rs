@@ -6,13 +6,17 @@
 //! fit, the record did not shrink and is stored raw.
 //!
 //! The built-in codecs (`raw`, `flate`, `zstd`, `lz4`, `zstd_dict`) are
-//! dispatched by a `match` on the tag, with no indirection. Every other
-//! codec — the image codecs (tags 5 and 6) and codecs defined outside
-//! loaderx (tags `128 ..= 255`) — is found through the [`CodecRegistry`]
+//! dispatched by a `match` on the tag, with no indirection. The image
+//! codecs (tags 5 and 6) decode with their store's schema (layout and
+//! size), which [`Codec::decode`] cannot carry: with the cargo feature
+//! `image` the store decodes them itself ([`image`]), and a build without
+//! it can only find them through the registry. Codecs defined outside
+//! loaderx (tags `128 ..= 255`) are found through the [`CodecRegistry`]
 //! the store was opened with ([`OpenOptions::codecs`](crate::OpenOptions)).
 
 mod deflate;
 mod dict;
+pub(crate) mod image;
 mod lz4;
 mod raw;
 mod registry;
@@ -180,9 +184,9 @@ pub enum CodecId {
     /// and decodes it; [`CodecId::encode`] never does, and
     /// [`CodecId::decode`] refuses.
     ZstdDict,
-    /// A JPEG image (tag 5, format v2 only). Reserved: the codec comes from
-    /// the `loaderx-image` crate (feature `image`), registered in a
-    /// [`CodecRegistry`].
+    /// A JPEG image (tag 5, format v2 only): built into the store with the
+    /// cargo feature `image` (decoded through the `loaderx-image` crate);
+    /// without it, only a codec registered in a [`CodecRegistry`] reads it.
     Jpeg,
     /// A PNG image (tag 6, format v2 only); like [`CodecId::Jpeg`].
     Png,
@@ -263,9 +267,8 @@ impl CodecId {
     /// The cargo feature that provides this codec, when this build of
     /// `loaderx-store` does not have it: `deflate-libdeflate` (or
     /// `deflate-flate2`), `zstd` or `lz4` for built-ins left out, and
-    /// `image` (of the crates that bring `loaderx-image`) for the image
-    /// codecs, which are never in this crate. `None` for raw, external
-    /// codecs, and built-ins this build has.
+    /// `image` for the image codecs in a build without that feature.
+    /// `None` for raw, external codecs, and codecs this build has.
     #[must_use]
     pub const fn missing_feature(self) -> Option<&'static str> {
         match self {
@@ -279,7 +282,7 @@ impl CodecId {
             }
             CodecId::Zstd | CodecId::ZstdDict if !cfg!(feature = "zstd") => Some("zstd"),
             CodecId::Lz4 if !cfg!(feature = "lz4") => Some("lz4"),
-            CodecId::Jpeg | CodecId::Png => Some("image"),
+            CodecId::Jpeg | CodecId::Png if !cfg!(feature = "image") => Some("image"),
             _ => None,
         }
     }
@@ -438,7 +441,12 @@ mod tests {
             }
             assert!(CodecRegistry::new().get(c).is_none(), "{c}");
         }
-        assert_eq!(CodecId::Jpeg.missing_feature(), Some("image"));
+        for c in [CodecId::Jpeg, CodecId::Png] {
+            assert_eq!(
+                c.missing_feature(),
+                (!cfg!(feature = "image")).then_some("image")
+            );
+        }
         assert_eq!(CodecId::Raw.missing_feature(), None);
         assert_eq!(
             CodecId::Zstd.missing_feature().is_none(),

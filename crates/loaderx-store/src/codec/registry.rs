@@ -8,9 +8,9 @@ use super::{Codec, CodecId};
 
 /// The codecs a store is opened with: the built-ins, always (`raw`,
 /// `flate`, `zstd`, `lz4`, `zstd_dict`, as far as this build has them),
-/// plus whatever was [`register`](CodecRegistry::register)ed — the image
-/// codecs (tags 5 and 6) and codecs defined outside loaderx (tags
-/// `128 ..= 255`).
+/// plus whatever was [`register`](CodecRegistry::register)ed — codecs
+/// defined outside loaderx (tags `128 ..= 255`) and, in a build without the
+/// cargo feature `image`, the image codecs (tags 5 and 6).
 ///
 /// Cheap to clone (one shared table); a clone is a snapshot that later
 /// registrations on the original do not change. Built-ins are not looked
@@ -88,7 +88,8 @@ impl CodecRegistry {
     /// # Errors
     /// When its id is a built-in one (`0 ..= 4`: those are not replaceable),
     /// its tag is already taken, its name is not `1 ..= 64` printable ASCII
-    /// bytes, or it claims tag 5 or 6 under another name than `jpeg`/`png`.
+    /// bytes, or it claims tag 5 or 6 under another name than `jpeg`/`png`
+    /// or in a build with the cargo feature `image` (which has them built in).
     pub fn register(&mut self, codec: impl Codec) -> Result<(), RegisterError> {
         self.register_arc(Arc::new(codec))
     }
@@ -104,6 +105,11 @@ impl CodecRegistry {
         if id.is_builtin() {
             return refuse(format!(
                 "{id} is a built-in codec; external codecs take tags 128..=255"
+            ));
+        }
+        if cfg!(feature = "image") && id.tag().is_image() {
+            return refuse(format!(
+                "{id} is built into this build (cargo feature `image`); external codecs take tags 128..=255"
             ));
         }
         let entry = CodecRef {

@@ -1,0 +1,124 @@
+//! Appending records that are already encoded: their bytes are stored as
+//! they are, under the codec tag and decoded size the caller gives (an
+//! image file kept as its JPEG bytes, say). Same placement, durability and
+//! all-or-nothing publication as every other append (`append.rs`).
+
+use loaderx_format::{CodecTag, MAX_RECORD_LEN, v2::MAX_RECORD_LEN_V2};
+
+use crate::{
+    Codec, Error, Result, Store,
+    append::{Encoded, Layout},
+    parallel,
+    storage::Storage,
+};
+
+/// One record to store as it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Prepared<'a> {
+    /// How its bytes decode.
+    pub(crate) codec: CodecTag,
+    /// The bytes to store.
+    pub(crate) bytes: &'a [u8],
+    /// What they decode to, in bytes.
+    pub(crate) logic: u32,
+}
+
+impl<C: Codec, S: Storage> Store<C, S> {
+    /// Appends `records` verbatim, with `dims` (`ndim` per record, ragged
+    /// stores) in their table entries. Returns the index of the first.
+    pub(crate) fn append_prepared(&self, records: &[Prepared<'_>], dims: &[u32]) -> Result<u64> {
+        self.check_usable()?;
+        if self.is_read_only() {
+            return Err(Error::ReadOnly {
+                path: self.path().to_owned(),
+                op: "append",
+            });
+        }
+        let v2 = self.schema.is_some();
+        let limit = if v2 {
+            MAX_RECORD_LEN_V2
+        } else {
+            MAX_RECORD_LEN
+        };
+        for (position, r) in records.iter().enumerate() {
+            for len in [r.bytes.len() as u64, u64::from(r.logic)] {
+                if len == 0 || len > u64::from(limit) {
+                    return Err(Error::RecordSize {
+                        position,
+                        len,
+                        limit,
+                    });
+                }
+            }
+        }
+        let ndim = self.files.entry_dims();
+        if dims.len() != records.len() * ndim {
+            return Err(Error::LengthMismatch {
+                what: "dims (records × rank)",
+                expected: records.len() * ndim,
+                found: dims.len(),
+            });
+        }
+        let n = records.len();
+        if n == 0 {
+            return Ok(self.len());
+        }
+        let total: u64 = records.iter().map(|r| r.bytes.len() as u64).sum();
+        let mut encoded: Vec<Encoded> = records
+            .iter()
+            .map(|r| Encoded {
+                phys: r.bytes.len() as u32,
+                codec: r.codec,
+                crc: 0,
+            })
+            .collect();
+        if v2 {
+            let parts = (parallel::threads() * 4).clamp(1, n);
+            let mut work = Vec::with_capacity(parts);
+            let mut rest = encoded.as_mut_slice();
+            let mut prev = 0;
+            for p in 1..=parts {
+                let end = p * n / parts;
+                let (a, r) = rest.split_at_mut(end - prev);
+                work.push((prev, a));
+                rest = r;
+                prev = end;
+            }
+            parallel::for_each_part(work, total, |(first, part)| {
+                for (k, e) in part.iter_mut().enumerate() {
+                    e.crc = loaderx_format::v2::crc32c(records[first + k].bytes);
+                }
+            });
+        }
+        let offsets = vec![0u64; n];
+        let logic: Vec<u32> = records.iter().map(|r| r.logic).collect();
+        let layout = Layout::Ragged {
+            offsets: &offsets,
+            lens: &logic,
+        };
+        let max_records = if v2 {
+            u64::MAX
+        } else {
+            u64::from(loaderx_format::MAX_RECORDS)
+        };
+        let (_writer, head) = self.begin_append(n, max_records)?;
+        let (locs, after, new_chunks) = self.place(&head, &encoded, &layout, n, v2)?;
+        self.create_chunks(new_chunks)?;
+        self.write_payloads(&locs, &|i| records[i].bytes, None)?;
+        let entry_len = self.files.entry_len();
+        let mut table = Vec::new();
+        table
+            .try_reserve_exact(n * entry_len)
+            .map_err(|_| Error::OutOfMemory {
+                bytes: (n * entry_len) as u64,
+            })?;
+        for (k, loc) in locs.iter().enumerate() {
+            let d = &dims[k * ndim..(k + 1) * ndim];
+            self.files
+                .encode_entry(head.length + k as u64, loc, d, &mut table);
+        }
+        self.files.write_entries(head.length, &table)?;
+        self.frontier.publish(&after);
+        Ok(head.length)
+    }
+}
