@@ -26,6 +26,7 @@
 
 use std::{
     fmt,
+    ptr::NonNull,
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -36,38 +37,32 @@ use loaderx_loader::BufferAllocator;
 use pyo3::prelude::*;
 
 /// The size of a transparent huge page on x86-64 and (with 4 KiB base pages)
-/// aarch64 Linux; large buffers are aligned to it.
+/// aarch64 Linux; large buffers are aligned to it. (With 64 KiB base pages
+/// THPs are 512 MiB and these buffers just get base pages, as before.)
 #[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Buffers at least this large are mapped (Linux) rather than taken from
-/// the heap. Below it, the allocator's own reuse of freed memory is as good.
+/// the heap: a smaller one could not hold a huge page anyway.
 #[cfg(target_os = "linux")]
-const MAP_AT_LEAST: usize = 1 << 20;
-
-/// Where a [`PoolBuf`]'s memory comes from.
-enum Memory {
-    /// A zeroed heap allocation; its length is its capacity.
-    Heap(Box<[u8]>),
-    /// An anonymous private mapping of `cap` bytes at `ptr` (zero-filled by
-    /// the kernel on first touch), `HUGE_PAGE`-aligned.
-    #[cfg(target_os = "linux")]
-    Mapped {
-        ptr: std::ptr::NonNull<u8>,
-        cap: usize,
-    },
-}
+const MAP_AT_LEAST: usize = HUGE_PAGE;
 
 /// A batch buffer: `len` initialized bytes at the start of an allocation
-/// that may be larger (a reused buffer of a ragged stream).
+/// of `cap` bytes (more for a reused buffer of a ragged stream).
+///
+/// Held as a raw pointer, never as a Rust reference, because NumPy writes
+/// through it while a [`BatchBuffer`] owns it.
 pub(crate) struct PoolBuf {
-    memory: Memory,
+    /// Every one of the `cap` bytes is initialized (zeroed when made).
+    ptr: NonNull<u8>,
+    cap: usize,
     len: usize,
+    /// An anonymous mapping (`map`) rather than a leaked `Box<[u8]>`.
+    mapped: bool,
 }
 
-// SAFETY: a `PoolBuf` owns its memory exclusively (the mapping is never
-// shared with another `PoolBuf`), like a `Box<[u8]>` does, so moving it to
-// another thread is fine, and `&PoolBuf` only gives out `&[u8]`.
+// SAFETY: a `PoolBuf` owns its allocation exclusively, as a `Box<[u8]>`
+// does, so it may move to another thread; `&PoolBuf` only gives out `&[u8]`.
 unsafe impl Send for PoolBuf {}
 // SAFETY: see `Send`: shared access is read-only.
 unsafe impl Sync for PoolBuf {}
@@ -81,21 +76,32 @@ impl PoolBuf {
         }
         let mut heap = Vec::new();
         heap.try_reserve_exact(len).ok()?;
-        // `vec![0; len]` would abort rather than fail; this resize is over
-        // reserved capacity and compiles to a `memset`, for small buffers only
-        // on Linux (large ones are mapped).
+        // `vec![0; len]` would abort rather than fail. On Linux only small
+        // buffers get here (large ones are mapped); elsewhere this is the
+        // path for all, and for large sizes the system allocator takes fresh
+        // pages from the OS, which arrive zeroed (no faulting in at
+        // allocation: pages are touched first by the gather).
         heap.resize(len, 0);
+        let raw = Box::into_raw(heap.into_boxed_slice());
         Some(PoolBuf {
-            memory: Memory::Heap(heap.into_boxed_slice()),
+            ptr: NonNull::new(raw.cast::<u8>())?,
+            cap: len,
             len,
+            mapped: false,
         })
     }
 
-    /// An anonymous mapping of at least `len` bytes (rounded up to whole
-    /// huge pages), aligned to `HUGE_PAGE`, advised to use huge pages.
+    /// An anonymous mapping of `len` bytes (rounded up to whole base
+    /// pages) starting on a `HUGE_PAGE` boundary, advised to use huge pages.
+    /// Not rounded up to whole huge pages: the partial last one is simply
+    /// backed by base pages, so no memory is wasted.
     #[cfg(target_os = "linux")]
     fn map(len: usize) -> Option<PoolBuf> {
-        let cap = len.checked_next_multiple_of(HUGE_PAGE)?;
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|p| p.is_power_of_two() && *p <= HUGE_PAGE)?;
+        let cap = len.checked_next_multiple_of(page)?;
         // Map one huge page more than needed and trim both ends to get the
         // alignment: mmap only promises base-page alignment.
         let over = cap.checked_add(HUGE_PAGE)?;
@@ -114,81 +120,63 @@ impl PoolBuf {
         if raw == libc::MAP_FAILED {
             return None;
         }
-        let start = raw as usize;
-        let aligned = start.next_multiple_of(HUGE_PAGE);
-        let head = aligned - start;
+        let head = (raw as usize).next_multiple_of(HUGE_PAGE) - raw as usize;
         let tail = over - head - cap;
-        // SAFETY: both ranges lie inside the mapping just made, outside
-        // `aligned .. aligned + cap`, and are page-aligned (`head` and `tail`
-        // are multiples of the base page size since `start`, `aligned`,
-        // `over` and `cap` are).
-        unsafe {
+        // SAFETY: both trimmed ranges lie inside the mapping just made,
+        // outside the `cap` bytes kept at `raw + head`, and are page-aligned
+        // (`raw`, `HUGE_PAGE` and `cap` are multiples of the page size).
+        let aligned = unsafe {
+            let aligned = raw.cast::<u8>().add(head);
             if head > 0 {
                 libc::munmap(raw, head);
             }
             if tail > 0 {
-                libc::munmap(raw.cast::<u8>().add(head + cap).cast(), tail);
+                libc::munmap(aligned.add(cap).cast(), tail);
             }
             // Advice only: an error (e.g. a kernel without THP) changes
             // nothing but speed.
-            libc::madvise(raw.cast::<u8>().add(head).cast(), cap, libc::MADV_HUGEPAGE);
-        }
-        let ptr = std::ptr::NonNull::new(aligned as *mut u8)?;
+            libc::madvise(aligned.cast(), cap, libc::MADV_HUGEPAGE);
+            aligned
+        };
         Some(PoolBuf {
-            memory: Memory::Mapped { ptr, cap },
+            ptr: NonNull::new(aligned)?,
+            cap,
             len,
+            mapped: true,
         })
-    }
-
-    /// Bytes this buffer can hold without a new allocation.
-    fn capacity(&self) -> usize {
-        match &self.memory {
-            Memory::Heap(heap) => heap.len(),
-            #[cfg(target_os = "linux")]
-            Memory::Mapped { cap, .. } => *cap,
-        }
-    }
-
-    fn as_ptr(&self) -> *const u8 {
-        match &self.memory {
-            Memory::Heap(heap) => heap.as_ptr(),
-            #[cfg(target_os = "linux")]
-            Memory::Mapped { ptr, .. } => ptr.as_ptr(),
-        }
-    }
-
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        match &mut self.memory {
-            Memory::Heap(heap) => heap.as_mut_ptr(),
-            #[cfg(target_os = "linux")]
-            Memory::Mapped { ptr, .. } => ptr.as_ptr(),
-        }
     }
 }
 
 impl AsRef<[u8]> for PoolBuf {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: `len <= capacity()` (see `BatchPool::allocate`), and every
-        // byte of the allocation is initialized (zeroed when made).
-        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
+        // SAFETY: `len <= cap` (see `SharedPool::allocate`) and all `cap`
+        // bytes are initialized; the allocation lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl AsMut<[u8]> for PoolBuf {
     fn as_mut(&mut self) -> &mut [u8] {
-        let len = self.len;
-        // SAFETY: as in `as_ref`, and `&mut self` makes the access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), len) }
+        // SAFETY: as in `as_ref`, and `&mut self` makes the access exclusive
+        // (a buffer reaches Python, which could also write it, only by value
+        // inside a `BatchBuffer`, which never calls this).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl Drop for PoolBuf {
     fn drop(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Memory::Mapped { ptr, cap } = self.memory {
-            // SAFETY: the mapping `map` made and nothing else unmaps; no
+        if self.mapped {
+            #[cfg(target_os = "linux")]
+            // SAFETY: the mapping `map` made, which nothing else unmaps; no
             // reference into it outlives `self`.
-            unsafe { libc::munmap(ptr.as_ptr().cast(), cap) };
+            unsafe {
+                libc::munmap(self.ptr.as_ptr().cast(), self.cap);
+            }
+        } else {
+            let raw = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.cap);
+            // SAFETY: `new` leaked exactly this `Box<[u8]>` of `cap` bytes.
+            drop(unsafe { Box::from_raw(raw) });
         }
     }
 }
@@ -197,7 +185,7 @@ impl fmt::Debug for PoolBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolBuf")
             .field("len", &self.len)
-            .field("capacity", &self.capacity())
+            .field("capacity", &self.cap)
             .finish()
     }
 }
@@ -261,7 +249,7 @@ impl BufferAllocator for SharedPool {
                 // The most recently returned buffer that fits (its pages are
                 // the likeliest to be cached); a ragged stream's batches vary
                 // in size.
-                let at = list.iter().rposition(|b| b.capacity() >= len)?;
+                let at = list.iter().rposition(|b| b.cap >= len)?;
                 Some(list.swap_remove(at))
             })
         };
@@ -295,12 +283,10 @@ impl BufferAllocator for SharedPool {
         let smallest = list
             .iter()
             .enumerate()
-            .min_by_key(|(_, b)| b.capacity())
+            .min_by_key(|(_, b)| b.cap)
             .map(|(i, _)| i);
         let freed = match smallest {
-            Some(i) if list[i].capacity() < buffer.capacity() => {
-                std::mem::replace(&mut list[i], buffer)
-            }
+            Some(i) if list[i].cap < buffer.cap => std::mem::replace(&mut list[i], buffer),
             _ => buffer,
         };
         drop(free);
@@ -335,14 +321,18 @@ impl BatchBuffer {
                 pool,
             },
         )?;
-        let bytes = owner.get().buffer.as_ref().map_or(&[][..], AsRef::as_ref);
-        let view = numpy::ndarray::ArrayView1::from(bytes);
-        // SAFETY: the array's base is `owner`, which keeps the buffer (a
-        // heap or mapped allocation that never moves) until it is dropped;
-        // `owner` is frozen and never touches the bytes before then. NumPy
-        // writes through the array are writes to memory the buffer owns
-        // exclusively.
-        let array = unsafe { numpy::PyArray1::borrow_from_array(&view, owner.clone().into_any()) };
+        let (ptr, len) = owner
+            .get()
+            .buffer
+            .as_ref()
+            .map_or((NonNull::dangling(), 0), |b| (b.ptr, b.len));
+        // SAFETY: `ptr` points at `len` initialized bytes (see `PoolBuf`).
+        let view = unsafe { numpy::ndarray::ArrayView1::from_shape_ptr(len, ptr.as_ptr()) };
+        // SAFETY: the array's base is `owner`, which keeps the allocation
+        // (heap or mapped, never moved) until it is dropped, and which is
+        // frozen and never touches the bytes before then; so NumPy's reads
+        // and writes through the array reach memory only it uses.
+        let array = unsafe { numpy::PyArray1::borrow_from_array(&view, owner.into_any()) };
         Ok(array)
     }
 }
