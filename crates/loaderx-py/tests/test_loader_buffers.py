@@ -140,3 +140,32 @@ def test_dropped_batches_are_recycled(stores: tuple[Path, Path, Path]) -> None:
     fresh = steps * 2  # the fewest faults fresh image buffers alone would take
     assert faults < fresh // 2, f"{faults} page faults in {steps} steps: buffers are not reused"
     assert grown < 4 * BATCH * RECORD, f"resident memory grew by {grown} bytes in {steps} steps"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_may_drop_inherited_batches(stores: tuple[Path, Path, Path]) -> None:
+    """A child forked while workers run reads and drops the batches it
+    inherited (their buffers are freed there, never pooled) and exits; the
+    parent's loader and batches are unaffected."""
+    images, records = stamp(N), ragged_records(N)
+    with loader(stores) as dl:
+        it = iter(dl)
+        kept = [next(it) for _ in range(4)]
+        pid = os.fork()
+        if pid == 0:  # child: no pytest machinery, just an exit status
+            status = 1
+            try:
+                for batch in kept:
+                    check(batch, images, records)
+                kept.clear()
+                gc.collect()
+                status = 0
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        for batch in kept:
+            check(batch, images, records)
+        del kept
+        for _ in range(20):
+            check(next(it), images, records)
