@@ -1,23 +1,26 @@
 //! `loaderx._native.Loader`: a [`loaderx_loader::Loader`] over stores opened
 //! from Python, handing each batch to NumPy without a copy.
 //!
-//! Workers gather with no Python involvement (no GIL) into `Vec<u8>`
-//! buffers; `next()` moves each buffer into a NumPy array
-//! (`PyArray1::from_vec` adopts the allocation) and the Python layer views
-//! it with the stream's dtype and shape. `next()` waits with the GIL
+//! Workers gather with no Python involvement (no GIL) into buffers from a
+//! [`BatchPool`]; `next()` makes each buffer a NumPy array whose base owns
+//! it and returns it to the pool once no array views it any more (module
+//! `pool`), and the Python layer views it with the stream's dtype and shape. `next()` waits with the GIL
 //! released, waking every 100 ms to let Ctrl-C through. Its state is a
 //! loader state: the sampler's, plus the stream names, which a restore
 //! checks.
 
 use std::time::Duration;
 
-use loaderx_loader::{Error, Layout, Stream, VecPool};
+use std::sync::Arc;
+
+use loaderx_loader::{Error, Layout, Stream};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::{sampler_error, zrecord_error};
+use crate::pool::{BatchBuffer, BatchPool, SharedPool};
 use crate::store::Store;
 
 /// How long `next()` waits with the GIL released before checking for signals.
@@ -33,7 +36,7 @@ type PyBatch<'py> = (u64, Bound<'py, PyArray1<u64>>, Vec<PyColumn<'py>>);
 #[pyclass(module = "loaderx._native", name = "Loader", frozen)]
 pub(crate) struct Loader {
     /// `None` only while being dropped.
-    inner: Option<loaderx_loader::Loader<VecPool>>,
+    inner: Option<loaderx_loader::Loader<SharedPool>>,
     /// The stream names, in stream order: part of every state, checked on
     /// restore.
     names: Vec<String>,
@@ -43,7 +46,7 @@ pub(crate) struct Loader {
 }
 
 impl Loader {
-    fn live(&self) -> PyResult<&loaderx_loader::Loader<VecPool>> {
+    fn live(&self) -> PyResult<&loaderx_loader::Loader<SharedPool>> {
         if std::process::id() != self.created_by {
             return Err(PyRuntimeError::new_err(
                 "this DataLoader was created in the parent of this forked process and its \
@@ -105,11 +108,19 @@ impl Loader {
                 }
             })
             .collect();
+        // Idle buffers kept per stream: enough for every batch the loader can
+        // have in the making plus a few the consumer has just let go; buffers
+        // a user keeps alive are not counted (they are not idle).
+        let keep = prefetch
+            .saturating_add(num_workers.min(prefetch))
+            .saturating_add(2);
+        let pool = SharedPool(Arc::new(BatchPool::new(keep)));
         let built = py.detach(move || {
             loaderx_loader::Loader::builder(sampler)
                 .streams(streams)
                 .num_workers(num_workers)
                 .prefetch(prefetch)
+                .allocator(pool)
                 .build()
         });
         let inner = built.map_err(|err| loader_error(py, err))?;
@@ -129,18 +140,21 @@ impl Loader {
                 Ok(Some(batch)) => {
                     let step = batch.step();
                     let indices = PyArray1::from_slice(py, batch.indices());
+                    let pool = inner.allocator();
                     let columns = batch
                         .into_columns()
                         .into_iter()
                         .map(|column| {
+                            let stream = column.stream();
                             let (data, layout) = column.into_parts();
                             let offsets = match layout {
                                 Layout::Fixed { .. } => None,
                                 Layout::Ragged { offsets } => Some(PyArray1::from_vec(py, offsets)),
                             };
-                            (PyArray1::from_vec(py, data), offsets)
+                            let data = BatchBuffer::into_array(py, data, stream, pool.clone())?;
+                            Ok((data, offsets))
                         })
-                        .collect();
+                        .collect::<PyResult<_>>()?;
                     return Ok(Some((step, indices, columns)));
                 }
                 Ok(None) => py.check_signals()?,
@@ -183,7 +197,12 @@ impl Loader {
     /// nothing (there are no workers to stop).
     fn close(&self, py: Python<'_>) {
         if let Ok(inner) = self.live() {
-            py.detach(|| inner.close());
+            py.detach(|| {
+                inner.close();
+                // Batches still alive in Python keep their buffers; idle
+                // ones go now, returned ones when they are returned.
+                inner.allocator().0.close();
+            });
         }
     }
 }

@@ -303,6 +303,35 @@ impl<S: Storage> Files<S> {
         }
     }
 
+    /// Touches the table entries of the `idxs` below `length` (others are
+    /// skipped; the caller refuses them) so their cache lines and TLB
+    /// entries load in parallel before the entries are decoded one by one.
+    ///
+    /// Decoding an entry (checksum, validation, placement) is enough work
+    /// per index that the CPU cannot run ahead to the next entry's load, so
+    /// on a table bigger than the cache every entry cost a full miss in
+    /// sequence. This loop has nothing but independent loads. Speed only:
+    /// an error here is ignored (the decode reports it).
+    pub(crate) fn prefetch_entries(&self, idxs: &[u64], length: u64) {
+        let Some(&max) = idxs.iter().filter(|&&i| i < length).max() else {
+            return;
+        };
+        let start = self.entry_at(0);
+        let Ok(len) = usize::try_from(self.entry_at(max + 1) - start) else {
+            return;
+        };
+        let _ = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
+            let mut acc = 0u8;
+            for &idx in idxs {
+                if idx < length {
+                    // In range: `idx <= max`, so the entry lies in `table`.
+                    acc ^= table[(self.entry_at(idx) - start) as usize];
+                }
+            }
+            std::hint::black_box(acc);
+        });
+    }
+
     /// Reads table entry `index`: v1 entries are not judged here; a v2
     /// entry whose own checksum fails is [`Error::Corrupt`] naming it.
     #[inline]

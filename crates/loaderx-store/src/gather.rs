@@ -9,6 +9,10 @@ use crate::{
     storage::Storage,
 };
 
+/// Batches at least this long touch their table entries ahead of decoding
+/// them (`Files::prefetch_entries`).
+const PREFETCH_AT_LEAST: usize = 8;
+
 /// Where record `i` of a gather lands in the destination.
 #[derive(Debug, Clone, Copy)]
 enum Placement<'a> {
@@ -91,6 +95,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .map_err(|_| Error::OutOfMemory {
                 bytes: (idxs.len() * std::mem::size_of::<(usize, RecordLoc)>()) as u64,
             })?;
+        if idxs.len() >= PREFETCH_AT_LEAST {
+            self.files.prefetch_entries(idxs, head.length);
+        }
         let mut work = 0u64;
         for (i, &idx) in idxs.iter().enumerate() {
             let loc = self.entry(idx, &head)?;
