@@ -14,7 +14,6 @@
 use std::{
     env,
     io::{BufRead, BufReader, Write},
-    os::unix::process::ExitStatusExt,
     path::Path,
     process::{Command, Stdio},
     sync::mpsc,
@@ -154,7 +153,7 @@ fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
     thread::sleep(delay);
     child.kill().unwrap();
     let status = child.wait().unwrap();
-    let by_signal = status.signal() == Some(libc::SIGKILL);
+    let by_signal = killed(status);
     assert!(
         by_signal || status.success(),
         "child {entry} failed on its own: {status}"
@@ -163,6 +162,20 @@ fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
     reader.join().unwrap();
     markers.extend(rx.try_iter());
     Kill { markers, by_signal }
+}
+
+/// Whether `Child::kill` ended the child: SIGKILL on Unix.
+#[cfg(unix)]
+fn killed(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGKILL)
+}
+
+/// Whether `Child::kill` ended the child: on Windows that is
+/// `TerminateProcess` with exit code 1 (a panicking child exits with 101).
+#[cfg(windows)]
+fn killed(status: std::process::ExitStatus) -> bool {
+    status.code() == Some(1)
 }
 
 /// Pseudo-random kill delays (deterministic, so a failure reproduces) below
