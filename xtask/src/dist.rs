@@ -327,14 +327,25 @@ fn tools_venv(ws: &Workspace) -> Result<Venv, Failure> {
     Ok(venv)
 }
 
-fn build_wheel(ws: &Workspace, venv: &Venv, dist: &Path, wheel: &Wheel) -> Outcome {
-    if let Err(f) = tools::rust_target(wheel.triple) {
-        return Outcome::NotBuilt(format!(
-            "Rust target {} unavailable: {}",
-            wheel.triple, f.reason
-        ));
+/// The triple and extra arguments for `wheel` on this host: on a Windows
+/// host the x64 wheel is built natively with MSVC, on a macOS host the macOS
+/// wheels with Apple's linker (no zig); everything else as listed.
+fn native_override(wheel: &Wheel) -> (&'static str, &'static [&'static str]) {
+    if cfg!(windows) && wheel.name == "windows-x64" {
+        ("x86_64-pc-windows-msvc", &[])
+    } else if cfg!(target_os = "macos") && wheel.name.starts_with("macos") {
+        (wheel.triple, &[])
+    } else {
+        (wheel.triple, wheel.args)
     }
-    if wheel.triple == "x86_64-pc-windows-gnu"
+}
+
+fn build_wheel(ws: &Workspace, venv: &Venv, dist: &Path, wheel: &Wheel) -> Outcome {
+    let (triple, args) = native_override(wheel);
+    if let Err(f) = tools::rust_target(triple) {
+        return Outcome::NotBuilt(format!("Rust target {triple} unavailable: {}", f.reason));
+    }
+    if triple == "x86_64-pc-windows-gnu"
         && let Err(f) = tools::debian(
             "mingw-w64 linker",
             &[Tool {
@@ -344,7 +355,7 @@ fn build_wheel(ws: &Workspace, venv: &Venv, dist: &Path, wheel: &Wheel) -> Outco
             }],
         )
     {
-        return Outcome::NotBuilt(format!("no linker for {}: {}", wheel.triple, f.reason));
+        return Outcome::NotBuilt(format!("no linker for {triple}: {}", f.reason));
     }
     let out = ws.target_dir().join("dist-work").join(wheel.name);
     let _ = fs::remove_dir_all(&out);
@@ -355,15 +366,15 @@ fn build_wheel(ws: &Workspace, venv: &Venv, dist: &Path, wheel: &Wheel) -> Outco
         "build",
         "--release",
         "--target",
-        wheel.triple,
+        triple,
         "--out",
     ])
     .arg(&out)
-    .args(wheel.args)
+    .args(args)
     .current_dir(ws.root.join("crates").join("loaderx-py"));
-    if wheel.triple == "x86_64-pc-windows-gnu" {
+    if triple == "x86_64-pc-windows-gnu" {
         cmd.env(
-            cross::cargo_target_var(wheel.triple, "LINKER"),
+            cross::cargo_target_var(triple, "LINKER"),
             "x86_64-w64-mingw32-gcc",
         );
     }
