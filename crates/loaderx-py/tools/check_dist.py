@@ -297,6 +297,8 @@ def check_binary(name: str, family: str, arch: str, data: bytes, problems: Probl
         else:
             if glibc is not None:
                 problems.add(name, f"musllinux module needs glibc symbols (GLIBC_{glibc})")
+            # musl's loader resolves `libc.so` (what zig links against) to
+            # itself, like `libc.musl-<arch>.so.1`.
             bad = [n for n in needed if not re.fullmatch(r"libc\.so|libc\.musl-\w+\.so\.1", n)]
         if bad:
             problems.add(name, f"needs shared libraries outside its tag: {bad}")
