@@ -509,9 +509,16 @@ fn smoke_aarch64(ws: &Workspace, wheel: &Path, version: &str) -> Result<(), Fail
     steps::run("unpack the aarch64 wheel", &mut unzip)?;
     let script = staged_smoke(ws, &work)?;
     let mut smoke = Command::new("qemu-aarch64");
+    // Debian installs BLAS and LAPACK under alternatives directories that
+    // `dpkg -x` does not link into the loader's path; name them for the
+    // guest (`-E` sets the emulated program's environment only).
     smoke
         .arg("-L")
         .arg(&root)
+        .args([
+            "-E",
+            "LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/blas:/usr/lib/aarch64-linux-gnu/lapack",
+        ])
         .arg(&python)
         .arg(&script)
         .arg(version)
@@ -524,7 +531,6 @@ fn smoke_aarch64(ws: &Workspace, wheel: &Path, version: &str) -> Result<(), Fail
             ),
         )
         .env("PYTHONNOUSERSITE", "1")
-        .env("LD_LIBRARY_PATH", "")
         .current_dir(&work);
     steps::run(
         "smoke test of the aarch64 wheel under qemu-user",

@@ -372,7 +372,10 @@ fn a_compressed_record_that_does_not_decode_exactly_is_code_7() {
 // --- damage behind an open store's back -------------------------------------------
 
 #[test]
-#[cfg_attr(windows, ignore = "Windows refuses to truncate a mapped file, so this damage cannot happen there")]
+#[cfg_attr(
+    windows,
+    ignore = "Windows refuses to truncate a mapped file, so this damage cannot happen there"
+)]
 fn a_chunk_cut_after_open_fails_the_records_past_the_cut() {
     for codec in [CodecId::Raw, CodecId::Deflate] {
         let dir = tempfile::tempdir().unwrap();
@@ -411,7 +414,10 @@ fn a_chunk_cut_after_open_fails_the_records_past_the_cut() {
 }
 
 #[test]
-#[cfg_attr(windows, ignore = "on Windows a deleted file keeps its name until its last handle closes (a mapped one cannot be deleted at all)")]
+#[cfg_attr(
+    windows,
+    ignore = "on Windows a deleted file keeps its name until its last handle closes (a mapped one cannot be deleted at all)"
+)]
 fn a_chunk_removed_after_open_still_reads_and_reopening_refuses() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("z");
@@ -431,7 +437,10 @@ fn a_chunk_removed_after_open_still_reads_and_reopening_refuses() {
 }
 
 #[test]
-#[cfg_attr(windows, ignore = "Windows refuses to truncate a mapped file, so this damage cannot happen there")]
+#[cfg_attr(
+    windows,
+    ignore = "Windows refuses to truncate a mapped file, so this damage cannot happen there"
+)]
 fn meta_cut_after_open_refuses_reads_and_maintenance() {
     for op in ["gather", "lengths", "stats", "delete", "compact"] {
         let dir = tempfile::tempdir().unwrap();
@@ -459,7 +468,10 @@ fn meta_cut_after_open_refuses_reads_and_maintenance() {
 }
 
 #[test]
-#[cfg_attr(windows, ignore = "Windows refuses to truncate a mapped file, so this damage cannot happen there")]
+#[cfg_attr(
+    windows,
+    ignore = "Windows refuses to truncate a mapped file, so this damage cannot happen there"
+)]
 fn a_chunk_cut_after_open_refuses_compact() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("z");

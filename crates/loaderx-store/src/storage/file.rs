@@ -32,47 +32,49 @@ struct Mapped {
     view: View,
 }
 
-/// Read-only shared maps of one file.
+/// Read-only shared maps of one file, in one of two modes.
 ///
-/// Unix (checked on Linux x86-64, and aarch64 under qemu-user): one map of
-/// the file's whole possible extent, made at open. A map may reach past the
-/// end of the file there; only the pages read must exist, so the file grows
-/// under the map and no map is ever redone.
-///
-/// Windows (checked under Wine): a map cannot reach past the end of a file
-/// opened for reading (`CreateFileMapping` refuses, or would grow a file
-/// opened for writing), and a mapped file can be neither truncated nor
-/// deleted. So each map covers the file as long as it was when made; a read
-/// past the newest map makes a new one over the file's current length. Older
-/// maps stay until `&mut` access (truncation, removal, drop), because slices
-/// handed out under `&self` may still point into them.
+/// * [`Extent`](View::Extent) (Unix; checked on Linux x86-64): one map of
+///   the file's whole possible extent, made at open. A map may reach past
+///   the end of the file there; only the pages read must exist, so the file
+///   grows under the map and no map is ever redone.
+/// * [`Growing`](View::Growing): each map covers the file as long as it was
+///   when made; a read past the newest map makes a new one over the file's
+///   current length. Older maps stay until `&mut` access (truncation,
+///   removal, drop), because slices handed out under `&self` may still point
+///   into them. Always used on Windows (checked under Wine), where a map
+///   cannot reach past the end of a file opened for reading and a mapped
+///   file can be neither truncated nor deleted. Used on Unix when the
+///   extent-wide map is refused for want of address space: kernels with a
+///   39-bit address space (512 GiB, some aarch64 configurations) and
+///   qemu-user, which books every guest page (checked on aarch64 under
+///   qemu-user).
 #[derive(Debug)]
-struct View {
+enum View {
     #[cfg(not(windows))]
-    map: MmapRaw,
-    #[cfg(windows)]
-    maps: std::sync::RwLock<Vec<MmapRaw>>,
+    Extent(MmapRaw),
+    Growing(std::sync::RwLock<Vec<MmapRaw>>),
 }
 
 impl View {
-    #[cfg(not(windows))]
-    fn new(file: &File, extent: u64, _len: u64) -> io::Result<View> {
-        let map = memmap2::MmapOptions::new()
-            .len(usize::try_from(extent).map_err(io::Error::other)?)
-            .map_raw_read_only(file)?;
-        Ok(View { map })
-    }
-
-    #[cfg(windows)]
-    fn new(file: &File, _extent: u64, len: u64) -> io::Result<View> {
+    fn new(file: &File, extent: u64, len: u64) -> io::Result<View> {
+        #[cfg(not(windows))]
+        {
+            let whole = memmap2::MmapOptions::new()
+                .len(usize::try_from(extent).map_err(io::Error::other)?)
+                .map_raw_read_only(file);
+            match whole {
+                Ok(map) => return Ok(View::Extent(map)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let _ = extent;
         let first = Self::map_len(file, len)?;
-        Ok(View {
-            maps: std::sync::RwLock::new(vec![first]),
-        })
+        Ok(View::Growing(std::sync::RwLock::new(vec![first])))
     }
 
-    /// A map of the first `len` bytes of `file` (Windows).
-    #[cfg(windows)]
+    /// A map of the first `len` bytes of `file`.
     fn map_len(file: &File, len: u64) -> io::Result<MmapRaw> {
         memmap2::MmapOptions::new()
             .len(usize::try_from(len).map_err(io::Error::other)?)
@@ -80,20 +82,11 @@ impl View {
     }
 
     /// The address of byte `offset` of the file, valid for `len` bytes while
-    /// `self` is not dropped or [`reset`](Self::reset); an error when the
-    /// range lies outside what can be mapped (the extent on Unix, the
-    /// file's current length on Windows).
-    #[cfg(not(windows))]
-    fn address(&self, _file: &File, offset: u64, len: usize) -> Option<*const u8> {
-        let end = offset.checked_add(len as u64)?;
-        if end > self.map.len() as u64 {
-            return None;
-        }
-        // SAFETY: `offset + len` is inside the mapping (checked above).
-        Some(unsafe { self.map.as_ptr().add(usize::try_from(offset).ok()?) })
-    }
-
-    #[cfg(windows)]
+    /// `self` is not dropped or [`reset`](Self::reset); `None` when the
+    /// range lies outside what can be mapped (the extent, or the file's
+    /// current length).
+    // On Windows `Growing` is the only mode, so the match below is a `let`.
+    #[cfg_attr(windows, allow(clippy::infallible_destructuring_match))]
     fn address(&self, file: &File, offset: u64, len: usize) -> Option<*const u8> {
         let end = offset.checked_add(len as u64)?;
         let within = |map: &MmapRaw| -> Option<*const u8> {
@@ -104,17 +97,20 @@ impl View {
             // SAFETY: `offset + len` is inside this mapping (checked above).
             Some(unsafe { map.as_ptr().add(at) })
         };
+        let maps = match self {
+            #[cfg(not(windows))]
+            View::Extent(map) => return within(map),
+            View::Growing(maps) => maps,
+        };
         let read = |maps: &Vec<MmapRaw>| maps.last().and_then(within);
         if let Some(ptr) = read(
-            &self
-                .maps
+            &maps
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         ) {
             return Some(ptr);
         }
-        let mut maps = self
-            .maps
+        let mut maps = maps
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(ptr) = read(&maps) {
@@ -128,20 +124,19 @@ impl View {
         read(&maps)
     }
 
-    /// Drops every map so the file can be truncated or removed (Windows
-    /// refuses both while a map exists); the next read maps it again. On
-    /// Unix the extent-wide map stays: truncating a mapped file is allowed.
-    #[cfg(windows)]
+    /// Drops every growing map so the file can be truncated or removed
+    /// (Windows refuses both while a map exists); the next read maps it
+    /// again. An extent-wide map stays: Unix allows truncating a mapped file.
     fn reset(&mut self) {
-        self.maps
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        match self {
+            #[cfg(not(windows))]
+            View::Extent(_) => {}
+            View::Growing(maps) => maps
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear(),
+        }
     }
-
-    #[cfg(not(windows))]
-    #[allow(clippy::unused_self)]
-    fn reset(&mut self) {}
 }
 
 /// Writes all of `bytes` at `offset` of `file` with `pwrite`, which leaves
