@@ -11,11 +11,13 @@
 //! `leave N` reached the pipe before the child died. Each test requires a
 //! minimum number of landed kills.
 
+mod common;
+
 use std::{
     env,
     io::{BufRead, BufReader, Write},
     path::Path,
-    process::{Command, Stdio},
+    process::Stdio,
     sync::mpsc,
     thread,
     time::Duration,
@@ -118,7 +120,7 @@ impl Kill {
 /// it run for `delay`, kills it with SIGKILL, and collects every marker it
 /// wrote.
 fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
-    let mut child = Command::new(env::current_exe().unwrap())
+    let mut child = common::self_command()
         .args([
             "--exact",
             entry,
