@@ -64,9 +64,10 @@ impl Platform {
                     probe_arg: "--version",
                     package: "wine",
                 },
+                // Debian's 64-bit Wine loader (not on PATH; `wine` runs it).
                 Tool {
-                    program: "wine64",
-                    probe_arg: "--version",
+                    program: "/usr/lib/wine/wine64",
+                    probe_arg: "",
                     package: "wine64",
                 },
                 Tool {
