@@ -170,9 +170,10 @@ fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()
 ///
 /// Each file is mapped read-only and shared; on Unix over its whole possible
 /// extent (4 GiB per chunk, the full size of `meta.zr`), so a growing file
-/// never needs a remap, on Windows over its current length, remapped when a
-/// read goes further (see [`View`]). Writes go through positioned writes,
-/// which the page cache makes visible to the maps on both.
+/// never needs a remap, on Windows (and on Unix where that much address
+/// space is refused) over its current length, remapped when a read goes
+/// further. Writes go through positioned writes, which the page cache makes
+/// visible to the maps on both.
 ///
 /// # The mmap contract
 /// A file changed underneath a mapping by another program (truncated,
