@@ -58,7 +58,7 @@ pub struct Venv {
 }
 
 impl Venv {
-    fn at(dir: PathBuf) -> Self {
+    pub fn at(dir: PathBuf) -> Self {
         let python = if cfg!(windows) {
             dir.join("Scripts").join("python.exe")
         } else {
@@ -83,7 +83,7 @@ impl Venv {
         cmd
     }
 
-    fn works(&self) -> bool {
+    pub fn works(&self) -> bool {
         steps::capture(Command::new(&self.python).args(["-c", "import sys, venv"])).is_some()
     }
 }
@@ -163,7 +163,7 @@ fn install_frameworks(venv: &Venv) {
 
 /// The interpreter that seeds the venv: `$PYTHON`, else `python3`, which must
 /// be Python 3.9 or newer.
-fn base_python() -> Result<OsString, Failure> {
+pub fn base_python() -> Result<OsString, Failure> {
     const STEP: &str = "python venv";
     let candidates: Vec<OsString> = match env::var_os("PYTHON") {
         Some(p) => vec![p],

@@ -656,11 +656,18 @@ fn read_head<S: Storage>(files: &mut Files<S>, meta_len: u64) -> Result<Head> {
         }
     };
     let need = files.table_end(head.length);
-    if meta_len < need {
-        return Err(refuse(FormatError::Truncated {
-            need,
-            have: meta_len,
-        }));
+    // A writer in another process may have committed since `meta_len` was
+    // measured; it writes a commit's entries before its header, so the
+    // length measured after reading the header covers what it says. (Seen
+    // under Wine, where the two reads are far enough apart to race; on Linux
+    // the window is just narrower.)
+    let have = if meta_len < need {
+        files.current_len(FileId::Meta)?
+    } else {
+        meta_len
+    };
+    if have < need {
+        return Err(refuse(FormatError::Truncated { need, have }));
     }
     Ok(head)
 }

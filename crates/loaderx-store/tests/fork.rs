@@ -1,6 +1,10 @@
 //! A store handle used across `fork()`, in a test binary of its own: a
 //! forked child holds every descriptor of its parent, locks included, so it
 //! must not run beside other tests of the same process.
+//!
+//! Unix only: Windows has no `fork()` (a new process starts from scratch and
+//! opens its own handles, which `multiprocess.rs` covers).
+#![cfg(unix)]
 
 use loaderx_store::{Deflate, Error, Store};
 
@@ -11,7 +15,6 @@ fn locked<T: std::fmt::Debug>(r: Result<T, Error>) -> bool {
 /// Finding: a forked child shares its parent's lock (one open file
 /// description); it used to be able to "upgrade" it and compact while the
 /// parent still mapped the store.
-#[cfg(unix)]
 #[test]
 fn a_forked_child_cannot_write_or_compact_behind_its_parent() {
     let dir = tempfile::tempdir().unwrap();

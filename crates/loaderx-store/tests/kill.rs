@@ -11,12 +11,13 @@
 //! `leave N` reached the pipe before the child died. Each test requires a
 //! minimum number of landed kills.
 
+mod common;
+
 use std::{
     env,
     io::{BufRead, BufReader, Write},
-    os::unix::process::ExitStatusExt,
     path::Path,
-    process::{Command, Stdio},
+    process::Stdio,
     sync::mpsc,
     thread,
     time::Duration,
@@ -119,7 +120,7 @@ impl Kill {
 /// it run for `delay`, kills it with SIGKILL, and collects every marker it
 /// wrote.
 fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
-    let mut child = Command::new(env::current_exe().unwrap())
+    let mut child = common::self_command()
         .args([
             "--exact",
             entry,
@@ -154,7 +155,7 @@ fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
     thread::sleep(delay);
     child.kill().unwrap();
     let status = child.wait().unwrap();
-    let by_signal = status.signal() == Some(libc::SIGKILL);
+    let by_signal = killed(status);
     assert!(
         by_signal || status.success(),
         "child {entry} failed on its own: {status}"
@@ -163,6 +164,20 @@ fn kill_during(entry: &str, store: &Path, op: u64, delay: Duration) -> Kill {
     reader.join().unwrap();
     markers.extend(rx.try_iter());
     Kill { markers, by_signal }
+}
+
+/// Whether `Child::kill` ended the child: SIGKILL on Unix.
+#[cfg(unix)]
+fn killed(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGKILL)
+}
+
+/// Whether `Child::kill` ended the child: on Windows that is
+/// `TerminateProcess` with exit code 1 (a panicking child exits with 101).
+#[cfg(windows)]
+fn killed(status: std::process::ExitStatus) -> bool {
+    status.code() == Some(1)
 }
 
 /// Pseudo-random kill delays (deterministic, so a failure reproduces) below

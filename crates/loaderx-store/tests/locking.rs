@@ -117,10 +117,10 @@ fn recovery_waits_for_the_store_to_be_free() {
     // A reader opened before the log appeared (as if another process's
     // delete were in flight) keeps the store busy.
     let reader: Store<Deflate> = Store::open_read_only(&path).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(
-        &fs::OpenOptions::new().write(true).open(&meta).unwrap(),
+    // The start of meta.zr rewritten in place, as the interrupted delete left it.
+    std::io::Write::write_all(
+        &mut fs::OpenOptions::new().write(true).open(&meta).unwrap(),
         &bytes,
-        0,
     )
     .unwrap();
     fs::write(path.join(UNDO_FILE), log.encode()).unwrap();

@@ -223,6 +223,14 @@ fn delete_and_compact_keep_every_survivor_and_its_dimensions() {
     store.verify().unwrap();
 }
 
+/// Rewrites the start of a file the store has mapped with `bytes` (of the
+/// file's length) without truncating it first, as `fs::write` would: Windows
+/// refuses to truncate a mapped file.
+fn overwrite_in_place(file: &std::path::Path, bytes: &[u8]) {
+    let mut f = fs::OpenOptions::new().write(true).open(file).unwrap();
+    std::io::Write::write_all(&mut f, bytes).unwrap();
+}
+
 #[cfg(feature = "zstd")]
 #[test]
 fn damage_to_a_record_an_entry_the_schema_or_the_dictionary_is_named() {
@@ -258,7 +266,7 @@ fn damage_to_a_record_an_entry_the_schema_or_the_dictionary_is_named() {
         for i in 0..chunk.len() {
             let mut bad = chunk.clone();
             bad[i] ^= 0x40;
-            fs::write(path.join("0.zr"), &bad).unwrap();
+            overwrite_in_place(&path.join("0.zr"), &bad);
             let damaged = store.damaged().unwrap();
             if damaged.first().map(|d| d.0) == Some(10) {
                 at = i;
@@ -276,7 +284,7 @@ fn damage_to_a_record_an_entry_the_schema_or_the_dictionary_is_named() {
     assert!(matches!(err, Error::Corrupt { entry: 10, .. }), "{err}");
     assert!(err.to_string().contains("0.zr"), "{err}");
     assert!(stored_at > 0);
-    fs::write(path.join("0.zr"), &chunk).unwrap();
+    overwrite_in_place(&path.join("0.zr"), &chunk);
     drop(store);
 
     // A flipped byte in table entry 3.

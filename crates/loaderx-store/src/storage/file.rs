@@ -1,10 +1,11 @@
 //! Files in a directory: reads through shared read-only memory maps, writes
-//! with positioned writes (`pwrite`). The mmap contract is on [`FileStorage`].
+//! with positioned writes (`pwrite` on Unix, `WriteFile` at an offset on
+//! Windows). The mmap contract is on [`FileStorage`]; what differs per
+//! platform is in [`View`] and [`write_all_at`].
 
 use std::{
     fs::{self, File, OpenOptions},
     io,
-    os::unix::fs::FileExt,
     path::{Path, PathBuf},
     sync::{
         OnceLock,
@@ -12,7 +13,7 @@ use std::{
     },
 };
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapRaw;
 
 use super::{FileId, Storage, read_only_error};
 use loaderx_format::CHUNK_CAPACITY;
@@ -24,19 +25,155 @@ use crate::slots::Slots;
 /// in use are ever touched.
 pub const META_EXTENT: u64 = 1 << 38;
 
-/// An open file and a read-only shared map of its whole possible extent.
+/// An open file and its read-only shared map(s).
 #[derive(Debug)]
 struct Mapped {
     file: File,
-    map: MmapRaw,
+    view: View,
+}
+
+/// Read-only shared maps of one file, in one of two modes.
+///
+/// * [`Extent`](View::Extent) (Unix; checked on Linux x86-64): one map of
+///   the file's whole possible extent, made at open. A map may reach past
+///   the end of the file there; only the pages read must exist, so the file
+///   grows under the map and no map is ever redone.
+/// * [`Growing`](View::Growing): each map covers the file as long as it was
+///   when made; a read past the newest map makes a new one over the file's
+///   current length. Older maps stay until `&mut` access (truncation,
+///   removal, drop), because slices handed out under `&self` may still point
+///   into them. Always used on Windows (checked under Wine), where a map
+///   cannot reach past the end of a file opened for reading and a mapped
+///   file can be neither truncated nor deleted. Used on Unix when the
+///   extent-wide map is refused for want of address space: kernels with a
+///   39-bit address space (512 GiB, some aarch64 configurations) and
+///   qemu-user, which books every guest page (checked on aarch64 under
+///   qemu-user).
+#[derive(Debug)]
+enum View {
+    #[cfg(not(windows))]
+    Extent(MmapRaw),
+    Growing(std::sync::RwLock<Vec<MmapRaw>>),
+}
+
+impl View {
+    fn new(file: &File, extent: u64, len: u64) -> io::Result<View> {
+        #[cfg(not(windows))]
+        {
+            let whole = memmap2::MmapOptions::new()
+                .len(usize::try_from(extent).map_err(io::Error::other)?)
+                .map_raw_read_only(file);
+            match whole {
+                Ok(map) => return Ok(View::Extent(map)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let _ = extent;
+        let first = Self::map_len(file, len)?;
+        Ok(View::Growing(std::sync::RwLock::new(vec![first])))
+    }
+
+    /// A map of the first `len` bytes of `file`.
+    fn map_len(file: &File, len: u64) -> io::Result<MmapRaw> {
+        memmap2::MmapOptions::new()
+            .len(usize::try_from(len).map_err(io::Error::other)?)
+            .map_raw_read_only(file)
+    }
+
+    /// The address of byte `offset` of the file, valid for `len` bytes while
+    /// `self` is not dropped or [`reset`](Self::reset); `None` when the
+    /// range lies outside what can be mapped (the extent, or the file's
+    /// current length).
+    // On Windows `Growing` is the only mode, so the match below is a `let`.
+    #[cfg_attr(windows, allow(clippy::infallible_destructuring_match))]
+    fn address(&self, file: &File, offset: u64, len: usize) -> Option<*const u8> {
+        let end = offset.checked_add(len as u64)?;
+        let within = |map: &MmapRaw| -> Option<*const u8> {
+            if end > map.len() as u64 {
+                return None;
+            }
+            let at = usize::try_from(offset).ok()?;
+            // SAFETY: `offset + len` is inside this mapping (checked above).
+            Some(unsafe { map.as_ptr().add(at) })
+        };
+        let maps = match self {
+            #[cfg(not(windows))]
+            View::Extent(map) => return within(map),
+            View::Growing(maps) => maps,
+        };
+        let read = |maps: &Vec<MmapRaw>| maps.last().and_then(within);
+        if let Some(ptr) = read(
+            &maps
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ) {
+            return Some(ptr);
+        }
+        let mut maps = maps
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(ptr) = read(&maps) {
+            return Some(ptr);
+        }
+        let now = file.metadata().ok()?.len();
+        if end > now {
+            return None;
+        }
+        maps.push(Self::map_len(file, now).ok()?);
+        read(&maps)
+    }
+
+    /// Drops every growing map so the file can be truncated or removed
+    /// (Windows refuses both while a map exists); the next read maps it
+    /// again. An extent-wide map stays: Unix allows truncating a mapped file.
+    fn reset(&mut self) {
+        match self {
+            #[cfg(not(windows))]
+            View::Extent(_) => {}
+            View::Growing(maps) => maps
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear(),
+        }
+    }
+}
+
+/// Writes all of `bytes` at `offset` of `file` with `pwrite`, which leaves
+/// the file position alone. Checked on Linux.
+#[cfg(unix)]
+fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
+}
+
+/// Writes all of `bytes` at `offset` of `file` with `WriteFile` at an
+/// offset, which also moves the handle's position; nothing here reads or
+/// writes through that position. Checked under Wine.
+#[cfg(windows)]
+fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !bytes.is_empty() {
+        match file.seek_write(bytes, offset) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                bytes = &bytes[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A store's files in a directory on the local file system.
 ///
-/// Each file is mapped read-only and shared over its whole possible extent
-/// (4 GiB per chunk, the full size of `meta.zr`), so a growing file never
-/// needs a remap; writes go through `pwrite`, which the page cache makes
-/// visible to the maps.
+/// Each file is mapped read-only and shared; on Unix over its whole possible
+/// extent (4 GiB per chunk, the full size of `meta.zr`), so a growing file
+/// never needs a remap, on Windows (and on Unix where that much address
+/// space is refused) over its current length, remapped when a read goes
+/// further. Writes go through positioned writes, which the page cache makes
+/// visible to the maps on both.
 ///
 /// # The mmap contract
 /// A file changed underneath a mapping by another program (truncated,
@@ -55,7 +192,7 @@ struct Mapped {
 /// * its own writes touch only bytes no reader can reach (past the committed
 ///   frontier) until they are committed, and delete and compaction need
 ///   exclusive access (`&mut Store`);
-/// * across processes every handle holds a shared `flock` on `meta.zr`, and
+/// * across processes every handle holds a shared lock on `meta.zr`, and
 ///   compaction, which moves bytes other processes may have mapped, runs only
 ///   once it holds that lock exclusively.
 ///
@@ -102,13 +239,16 @@ impl FileStorage {
         }
     }
 
+    fn slot_mut(&mut self, file: FileId) -> Option<&mut OnceLock<Mapped>> {
+        match file {
+            FileId::Meta => Some(&mut self.meta),
+            FileId::Undo => Some(&mut self.undo),
+            FileId::Chunk(id) => self.chunks.peek_mut(id),
+        }
+    }
+
     fn mapped(&self, file: FileId) -> io::Result<&Mapped> {
-        self.slot(file).get().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} is not open", file.file_name()),
-            )
-        })
+        self.slot(file).get().ok_or_else(|| not_open(file))
     }
 
     fn extent(&self, file: FileId) -> u64 {
@@ -162,13 +302,11 @@ impl Storage for FileStorage {
                 format!("{} is not a regular file", path.display()),
             ));
         }
-        // The map covers the file's whole possible extent, so it never has to
-        // be redone as the file grows; only validated ranges are ever read.
-        let map = MmapOptions::new()
-            .len(self.extent(file) as usize)
-            .map_raw_read_only(&f)?;
+        // Only validated ranges are ever read through the map (see `View`
+        // for how far it reaches on each platform).
         let len = md.len();
-        let _ = slot.set(Mapped { file: f, map });
+        let view = View::new(&f, self.extent(file), len)?;
+        let _ = slot.set(Mapped { file: f, view });
         Ok(Some(len))
     }
 
@@ -184,18 +322,18 @@ impl Storage for FileStorage {
         f: impl FnOnce(&[u8]) -> R,
     ) -> io::Result<R> {
         let m = self.mapped(file)?;
-        let end = offset.checked_add(len as u64);
-        if end.is_none_or(|end| end > m.map.len() as u64) {
+        let Some(start) = m.view.address(&m.file, offset, len) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("range {offset}+{len} outside {}", file.file_name()),
             ));
-        }
-        // SAFETY: the range lies inside the mapping (checked above). The caller
-        // guarantees it lies inside the file's real length, so no page of it is
-        // past EOF, and the engine never writes bytes that a reader can reach
-        // (see the module docs), so they do not change while borrowed.
-        let bytes = unsafe { std::slice::from_raw_parts(m.map.as_ptr().add(offset as usize), len) };
+        };
+        // SAFETY: the range lies inside a live mapping (`address` checked it,
+        // and maps are dropped only under `&mut self`). The caller guarantees
+        // it lies inside the file's real length, so no page of it is past EOF,
+        // and the engine never writes bytes that a reader can reach (see the
+        // module docs), so they do not change while borrowed.
+        let bytes = unsafe { std::slice::from_raw_parts(start, len) };
         Ok(f(bytes))
     }
 
@@ -203,7 +341,7 @@ impl Storage for FileStorage {
         if self.read_only {
             return Err(read_only_error());
         }
-        self.mapped(file)?.file.write_all_at(bytes, offset)
+        write_all_at(&self.mapped(file)?.file, bytes, offset)
     }
 
     fn sync(&self, file: FileId) -> io::Result<()> {
@@ -276,7 +414,7 @@ impl Storage for FileStorage {
                 .create_new(true)
                 .open(&temp)?;
             f.set_len(len)?;
-            f.write_all_at(head, 0)?;
+            write_all_at(&f, head, 0)?;
             f.sync_all()?;
             // A hard link never replaces an existing name: of two creators,
             // exactly one wins, and the loser opens the winner's store.
@@ -297,7 +435,14 @@ impl Storage for FileStorage {
         if self.read_only {
             return Err(read_only_error());
         }
-        self.mapped(file)?.file.set_len(len)
+        // Windows refuses to cut a mapped file: let go of the maps first
+        // (`&mut self`: no slice into them is alive). Unix keeps its map.
+        let mapped = self
+            .slot_mut(file)
+            .and_then(OnceLock::get_mut)
+            .ok_or_else(|| not_open(file))?;
+        mapped.view.reset();
+        mapped.file.set_len(len)
     }
 
     fn exists(&self, file: FileId) -> io::Result<bool> {
@@ -330,17 +475,21 @@ impl Storage for FileStorage {
         if self.read_only {
             return Err(read_only_error());
         }
-        let slot = match file {
-            FileId::Meta => Some(&mut self.meta),
-            FileId::Undo => Some(&mut self.undo),
-            FileId::Chunk(id) => self.chunks.peek_mut(id),
-        };
-        drop(slot.and_then(OnceLock::take));
+        // The map and handle go first: Windows cannot delete a mapped file
+        // (checked under Wine; on Unix the order does not matter).
+        drop(self.slot_mut(file).and_then(OnceLock::take));
         match fs::remove_file(self.dir.join(file.file_name())) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
     }
+}
+
+fn not_open(file: FileId) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} is not open", file.file_name()),
+    )
 }
 
 /// Makes the entries of `dir` durable. Checked on Linux; on Windows a

@@ -108,10 +108,29 @@ pub fn self_describing_ids<C: Codec, S: Storage>(store: &Store<C, S>) -> Vec<u64
         .collect()
 }
 
+/// A command that runs this test binary again. Under an emulator (cross
+/// tests: `cargo xtask cross-test` runs aarch64 binaries under qemu-user,
+/// which cannot start a foreign binary by itself) `LOADERX_TEST_CHILD_RUNNER`
+/// holds the emulator's command line, which the child is started through.
+#[allow(dead_code)]
+pub fn self_command() -> std::process::Command {
+    let exe = std::env::current_exe().unwrap();
+    let runner = std::env::var("LOADERX_TEST_CHILD_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut command = std::process::Command::new(program);
+            command.args(words).arg(exe);
+            command
+        }
+        None => std::process::Command::new(exe),
+    }
+}
+
 /// Runs the `#[ignore]`d test `entry` of this test binary as a child
 /// process with `envs` set, its output captured.
 pub fn spawn_child(entry: &str, envs: &[(&str, &std::ffi::OsStr)]) -> std::process::Child {
-    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    let mut command = self_command();
     command
         .args([
             "--exact",
