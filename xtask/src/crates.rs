@@ -16,8 +16,9 @@ use std::process::Command;
 use crate::steps::{self, Failure, Workspace};
 
 /// The crates published to crates.io, in dependency order.
-pub const PUBLISHED: [&str; 4] = [
+pub const PUBLISHED: [&str; 5] = [
     "loaderx-format",
+    "loaderx-image",
     "loaderx-store",
     "loaderx-sampler",
     "loaderx-loader",
