@@ -329,13 +329,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         layout: Layout<'_>,
         dims: &[u32],
     ) -> Result<u64> {
-        self.check_usable()?;
-        if self.is_read_only() {
-            return Err(Error::ReadOnly {
-                path: self.path().to_owned(),
-                op: "append",
-            });
-        }
+        self.check_writable("append")?;
         let v2 = self.schema.is_some();
         if let Some(s) = self.schema.as_ref().filter(|s| s.codec.is_image()) {
             return Err(self.schema_error(format!(

@@ -27,13 +27,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Appends `records` verbatim, with `dims` (`ndim` per record, ragged
     /// stores) in their table entries. Returns the index of the first.
     pub(crate) fn append_prepared(&self, records: &[Prepared<'_>], dims: &[u32]) -> Result<u64> {
-        self.check_usable()?;
-        if self.is_read_only() {
-            return Err(Error::ReadOnly {
-                path: self.path().to_owned(),
-                op: "append",
-            });
-        }
+        self.check_writable("append")?;
         let v2 = self.schema.is_some();
         let limit = if v2 {
             MAX_RECORD_LEN_V2

@@ -31,13 +31,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// or an I/O failure (the store then still holds every record, and
     /// compacting again finishes the job).
     pub fn compact(&mut self) -> Result<()> {
-        self.check_usable()?;
-        if self.is_read_only() {
-            return Err(Error::ReadOnly {
-                path: self.path().to_owned(),
-                op: "compact",
-            });
-        }
+        self.check_writable("compact")?;
         self.exclusively(Self::compact_locked)
     }
 

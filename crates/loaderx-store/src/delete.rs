@@ -32,13 +32,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::ReadOnly`], [`Error::IndexOutOfRange`] (nothing deleted),
     /// [`Error::Locked`], or an I/O failure (the delete is rolled back).
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
-        self.check_usable()?;
-        if self.is_read_only() {
-            return Err(Error::ReadOnly {
-                path: self.path().to_owned(),
-                op: "delete",
-            });
-        }
+        self.check_writable("delete")?;
         if idxs.is_empty() {
             return Ok(());
         }

@@ -102,6 +102,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(())
     }
 
+    /// [`check_usable`](Self::check_usable), and that this handle may
+    /// write: `op` names the refused operation.
+    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        self.check_usable()?;
+        if self.is_read_only() {
+            return Err(Error::ReadOnly {
+                path: self.path().to_owned(),
+                op,
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn poison(&self) {
         self.poisoned.store(true, Ordering::Release);
     }

@@ -295,6 +295,27 @@ class _Container(_Closing):
         _OPEN.add(self)
 
     @classmethod
+    def _open_with(
+        cls,
+        path: str | os.PathLike[str],
+        writable: bool,
+        check_raw: bool,
+        quality: int,
+        resize: tuple[int, int] | None,
+        layout: str,
+    ) -> Any:
+        """What `Dense.open` and `Ragged.open` do: a reader or writer, or an
+        :class:`Images` reader when `resize` is given."""
+        if resize is not None:
+            if writable:
+                raise ValueError("resize gives a reader: it cannot be combined with writable=True")
+            return cls._open(path, False, check_raw)._images(resize, layout)
+        q = _quality(quality)
+        opened = cls._open(path, writable, check_raw)
+        opened.quality = q
+        return opened
+
+    @classmethod
     def _open(cls: type[_T], path: Any, writable: bool, check_raw: bool) -> _T:
         shown = os.fspath(path)
         if not isinstance(shown, str):
@@ -588,14 +609,7 @@ class Dense(_Container):
         An image store opened with ``resize=(H, W)`` is an :class:`Images`
         reader instead: every image decoded, resized to cover ``H x W`` and
         centre-cropped to it, in `layout` (``"hwc"`` or ``"chw"``)."""
-        if resize is not None:
-            if writable:
-                raise ValueError("resize gives a reader: it cannot be combined with writable=True")
-            return cls._open(path, False, check_raw)._images(resize, layout)
-        q = _quality(quality)
-        opened = cls._open(path, writable, check_raw)
-        opened.quality = q
-        return opened
+        return cls._open_with(path, writable, check_raw, quality, resize, layout)
 
     def _describe(self) -> str:
         return f"{self.dtype.str}{list(self.item_shape)}"
@@ -735,14 +749,7 @@ class Ragged(_Container):
         reader: a fixed-shape, stacked view where every image is decoded,
         resized to cover ``H x W`` and centre-cropped to it, in `layout`
         (``"hwc"`` or ``"chw"``)."""
-        if resize is not None:
-            if writable:
-                raise ValueError("resize gives a reader: it cannot be combined with writable=True")
-            return cls._open(path, False, check_raw)._images(resize, layout)
-        q = _quality(quality)
-        opened = cls._open(path, writable, check_raw)
-        opened.quality = q
-        return opened
+        return cls._open_with(path, writable, check_raw, quality, resize, layout)
 
     def _describe(self) -> str:
         return f"{self.dtype.str}, ndim={self.ndim}"
