@@ -680,10 +680,12 @@ SPLIT_BYTES = 1 << 20  # the ceiling splits batches of at least this many bytes 
 
 
 class Ceiling(Contender):
-    """The same rows gathered from an array in memory: ``cores`` splits the
-    batch over every core (NumPy's take releases the GIL), ``1thread`` does
-    it on the calling thread; the ceiling is the faster of the two (on a
-    shared machine a second thread may not get a core). Not a store."""
+    """The same rows gathered from an array in memory into an output buffer
+    reused from batch to batch (warm pages, as a training loop's allocator
+    gives them back): ``cores`` splits the batch over every core (NumPy's
+    take releases the GIL), ``1thread`` does it on the calling thread; the
+    ceiling is the faster of the two (on a shared machine a second thread
+    may not get a core). Not a store."""
 
     name, label, codecs = "memory", "in-memory ceiling", ("cores", "1thread")
 
@@ -700,22 +702,30 @@ class Ceiling(Contender):
         k = self.cores if codec == "cores" else 1
         if w.kind == "dense":
             arr = np.array(w.arr)
+            outs: dict[int, np.ndarray] = {}
 
             def gather(idx: np.ndarray) -> np.ndarray:
+                out = outs.get(len(idx))
+                if out is None:
+                    out = outs.setdefault(len(idx), np.empty((len(idx), *w.shape), dtype=w.dtype))
+                # mode="clip": with the default "raise", take copies through
+                # a temporary whenever `out` is given.
                 if k == 1 or len(idx) * w.median_record_bytes < SPLIT_BYTES:
-                    return arr[idx]  # below SPLIT_BYTES, handing out to threads costs more than it saves
-                out = np.empty((len(idx), *w.shape), dtype=w.dtype)
+                    return np.take(arr, idx, axis=0, out=out, mode="clip")  # below SPLIT_BYTES, threads cost more than they save
                 parts = np.array_split(np.arange(len(idx)), k)
-                list(self.pool.map(lambda p: np.take(arr, idx[p], axis=0, out=out[p[0]:p[-1] + 1]) if len(p) else None, parts))
+                list(self.pool.map(lambda p: np.take(arr, idx[p], axis=0, out=out[p[0]:p[-1] + 1], mode="clip") if len(p) else None, parts))
                 return out
             return gather
         flat = np.array(w.flat)
         offs, shapes = w.offsets, w.shapes
+        bufs: list[np.ndarray] = [np.empty(0, dtype=w.dtype)]
 
         def gather_r(idx: np.ndarray) -> list[np.ndarray]:
             lens = offs[idx + 1] - offs[idx]
             bounds = np.concatenate([[0], np.cumsum(lens)])
-            buf = np.empty(int(bounds[-1]), dtype=w.dtype)
+            if bufs[0].size < bounds[-1]:
+                bufs[0] = np.empty(int(bounds[-1]), dtype=w.dtype)
+            buf = bufs[0]
             parts = np.array_split(np.arange(len(idx)), k if bounds[-1] * w.dtype.itemsize >= SPLIT_BYTES else 1)
 
             def copy(p: np.ndarray) -> None:

@@ -278,7 +278,9 @@ STORE_NOTE = (
     "returned, after the page cache was dropped. Does not control for: each store's own layout choices "
     "(chunking, compression level: each library's default), disk placement on a shared VM, other tenants' load; "
     "p95 is over every batch of every round. The ceiling is the faster of its two rows (all cores, one "
-    "thread), and × ceiling is against that. Non-loaderx stores decode into NumPy the way a user would "
+    "thread), and × ceiling is against that; it copies into an output reused from batch to batch, as "
+    "loaderx reuses a handle's dropped batch buffers, while the other stores return fresh arrays as their "
+    "APIs do. Non-loaderx stores decode into NumPy the way a user would "
     "(Arrow buffers viewed, LMDB/ArrayRecord bytes copied into one array). h5py reads record by record "
     "(`read_direct` into one array): its fancy selection was 25x slower on one-record chunks.")
 

@@ -24,12 +24,13 @@
 //! (module `errors`).
 //!
 //! It never interprets record bytes, allocates output arrays only for typed
-//! reads (which then reach NumPy without a copy; byte-record reads fill what
-//! the caller passes in), and never holds the GIL while it waits for a lock.
+//! reads (which then reach NumPy without a copy, large ones from a pool of
+//! recycled buffers per handle; byte-record reads fill what the caller
+//! passes in), and never holds the GIL while it waits for a lock.
 //!
-//! Unsafe code is confined to module `pool`: the loader's batch buffers
-//! (anonymous mappings on Linux) and the NumPy arrays that view them while
-//! a Python object owns them.
+//! Unsafe code is confined to module `pool`: the loader's batch buffers and
+//! the large outputs of direct reads (anonymous mappings on Linux) and the
+//! NumPy arrays that view them while a Python object owns them.
 
 #![deny(unsafe_code)]
 
@@ -53,6 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
     m.add("MAX_RECORD_LEN", loaderx_store::MAX_RECORD_LEN)?;
+    m.add("POOLED_OUTPUT_BYTES", pool::POOLED_OUTPUT_BYTES)?;
     let codecs = PyDict::new(py);
     for codec in loaderx_store::CodecId::ALL {
         codecs.set_item(codec.name(), codec.tag().0)?;

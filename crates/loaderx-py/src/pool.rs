@@ -15,6 +15,13 @@
 //!   drops the `BatchBuffer`, whose `Drop` gives the buffer back to the
 //!   pool. A buffer a user keeps alive is simply not reused; nothing is
 //!   reused or freed while an array still points into it.
+//! * [`Output`] is the same idea for direct reads (`Dense[idx]`, a ragged
+//!   gather, decoded images): each `Store` handle keeps an [`output_pool`]
+//!   and a batch of at least [`POOLED_OUTPUT_BYTES`] is gathered into one of
+//!   its buffers, so a training loop that gathers batch after batch and
+//!   drops each one writes into warm pages instead of asking the kernel for
+//!   (and clearing) fresh ones every step. Smaller batches stay ordinary
+//!   heap allocations, which the system allocator already recycles.
 //! * New large buffers skip any user-space zero-fill and, on Linux, are
 //!   anonymous mappings aligned to 2 MiB with `MADV_HUGEPAGE`, so the
 //!   kernel can back them with transparent huge pages (a fault per 2 MiB
@@ -46,6 +53,74 @@ const HUGE_PAGE: usize = 2 << 20;
 /// the heap: a smaller one could not hold a huge page anyway.
 #[cfg(target_os = "linux")]
 const MAP_AT_LEAST: usize = HUGE_PAGE;
+
+/// Direct reads whose output is at least this large gather into a pooled
+/// buffer ([`Output`]); smaller ones into ordinary allocations. Below it the
+/// system allocator already reuses freed memory (glibc serves requests
+/// under its adaptive mmap threshold, up to 32 MiB, from the heap), and a
+/// pooled buffer could not hold a huge page.
+pub(crate) const POOLED_OUTPUT_BYTES: usize = 2 << 20;
+
+/// Idle buffers a store handle keeps per kind of direct read: one for the
+/// batch being dropped while the next is gathered, one spare.
+const OUTPUT_KEEP: usize = 2;
+
+/// Kinds of direct read, each with its own free list in a handle's pool.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OutputKind {
+    Dense = 0,
+    Ragged = 1,
+    Images = 2,
+}
+
+/// A new pool for one store handle's direct reads.
+pub(crate) fn output_pool() -> SharedPool {
+    SharedPool(Arc::new(BatchPool::new(OUTPUT_KEEP)))
+}
+
+/// The buffer a direct read fills: pooled when large, else a plain vector.
+pub(crate) enum Output {
+    Heap(Vec<u8>),
+    Pooled(PoolBuf),
+}
+
+impl Output {
+    /// `len` zeroed or recycled bytes (a recycled buffer holds an earlier
+    /// batch's bytes: the caller overwrites all `len` of them), or `None`
+    /// when the memory is not there.
+    pub(crate) fn allocate(pool: &SharedPool, kind: OutputKind, len: usize) -> Option<Output> {
+        if len >= POOLED_OUTPUT_BYTES {
+            return pool.allocate(kind as usize, len).map(Output::Pooled);
+        }
+        let mut heap = Vec::new();
+        heap.try_reserve_exact(len).ok()?;
+        heap.resize(len, 0);
+        Some(Output::Heap(heap))
+    }
+
+    /// A NumPy `uint8` array over the bytes: a pooled buffer goes back to
+    /// `pool` once the array and its views are gone.
+    pub(crate) fn into_array<'py>(
+        self,
+        py: Python<'py>,
+        pool: &SharedPool,
+        kind: OutputKind,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<u8>>> {
+        match self {
+            Output::Heap(heap) => Ok(numpy::PyArray1::from_vec(py, heap)),
+            Output::Pooled(buf) => BatchBuffer::into_array(py, buf, kind as usize, pool.clone()),
+        }
+    }
+}
+
+impl AsMut<[u8]> for Output {
+    fn as_mut(&mut self) -> &mut [u8] {
+        match self {
+            Output::Heap(heap) => heap,
+            Output::Pooled(buf) => buf.as_mut(),
+        }
+    }
+}
 
 /// A batch buffer: `len` initialized bytes at the start of an allocation
 /// of `cap` bytes (more for a reused buffer of a ragged stream).

@@ -37,11 +37,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
+use crate::pool::{Output, OutputKind, SharedPool, output_pool};
 use crate::typed::{self, Engine};
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub(crate) struct Store {
     handle: Arc<Handle>,
+    /// Recycled buffers for this handle's large direct reads (`pool::Output`).
+    outputs: SharedPool,
 }
 
 /// The open engine and its lock; shared with the loaders reading it.
@@ -227,6 +230,7 @@ impl Store {
                 closed: AtomicBool::new(false),
                 engine: RwLock::new(Some(engine)),
             }),
+            outputs: output_pool(),
         }
     }
 
@@ -383,17 +387,25 @@ impl Store {
         })
     }
 
-    /// Dense records `idxs`, back to back in one new `uint8` array.
+    /// Dense records `idxs`, back to back in one new `uint8` array (from
+    /// this handle's output pool when at least `POOLED_OUTPUT_BYTES`).
     fn gather_dense<'py>(
         &self,
         py: Python<'py>,
         idxs: PyReadonlyArray1<'_, u64>,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
         let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let data = self
-            .handle
-            .shared(py, |engine| typed::gather_dense(engine, idxs))?;
-        Ok(PyArray1::from_vec(py, data))
+        let outputs = &self.outputs;
+        let data = self.handle.shared(py, |engine| {
+            let item_len = typed::dense_item_len(engine)?;
+            let len = item_len
+                .checked_mul(idxs.len())
+                .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
+            let mut out = allocate(outputs, OutputKind::Dense, len)?;
+            engine.gather_exact(idxs, out.as_mut(), item_len)?;
+            Ok(out)
+        })?;
+        data.into_array(py, outputs, OutputKind::Dense)
     }
 
     /// Ragged records `idxs` in one new `uint8` array: `(data, offsets,
@@ -410,11 +422,14 @@ impl Store {
         Bound<'py, PyArray1<u32>>,
     )> {
         let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let batch = self
-            .handle
-            .shared(py, |engine| typed::gather_ragged(engine, idxs))?;
+        let outputs = &self.outputs;
+        let batch = self.handle.shared(py, |engine| {
+            typed::gather_ragged(engine, idxs, |len| {
+                allocate(outputs, OutputKind::Ragged, len)
+            })
+        })?;
         Ok((
-            PyArray1::from_vec(py, batch.data),
+            batch.data.into_array(py, outputs, OutputKind::Ragged)?,
             PyArray1::from_vec(py, batch.offsets),
             PyArray1::from_vec(py, batch.dims),
         ))
@@ -474,17 +489,16 @@ impl Store {
     }
 
     /// Image records `idxs` decoded, resized to cover `height x width` and
-    /// centre-cropped, into `dst` (`n * height * width * 3` bytes) in
-    /// `layout` (`"hwc"` or `"chw"`); GIL released.
-    fn gather_images(
+    /// centre-cropped, into one new `uint8` array of `n * height * width * 3`
+    /// bytes in `layout` (`"hwc"` or `"chw"`); GIL released.
+    fn gather_images<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         idxs: PyReadonlyArray1<'_, u64>,
-        mut dst: PyReadwriteArray1<'_, u8>,
         height: u32,
         width: u32,
         layout: &str,
-    ) -> PyResult<()> {
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
         let layout = match layout {
             "hwc" => loaderx_store::ImageLayout::Hwc,
             "chw" => loaderx_store::ImageLayout::Chw,
@@ -495,10 +509,17 @@ impl Store {
             }
         };
         let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
-        self.handle.shared(py, |engine| {
-            engine.gather_images(idxs, dst, height, width, layout)
-        })
+        let outputs = &self.outputs;
+        let data = self.handle.shared(py, |engine| {
+            let len = (height as usize)
+                .checked_mul(width as usize)
+                .and_then(|px| px.checked_mul(3 * idxs.len()))
+                .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
+            let mut out = allocate(outputs, OutputKind::Images, len)?;
+            engine.gather_images(idxs, out.as_mut(), height, width, layout)?;
+            Ok(out)
+        })?;
+        data.into_array(py, outputs, OutputKind::Images)
     }
 
     /// Checks every record and entry; raises the first problem.
@@ -659,7 +680,15 @@ impl Store {
     /// Idempotent.
     fn close(&self, py: Python<'_>) {
         self.handle.close(py);
+        self.outputs.0.close();
     }
+}
+
+/// `len` bytes for a direct read's output ([`Output::allocate`]), or the
+/// engine's out-of-memory error.
+fn allocate(outputs: &SharedPool, kind: OutputKind, len: usize) -> loaderx_store::Result<Output> {
+    Output::allocate(outputs, kind, len)
+        .ok_or(loaderx_store::Error::OutOfMemory { bytes: len as u64 })
 }
 
 impl Handle {

@@ -7,11 +7,12 @@
 //! dictionary trainer's bounds. A schema is built and checked here
 //! ([`Schema::check`]) before the engine sees it.
 //!
-//! Reads allocate their output here, with the GIL released: a dense gather
-//! fills one buffer that NumPy then adopts without a copy; a ragged gather
-//! reads every record's size and dimensions, allocates one buffer for the
-//! whole batch and gathers into it, all under one shared lock, so a
-//! concurrent `delete` cannot slip between the sizes and the bytes.
+//! Reads fill output allocated with the GIL released (by the binding, from
+//! the handle's output pool when large: see `pool::Output`), which NumPy
+//! then views without a copy; a ragged gather reads every record's size and
+//! dimensions, allocates one buffer for the whole batch and gathers into
+//! it, all under one shared lock, so a concurrent `delete` cannot slip
+//! between the sizes and the bytes.
 
 use loaderx_store::format::v2::{Dtype, Kind, MAX_NDIM, MAX_RECORD_LEN_V2, Schema};
 use loaderx_store::format::{CodecTag, MAX_LANES};
@@ -191,28 +192,21 @@ pub(crate) fn dense_item_len(engine: &Engine) -> Result<usize> {
     Ok(usize::try_from(len).unwrap_or(usize::MAX))
 }
 
-/// Records `idxs` of a dense store, back to back in one new buffer.
-pub(crate) fn gather_dense(engine: &Engine, idxs: &[u64]) -> Result<Vec<u8>> {
-    let item_len = dense_item_len(engine)?;
-    let total = item_len
-        .checked_mul(idxs.len())
-        .ok_or(Error::OutOfMemory { bytes: u64::MAX })?;
-    let mut out = buffer::<u8>(total)?;
-    engine.gather_exact(idxs, &mut out, item_len)?;
-    Ok(out)
-}
-
 /// A ragged batch: all records back to back, the `n + 1` byte offsets of
 /// each in `data`, and the `n * ndim` dimensions.
-pub(crate) struct RaggedBatch {
-    pub(crate) data: Vec<u8>,
+pub(crate) struct RaggedBatch<B> {
+    pub(crate) data: B,
     pub(crate) offsets: Vec<u64>,
     pub(crate) dims: Vec<u32>,
 }
 
-/// Records `idxs` of a ragged store in one buffer (sizes, dimensions and
-/// bytes read under the caller's one lock).
-pub(crate) fn gather_ragged(engine: &Engine, idxs: &[u64]) -> Result<RaggedBatch> {
+/// Records `idxs` of a ragged store in one buffer from `allocate` (sizes,
+/// dimensions and bytes read under the caller's one lock).
+pub(crate) fn gather_ragged<B: AsMut<[u8]>>(
+    engine: &Engine,
+    idxs: &[u64],
+    allocate: impl FnOnce(usize) -> Result<B>,
+) -> Result<RaggedBatch<B>> {
     let ndim = usize::from(typed_schema(engine, Kind::Ragged)?.ndim);
     let mut lens = buffer::<u32>(idxs.len())?;
     engine.lengths(idxs, &mut lens)?;
@@ -225,8 +219,8 @@ pub(crate) fn gather_ragged(engine: &Engine, idxs: &[u64]) -> Result<RaggedBatch
         *slot = total;
     }
     let total = usize::try_from(total).map_err(|_| Error::OutOfMemory { bytes: total })?;
-    let mut data = buffer::<u8>(total)?;
-    engine.gather_ragged(idxs, &mut data, &offsets[..idxs.len()])?;
+    let mut data = allocate(total)?;
+    engine.gather_ragged(idxs, data.as_mut(), &offsets[..idxs.len()])?;
     Ok(RaggedBatch {
         data,
         offsets,

@@ -13,6 +13,7 @@ __all__ = [
     "loader_state",
     "sampler_state_of",
     "MAX_RECORD_LEN",
+    "POOLED_OUTPUT_BYTES",
     "CODECS",
     "ERROR_CODES",
     "DTYPES",
@@ -28,6 +29,7 @@ __all__ = [
 
 __version__: str
 MAX_RECORD_LEN: Final[int]
+POOLED_OUTPUT_BYTES: Final[int]
 CODECS: dict[str, int]
 ERROR_CODES: dict[int, tuple[str, str]]
 DTYPES: list[str]
@@ -92,11 +94,10 @@ class Store:
     def gather_images(
         self,
         idxs: npt.NDArray[np.uint64],
-        dst: npt.NDArray[np.uint8],
         height: int,
         width: int,
         layout: str,
-    ) -> None: ...
+    ) -> npt.NDArray[np.uint8]: ...
     def verify(self) -> None: ...
     def damaged(self) -> list[tuple[int, str]]: ...
     def __len__(self) -> int: ...

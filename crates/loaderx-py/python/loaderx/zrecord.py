@@ -649,10 +649,16 @@ class Dense(_Container):
             _release_pages(array, block)
 
     def _gather(self, idx64: np.ndarray) -> np.ndarray:
-        # Straight into a new uninitialised array (no zero-fill pass over
-        # the batch first), every record checked to be exactly one item.
+        # Every record checked to be exactly one item. A large batch goes
+        # into a buffer this handle recycles once the array dies (no fresh
+        # pages to fault in and clear per batch); a small one straight into
+        # a new uninitialised array (no zero-fill pass over it first).
+        store = self._reading()
+        if idx64.size * self._item_len >= _native.POOLED_OUTPUT_BYTES:
+            data = store.gather_dense(idx64)
+            return data.view(self.dtype).reshape((idx64.size, *self.item_shape))
         out = np.empty((idx64.size, *self.item_shape), dtype=self.dtype)
-        self._reading().gather_exact(idx64, out.reshape(-1).view(np.uint8), self._item_len)
+        store.gather_exact(idx64, out.reshape(-1).view(np.uint8), self._item_len)
         return out
 
     def __getitem__(self, idx: Any) -> Any:
@@ -1061,11 +1067,8 @@ class Images(_Closing):
         )
 
     def _gather(self, idx64: np.ndarray) -> np.ndarray:
-        out = np.empty((idx64.size, *self.item_shape), dtype=np.uint8)
-        self._source._reading().gather_images(
-            idx64, out.reshape(-1), self.height, self.width, self.layout
-        )
-        return out
+        data = self._source._reading().gather_images(idx64, self.height, self.width, self.layout)
+        return data.reshape((idx64.size, *self.item_shape))
 
     def __getitem__(self, idx: Any) -> np.ndarray:
         if _is_record_index(idx):

@@ -1,0 +1,180 @@
+"""Direct reads (`Dense[idx]`, ragged gathers, decoded images) of large
+batches gather into buffers their store handle recycles once the NumPy
+arrays are gone, and never while one still points into them."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import needs_proc
+
+from loaderx import _native
+from loaderx.zrecord import Dense, Ragged, ZrecordError
+
+#: 64 records of 128 KiB: a batch of 32 is 4 MiB, above the pooling size.
+N, RECORD, BATCH = 64, 128 << 10, 32
+
+
+def stamp(n: int) -> np.ndarray:
+    """Record `i` is `RECORD` bytes of a pattern that names `i`."""
+    base = np.arange(RECORD, dtype=np.uint32) * 2654435761
+    return np.stack([((base + i * 97) >> 7).astype(np.uint8) for i in range(n)])
+
+
+def address(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Path:
+    with Dense.create(tmp_path / "img", np.uint8, (RECORD,), codec="raw") as w:
+        w.append(stamp(N))
+    return tmp_path / "img"
+
+
+def test_the_batch_size_crosses_the_pooling_size() -> None:
+    assert BATCH * RECORD >= _native.POOLED_OUTPUT_BYTES > 8 * RECORD
+
+
+def test_large_batches_reuse_a_dropped_buffer_and_never_a_live_one(images: Path) -> None:
+    data = stamp(N)
+    rng = np.random.default_rng(3)
+    with Dense.open(images) as r:
+        first = r[np.arange(BATCH)]
+        kept_view = first[5:7]  # a view: its base must keep the buffer alive
+        at = address(first)
+        second = r[np.arange(BATCH, 2 * BATCH)]
+        assert address(second) != at  # `first` is alive: not reused
+        del first
+        gc.collect()
+        third = r[rng.integers(0, N, BATCH)]
+        assert address(third) != at  # a view of it is alive still
+        np.testing.assert_array_equal(kept_view, data[5:7])
+        del kept_view, second, third
+        gc.collect()
+        seen = set()
+        for _ in range(20):
+            idx = rng.integers(0, N, BATCH)
+            batch = r[idx]
+            np.testing.assert_array_equal(batch, data[idx])
+            seen.add(address(batch))
+            del batch
+        assert len(seen) <= 2, f"{len(seen)} distinct buffers for 20 dropped batches"
+
+
+def test_batches_are_writable_private_and_outlive_the_store(images: Path) -> None:
+    data = stamp(N)
+    r = Dense.open(images)
+    batch = r[np.arange(BATCH)]
+    assert batch.flags.writeable and batch.flags.c_contiguous and batch.flags.aligned
+    batch[:] = 7  # a user may write a batch in place
+    del batch
+    gc.collect()
+    again = r[np.arange(BATCH)]  # may reuse that buffer: the bytes are fresh
+    np.testing.assert_array_equal(again, data[:BATCH])
+    kept = r[np.arange(BATCH - 1, -1, -1)]
+    r.close()
+    del r
+    gc.collect()
+    np.testing.assert_array_equal(kept, data[BATCH - 1 :: -1])
+    np.testing.assert_array_equal(again, data[:BATCH])
+    with Dense.open(images) as r2:
+        np.testing.assert_array_equal(r2[np.arange(N)], data)
+
+
+def test_typed_dense_batches_keep_their_dtype_and_shape(tmp_path: Path) -> None:
+    rows = np.random.default_rng(5).standard_normal((200, 64, 64)).astype(np.float32)
+    with Dense.create(tmp_path / "f", np.float32, (64, 64), codec="lz4") as w:
+        w.append(rows)
+    with Dense.open(tmp_path / "f") as r:
+        idx = np.arange(199, -1, -1)
+        got = r[idx]
+        assert got.nbytes >= _native.POOLED_OUTPUT_BYTES
+        assert got.dtype == np.float32 and got.shape == (200, 64, 64)
+        np.testing.assert_array_equal(got, rows[idx])
+
+
+def test_a_failed_gather_leaves_earlier_batches_intact(images: Path) -> None:
+    data = stamp(N)
+    with Dense.open(images) as r:
+        batch = r[np.arange(BATCH)]
+        with pytest.raises(ZrecordError, match="out of range"):
+            r[np.arange(BATCH) + N]
+        np.testing.assert_array_equal(batch, data[:BATCH])
+        del batch
+        gc.collect()
+        np.testing.assert_array_equal(r[np.arange(BATCH)], data[:BATCH])
+
+
+def test_ragged_batches_reuse_buffers_too(tmp_path: Path) -> None:
+    records = [np.full(20_000 + 97 * i, i, dtype=np.int32) for i in range(64)]
+    with Ragged.create(tmp_path / "rag", np.int32, 1, codec="raw") as w:
+        w.append(records)
+    with Ragged.open(tmp_path / "rag") as r:
+        seen = set()
+        rng = np.random.default_rng(1)
+        for _ in range(10):
+            idx = rng.integers(0, 64, 40)
+            got = r[idx]
+            assert sum(a.nbytes for a in got) >= _native.POOLED_OUTPUT_BYTES
+            for k, i in enumerate(idx):
+                np.testing.assert_array_equal(got[k], records[i])
+            seen.add(address(got[0]))
+            del got
+        assert len(seen) <= 4, f"{len(seen)} distinct buffers for 10 dropped batches"
+
+
+@needs_proc
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts page faults (Linux)")
+def test_a_gather_loop_faults_in_no_fresh_pages(tmp_path: Path) -> None:
+    """Once warm, dropped 40 MiB batches fault in far fewer pages than fresh
+    buffers would (each at least 20 huge pages or 10,240 small ones). Past
+    32 MiB the system allocator hands out fresh pages for every new array,
+    so this fails unless the handle recycles its buffers."""
+    import resource
+
+    big, n, batch = 1 << 20, 48, 40
+    rows = np.random.default_rng(4).integers(0, 255, (n, big), dtype=np.uint8)
+    with Dense.create(tmp_path / "big", np.uint8, (big,), codec="raw") as w:
+        w.append(rows)
+    rng = np.random.default_rng(2)
+    with Dense.open(tmp_path / "big") as r:
+        np.testing.assert_array_equal(r[np.arange(n)], rows)  # maps every page
+        for _ in range(3):
+            r[rng.integers(0, n, batch)]
+        gc.collect()
+        steps = 30
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(steps):
+            r[rng.integers(0, n, batch)]
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    fresh = steps * 20
+    assert faults < fresh // 2, f"{faults} page faults in {steps} gathers: buffers are not reused"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_may_drop_inherited_batches(images: Path) -> None:
+    data = stamp(N)
+    with Dense.open(images) as r:
+        kept = [r[np.arange(BATCH)] for _ in range(3)]
+        pid = os.fork()
+        if pid == 0:  # child: no pytest machinery, just an exit status
+            status = 1
+            try:
+                for batch in kept:
+                    np.testing.assert_array_equal(batch, data[:BATCH])
+                kept.clear()
+                gc.collect()
+                np.testing.assert_array_equal(r[np.arange(BATCH)], data[:BATCH])
+                status = 0
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        for batch in kept:
+            np.testing.assert_array_equal(batch, data[:BATCH])
