@@ -178,3 +178,32 @@ def test_a_forked_child_may_drop_inherited_batches(images: Path) -> None:
         assert os.waitstatus_to_exitcode(status) == 0
         for batch in kept:
             np.testing.assert_array_equal(batch, data[:BATCH])
+
+
+def _rss_file() -> int:
+    """Resident file-backed memory of this process (mapped file pages)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+@needs_proc
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
+def test_reading_large_raw_records_does_not_map_the_store(tmp_path: Path) -> None:
+    """Raw records of 64 KiB and more are read with a positioned read, so
+    streaming through a 64 MiB store leaves its pages in the page cache
+    only, not in the process's resident memory (through the map, every page
+    read would stay resident here)."""
+    big, n = 256 << 10, 256
+    rows = np.random.default_rng(6).integers(0, 255, (n, big), dtype=np.uint8)
+    with Dense.create(tmp_path / "s", np.uint8, (big,), codec="raw") as w:
+        w.append(rows)
+    with Dense.open(tmp_path / "s") as r:
+        before = _rss_file()
+        for start in range(0, n, 16):
+            idx = np.arange(start, start + 16)
+            np.testing.assert_array_equal(r[idx], rows[idx])
+        grown = _rss_file() - before
+    assert grown < (n * big) // 8, f"file-backed resident memory grew by {grown} bytes"

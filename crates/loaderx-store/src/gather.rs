@@ -13,12 +13,12 @@ use crate::{
 /// them (`Files::prefetch_entries`).
 const PREFETCH_AT_LEAST: usize = 8;
 
-/// Batches whose records average at most this many stored bytes also touch
-/// each record's first byte ahead of copying them
-/// (`Files::prefetch_records`): for an 8-byte label the copy is one cache
-/// miss, and taken one after another those misses were most of the gather.
-/// Larger records stream through the hardware prefetcher once started.
-const PREFETCH_RECORDS_UP_TO: u64 = 16 << 10;
+/// Batches of at most this many stored bytes in all also fetch their
+/// records' cache lines ahead of copying them (`Files::prefetch_records`):
+/// for an 8-byte label the copy is one cache miss, and taken one after
+/// another those misses were most of the gather. Larger batches would push
+/// their own first lines out of the cache before they are copied.
+const PREFETCH_RECORDS_UP_TO: u64 = 512 << 10;
 
 /// Where record `i` of a gather lands in the destination.
 #[derive(Debug, Clone, Copy)]
@@ -155,7 +155,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.check_chunks_still_hold(idxs, &locs)?;
         if idxs.len() >= PREFETCH_AT_LEAST {
             let stored: u64 = locs.iter().map(|(_, l)| u64::from(l.phys_length)).sum();
-            if stored <= PREFETCH_RECORDS_UP_TO * idxs.len() as u64 {
+            if stored <= PREFETCH_RECORDS_UP_TO {
                 self.files.prefetch_records(locs.iter().map(|(_, l)| l));
             }
         }

@@ -41,6 +41,29 @@ pub(crate) fn serial_bytes() -> u64 {
     })
 }
 
+/// Raw records at least this large are copied into the destination with a
+/// positioned read (`pread`) instead of from the map: the kernel copies
+/// them out of the page cache without mapping the pages into this process,
+/// so a loader streaming through a store many times the size of its
+/// batches does not carry the store's touched pages in its resident and
+/// proportional memory (the page cache holds them either way), and no
+/// first-touch page faults are taken. Smaller records stay on the map,
+/// where a system call per record would cost more than the copy.
+pub(crate) const COPY_READS_AT: u64 = 64 << 10;
+
+/// The threshold in force: [`COPY_READS_AT`], unless the environment
+/// variable `LOADERX_COPY_READS_AT` (read once) says otherwise (bytes;
+/// `0` = always, a huge value = never) — for measuring it on a machine.
+pub(crate) fn copy_reads_at() -> u64 {
+    static VALUE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *VALUE.get_or_init(|| {
+        std::env::var("LOADERX_COPY_READS_AT")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(COPY_READS_AT)
+    })
+}
+
 struct Pool {
     pid: u32,
     pool: Arc<ThreadPool>,

@@ -637,6 +637,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 crate::codec::image::decode_record(schema, loc.codec, src, out)
             });
         }
+        let raw_unchecked = loc.codec == CodecTag::RAW && !(self.schema.is_some() && check_raw);
+        if raw_unchecked
+            && u64::from(loc.phys_length) >= crate::parallel::copy_reads_at()
+            && out.len() == loc.phys_length as usize
+        {
+            // See `copy_reads_at`: large raw records are read, not mapped.
+            let file = FileId::Chunk(loc.chunk_id);
+            return self.files.copy(file, u64::from(loc.offset), out, "read");
+        }
         let plugged = if codec.is_builtin() {
             if let Some(feature) = codec.missing_feature() {
                 return Err(self.unavailable(codec, feature));

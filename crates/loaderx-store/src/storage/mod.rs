@@ -92,6 +92,17 @@ pub trait Storage: Send + Sync + fmt::Debug {
         self.with_bytes(file, offset, buf.len(), |b| buf.copy_from_slice(b))
     }
 
+    /// Copies bytes of an open `file` into `buf` without mapping them into
+    /// this process where the storage can (a positioned read from the page
+    /// cache), so the bytes read do not count in the process's resident
+    /// memory; otherwise as [`read_at`](Storage::read_at). Same contract.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
+    fn copy_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read_at(file, offset, buf)
+    }
+
     /// Writes `bytes` at `offset` of an open `file`, growing it as needed.
     ///
     /// # Errors
