@@ -191,14 +191,16 @@ def _rss_file() -> int:
 
 @needs_proc
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)")
-def test_reading_large_raw_records_does_not_map_the_store(tmp_path: Path) -> None:
-    """Raw records of 64 KiB and more are read with a positioned read, so
-    streaming through a 64 MiB store leaves its pages in the page cache
-    only, not in the process's resident memory (through the map, every page
-    read would stay resident here)."""
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_reading_large_records_does_not_map_the_store(tmp_path: Path, codec: str) -> None:
+    """Records of 64 KiB and more are read with a positioned read (raw ones
+    into the batch, compressed ones into a scratch buffer they are decoded
+    from), so streaming through a 64 MiB store leaves its pages in the page
+    cache only, not in the process's resident memory (through the map,
+    every page read would stay resident here)."""
     big, n = 256 << 10, 256
     rows = np.random.default_rng(6).integers(0, 255, (n, big), dtype=np.uint8)
-    with Dense.create(tmp_path / "s", np.uint8, (big,), codec="raw") as w:
+    with Dense.create(tmp_path / "s", np.uint8, (big,), codec=codec) as w:
         w.append(rows)
     with Dense.open(tmp_path / "s") as r:
         before = _rss_file()

@@ -41,9 +41,11 @@ pub(crate) fn serial_bytes() -> u64 {
     })
 }
 
-/// Raw records at least this large are copied into the destination with a
-/// positioned read (`pread`) instead of from the map: the kernel copies
-/// them out of the page cache without mapping the pages into this process,
+/// Records at least this large (logical bytes) are read with a positioned
+/// read (`pread`) instead of from the map — raw ones straight into the
+/// destination, compressed ones into a per-thread scratch buffer that they
+/// are decoded from: the kernel copies them out of the page cache without
+/// mapping the pages into this process,
 /// so a loader streaming through a store many times the size of its
 /// batches does not carry the store's touched pages in its resident and
 /// proportional memory (the page cache holds them either way), and no
@@ -61,6 +63,33 @@ pub(crate) fn copy_reads_at() -> u64 {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(COPY_READS_AT)
+    })
+}
+
+/// Scratch buffers at most this large stay with their thread for the next
+/// record; a larger one is freed after use.
+const SCRATCH_KEPT: usize = 8 << 20;
+
+/// Runs `f` on `len` bytes of this thread's scratch buffer (contents
+/// unspecified: `f` overwrites them), growing it as needed. Not reentrant:
+/// `f` must not call it again.
+pub(crate) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < len {
+            buf.clear();
+            buf.try_reserve_exact(len)
+                .map_err(|_| crate::Error::OutOfMemory { bytes: len as u64 })?;
+            buf.resize(len, 0);
+        }
+        let out = f(&mut buf[..len]);
+        if buf.len() > SCRATCH_KEPT {
+            *buf = Vec::new();
+        }
+        out
     })
 }
 

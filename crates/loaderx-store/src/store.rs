@@ -684,33 +684,38 @@ impl<C: Codec, S: Storage> Store<C, S> {
     ) -> Result<()> {
         let file = FileId::Chunk(loc.chunk_id);
         let check = self.schema.is_some() && (check_raw || loc.codec != CodecTag::RAW);
-        self.files
-            .with_bytes(
-                file,
-                u64::from(loc.offset),
-                loc.phys_length as usize,
-                "read",
-                |src| {
-                    if check {
-                        let crc = loaderx_format::v2::crc32c(src);
-                        if crc != loc.crc {
-                            return Err(crate::DecodeError::new(format!(
-                                "checksum mismatch: stored bytes have CRC32C {crc:#010x}, the table says {:#010x}",
-                                loc.crc
-                            )));
-                        }
-                    }
-                    f(src)
-                },
-            )?
-            .map_err(|e| Error::Corrupt {
-                path: self.file_path(file),
-                entry: index,
-                reason: match plugged {
-                    Some(name) => format!("{name} record (codec tag {}): {e}", loc.codec.0),
-                    None => format!("{} record: {e}", loc.codec.name().unwrap_or("unknown")),
-                },
-            })
+        let run = |src: &[u8]| {
+            if check {
+                let crc = loaderx_format::v2::crc32c(src);
+                if crc != loc.crc {
+                    return Err(crate::DecodeError::new(format!(
+                        "checksum mismatch: stored bytes have CRC32C {crc:#010x}, the table says {:#010x}",
+                        loc.crc
+                    )));
+                }
+            }
+            f(src)
+        };
+        let (offset, len) = (u64::from(loc.offset), loc.phys_length as usize);
+        let outcome = if u64::from(loc.logic_length) >= crate::parallel::copy_reads_at() {
+            // A large record's stored bytes are read into this thread's
+            // scratch buffer rather than decoded from the map (see
+            // `copy_reads_at`); next to decoding them, the copy is cheap.
+            crate::parallel::with_scratch(len, |scratch| {
+                self.files.copy(file, offset, scratch, "read")?;
+                Ok(run(scratch))
+            })?
+        } else {
+            self.files.with_bytes(file, offset, len, "read", run)?
+        };
+        outcome.map_err(|e| Error::Corrupt {
+            path: self.file_path(file),
+            entry: index,
+            reason: match plugged {
+                Some(name) => format!("{name} record (codec tag {}): {e}", loc.codec.0),
+                None => format!("{} record: {e}", loc.codec.name().unwrap_or("unknown")),
+            },
+        })
     }
 }
 

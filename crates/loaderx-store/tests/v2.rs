@@ -590,3 +590,73 @@ fn empty_sequences_of_a_ragged_store_round_trip_with_every_codec() {
         assert_eq!(contents(&store), records);
     }
 }
+
+/// Records of 64 KiB and more are read with a positioned read rather than
+/// from the map (into the destination when raw, into a scratch buffer they
+/// are decoded from otherwise): both sides of the threshold round-trip with
+/// every codec, alone and mixed in one batch, and a damaged large record
+/// is still an error naming it.
+#[test]
+fn records_on_both_sides_of_the_read_threshold_round_trip_and_damage_is_named() {
+    let available = [
+        CodecTag::RAW,
+        CodecTag::FLATE,
+        CodecTag::ZSTD,
+        CodecTag::LZ4,
+    ]
+    .into_iter()
+    .filter(|&t| CodecId::from_tag(t).unwrap().missing_feature().is_none());
+    for codec in available {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let sizes = [65_535usize, 65_536, 65_537, 10, 300_000, 1 << 20];
+        let records: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| image_like(i as u64 + 1, n))
+            .collect();
+        let (src, offsets, lens) = pack(&records);
+        {
+            let schema = ragged("|u1", 1, codec, None);
+            let store: Store = Store::create_v2(&path, &schema, OpenOptions::default()).unwrap();
+            store.append_shaped(&src, &offsets, &lens, &lens).unwrap();
+        }
+        let store: Store = Store::open_read_only(&path).unwrap();
+        assert_eq!(contents(&store), records, "{codec:?}");
+        let idxs = [5u64, 0, 4, 3, 1, 2, 5];
+        let mut at = Vec::new();
+        let mut end = 0u64;
+        for &i in &idxs {
+            at.push(end);
+            end += records[i as usize].len() as u64;
+        }
+        let mut out = vec![0u8; end as usize];
+        store.gather_ragged(&idxs, &mut out, &at).unwrap();
+        for (k, &i) in idxs.iter().enumerate() {
+            let got = &out[at[k] as usize..][..records[i as usize].len()];
+            assert!(got == records[i as usize], "{codec:?} record {i}");
+        }
+        drop(store);
+
+        // The last stored byte belongs to the last, 1 MiB record.
+        let chunk = path.join("0.zr");
+        let mut bytes = fs::read(&chunk).unwrap();
+        *bytes.last_mut().unwrap() ^= 0x10;
+        overwrite_in_place(&chunk, &bytes);
+        let options = OpenOptions {
+            check_raw: true,
+            ..OpenOptions::default()
+        };
+        let store: Store = Store::open_with(&path, options).unwrap();
+        let mut out = vec![0u8; 1 << 20];
+        let err = store.gather(&[5], &mut out, 1 << 20).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupt { entry: 5, .. }),
+            "{codec:?}: {err}"
+        );
+        assert!(err.to_string().contains("0.zr"), "{err}");
+        let mut out = vec![0u8; 300_000];
+        store.gather(&[4], &mut out, 300_000).unwrap();
+        assert!(out == records[4]);
+    }
+}
