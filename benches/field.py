@@ -505,7 +505,10 @@ class Lmdb(Contender):
         self.lmdb = lmdb
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
-        size = int(w.logical_bytes * 1.6 + w.n * 64 + 64 * MIB)
+        # The map is only address space (the file grows as written), so be
+        # generous: a value just over half a page (tok512's 2 KiB records)
+        # takes a whole overflow page, doubling the logical size.
+        size = int(w.logical_bytes * 4 + w.n * 256 + 256 * MIB)
         env = self.lmdb.open(str(path), map_size=size, subdir=True, sync=True)
         step = 4096
         for s in range(0, w.n, step):

@@ -16,11 +16,22 @@ Measurements (images/s, median of the rounds):
 * ``resize``: the same, through ``Dense.open(path, resize=(192, 192))``
   (decode, cover-resize, centre crop).
 
+Then the loaders (images/s and peak PSS summed over the process tree, each
+loader in a fresh process, rounds alternated, medians), on the same JPEGs
+written out as files plus an ``int64`` label per image, batch 256, 4
+workers, random order with replacement:
+
+* ``loaderx``: ``DataLoader({"image": jpeg store, "label": label store})``,
+  the native loader (every image decoded in its Rust threads);
+* ``torch``: ``torch.utils.data.DataLoader`` over a dataset whose
+  ``__getitem__`` opens the file with PIL (``convert("RGB")``), default
+  collate, fork workers (prefetch factor 2).
+
 Each measurement runs in a worker process pinned to one core (``1 core``)
 or to both (``2 cores``: the store's pool has one thread per core); rounds
 alternate the two workers so a noisy neighbour slows both alike.
 
-    python benches/images.py [--rounds 3] [--seconds 2] [--json out.json]
+    python benches/images.py [--rounds 3] [--seconds 2] [--loader-batches 30] [--json out.json]
     python benches/images.py --smoke     # seconds; checks the script only
 """
 
@@ -35,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -76,8 +88,21 @@ def prepare(folder: str) -> dict[str, float]:
             fh.write(f)
     with Dense.create(os.path.join(folder, "store"), np.uint8, (SIDE, SIDE, 3), codec="jpeg") as w:
         w.append_encoded(files)
+    write_loader_inputs(folder, files)
     mean = float(np.mean([len(f) for f in files]))
     return {"mean_jpeg_bytes": mean, "ratio": SIDE * SIDE * 3 / mean}
+
+
+def write_loader_inputs(folder: str, files: list[bytes]) -> None:
+    """The JPEGs as files (what torch reads) and the labels as a store."""
+    from loaderx.zrecord import Dense
+
+    os.makedirs(os.path.join(folder, "jpegs"))
+    for i, f in enumerate(files):
+        with open(os.path.join(folder, "jpegs", f"{i:05d}.jpg"), "wb") as fh:
+            fh.write(f)
+    with Dense.create(os.path.join(folder, "labels"), np.int64, (), codec="raw") as w:
+        w.append(np.arange(len(files), dtype=np.int64))
 
 
 def load_files(folder: str) -> list[bytes]:
@@ -133,19 +158,148 @@ def worker(folder: str, cores: int, seconds: float) -> None:
     print(json.dumps(out), flush=True)
 
 
+class JpegFiles:
+    """A map-style torch dataset: PIL decode of one file per item."""
+
+    def __init__(self, folder: str) -> None:
+        self.paths = sorted(
+            os.path.join(folder, "jpegs", f) for f in os.listdir(os.path.join(folder, "jpegs"))
+        )
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as im:
+            return np.asarray(im.convert("RGB")), i
+
+
+def loader_worker(folder: str, name: str, batch: int, warmup: int, batches: int) -> None:
+    """One loader in this process; prints a JSON line when ready (with its
+    own PSS) and one with the timings."""
+    from field import pss_rss_of
+
+    if name == "loaderx":
+        from loaderx import DataLoader
+        from loaderx.zrecord import Dense
+
+        streams = {
+            "image": Dense.open(os.path.join(folder, "store")),
+            "label": Dense.open(os.path.join(folder, "labels")),
+        }
+        dl = DataLoader(streams, batch_size=batch, num_workers=WORKERS, prefetch_size=4)
+        it = iter(dl)
+
+        def step() -> tuple[np.ndarray, np.ndarray]:
+            b = next(it)
+            return b["image"], b["label"]
+    else:
+        try:
+            import torch
+        except ImportError as e:
+            print(json.dumps({"missing": f"torch: {e}"}), flush=True)
+            os._exit(0)
+        ds = JpegFiles(folder)
+        sampler = torch.utils.data.RandomSampler(ds, replacement=True, num_samples=1 << 40)
+        tl = torch.utils.data.DataLoader(
+            ds, batch_size=batch, sampler=sampler, num_workers=WORKERS, prefetch_factor=2
+        )
+        it = iter(tl)
+
+        def step() -> tuple[np.ndarray, np.ndarray]:
+            images, labels = next(it)
+            return images.numpy(), labels.numpy()
+
+    print(json.dumps({"ready": True, "pss_before": pss_rss_of(os.getpid())[0]}), flush=True)
+    files = load_files(folder)
+    from PIL import Image
+
+    images, labels = step()
+    assert images.shape == (batch, SIDE, SIDE, 3), images.shape
+    k = int(labels[0])
+    pil = np.asarray(Image.open(io.BytesIO(files[k])).convert("RGB")).astype(np.int16)
+    assert np.abs(images[0].astype(np.int16) - pil).mean() < 1.0, "not the image of its label"
+    del images, labels
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(batches):
+        step()
+    total = time.perf_counter() - start
+    print(json.dumps({"images_s": batch * batches / total}), flush=True)
+    os._exit(0)
+
+
+#: Loader workers, as in the field benchmark.
+WORKERS = 4
+
+
+def measure_loader(folder: str, name: str, batch: int, warmup: int, batches: int) -> dict[str, Any]:
+    from field import TreeSampler
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--loader-worker", folder, name]
+    cmd += ["--loader-shape", str(batch), str(warmup), str(batches)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    ready = json.loads(proc.stdout.readline() or "{}")
+    if "missing" in ready:
+        proc.wait()
+        return {"missing": ready["missing"]}
+    if "ready" not in ready:
+        raise SystemExit(f"loader {name} exited at start ({proc.wait()})")
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    line = proc.stdout.readline()
+    sampler.stop.set()
+    sampler.join()
+    code = proc.wait()
+    if not line:
+        raise SystemExit(f"loader {name} exited with {code} before reporting")
+    return {**json.loads(line), "peak_pss": sampler.peak_pss, "pss_before": ready["pss_before"]}
+
+
+def loader_rounds(folder: str, rounds: int, batch: int, batches: int) -> dict[str, dict[str, Any]]:
+    """Median images/s and peak PSS of each loader; a loader that cannot
+    run here (torch not installed) is reported with the reason."""
+    names = ["loaderx", "torch"]
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    missing: dict[str, dict[str, Any]] = {}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            if name in missing:
+                continue
+            res = measure_loader(folder, name, batch, 3, batches)
+            if "missing" in res:
+                if name == "loaderx":
+                    raise SystemExit(f"loaderx's loader cannot run: {res['missing']}")
+                missing[name] = res
+            else:
+                runs[name].append(res)
+    out = {n: {k: statistics.median(x[k] for x in v) for k in v[0]} for n, v in runs.items() if v}
+    return {**out, **missing}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true", help="tiny run: checks the script only")
+    ap.add_argument("--loader-batches", type=int, default=30, help="timed batches per loader run")
     ap.add_argument("--worker", nargs=2, metavar=("FOLDER", "CORES"), help=argparse.SUPPRESS)
+    ap.add_argument("--loader-worker", nargs=2, metavar=("FOLDER", "NAME"), help=argparse.SUPPRESS)
+    ap.add_argument("--loader-shape", nargs=3, type=int, default=[BATCH, 3, 30], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.smoke:
         global N
         N = 64
         os.environ["LOADERX_IMAGES_N"] = str(N)
         args.rounds, args.seconds = 1, 0.1
+    if args.loader_worker:
+        loader_worker(*args.loader_worker, *args.loader_shape)
+        return
     if args.worker:
         worker(args.worker[0], int(args.worker[1]), args.seconds)
         return
@@ -158,7 +312,10 @@ def main() -> None:
                 cmd += ["--worker", folder, str(cores)]
                 line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 runs[cores].append(json.loads(line.strip().splitlines()[-1]))
-    result: dict[str, object] = {"workload": info, "batch": BATCH, "side": SIDE, "images": N}
+        loader_batch = 16 if args.smoke else BATCH
+        loaders = loader_rounds(folder, args.rounds, loader_batch, 2 if args.smoke else args.loader_batches)
+    result: dict[str, object] = {"workload": info, "batch": BATCH, "side": SIDE, "images": N,
+                                 "loaders": loaders, "loader_batch": loader_batch, "workers": WORKERS}
     print(
         f"{N} JPEGs {SIDE}x{SIDE} q90, {info['mean_jpeg_bytes']:.0f} bytes each "
         f"({info['ratio']:.1f}x smaller than pixels); batch {BATCH}; images/s, median of "
@@ -175,6 +332,17 @@ def main() -> None:
     one, two = result["1core"], result["2core"]
     assert isinstance(one, dict) and isinstance(two, dict)
     print(f"both cores / PIL's one-core rate: {two['gather'] / one['pil']:.2f}x")
+    print(f"\nloaders: batch {loader_batch}, {WORKERS} workers, image + label; median of {args.rounds}")
+    print(f"{'':10}{'images/s':>12}{'peak PSS':>12}")
+    for name, m in loaders.items():
+        if "missing" in m:
+            print(f"{name:10}  missing: {m['missing']}")
+        else:
+            print(f"{name:10}{m['images_s']:12.0f}{m['peak_pss'] / 2**20:9.0f} MiB")
+    ours, torch_ = loaders["loaderx"], loaders["torch"]
+    if "missing" not in torch_:
+        print(f"loaderx / torch: {ours['images_s'] / torch_['images_s']:.2f}x images/s, "
+              f"{ours['peak_pss'] / torch_['peak_pss']:.2f}x peak PSS")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=1)
