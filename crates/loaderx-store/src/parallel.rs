@@ -121,6 +121,7 @@ pub(crate) fn pool() -> Arc<ThreadPool> {
         ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("loaderx-{i}"))
+            .start_handler(|_| block_interrupts())
             .build()
             .expect("spawning the loaderx thread pool"),
     );
@@ -130,6 +131,30 @@ pub(crate) fn pool() -> Arc<ThreadPool> {
     });
     pool
 }
+
+/// Keeps `SIGINT` and `SIGTERM` away from this (pool) thread, so the kernel
+/// delivers them to a thread of the host program instead. A Python program
+/// handles them on its main thread: when that thread is blocked in a read
+/// (of a pipe, say) and the signal lands on a pool thread, the read is never
+/// interrupted and Ctrl-C does nothing until the read returns. Checked on
+/// Linux.
+#[cfg(unix)]
+fn block_interrupts() {
+    // SAFETY: `set` is a local `sigset_t` initialised by `sigemptyset`
+    // before use; `pthread_sigmask` only changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, libc::SIGINT);
+        libc::sigaddset(&raw mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut());
+    }
+}
+
+/// Windows has no signal masks (Ctrl-C runs a handler on a thread of its
+/// own).
+#[cfg(not(unix))]
+fn block_interrupts() {}
 
 /// Number of worker threads a parallel batch is split over.
 pub(crate) fn threads() -> usize {
