@@ -196,9 +196,13 @@ def test_ctrl_c_leaves_no_output(tmp_path: Path) -> None:
     # stores created, blocked on the next sample, when the interrupt comes.
     fifo = tmp_path / "feed.tar"
     os.mkfifo(fifo)
+    # A program started with SIGINT ignored keeps ignoring it (that is what
+    # `nohup` and a shell's background jobs rely on), and a child inherits
+    # the setting: give the converter the default, whatever ran this suite.
     proc = subprocess.Popen(
         [str(SCRIPT), "convert", str(fifo), str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     feeder_done = threading.Event()
 
