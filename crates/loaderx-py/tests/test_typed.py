@@ -280,6 +280,11 @@ SELECTIONS: list[Any] = [
     np.array([4, 4, 2], dtype=np.int32),
     np.array([1, 18], dtype=np.uint64),
     np.array([-2, 7], dtype=np.int64),
+    # 64-bit index arrays go to the store as they are (negatives wrapped only
+    # when it refuses them): long ones, strided ones, mixed signs.
+    np.array([19, -1, 0, -20, 7, 7, 3, 12, -5, 1], dtype=np.int64),
+    np.arange(20, dtype=np.int64)[::-3],
+    np.arange(20, dtype=np.uint64)[2:14],
     slice(None),
     slice(2, 15, 4),
     slice(None, None, -3),
@@ -335,7 +340,16 @@ def test_out_of_range_and_bad_indices(dense: Any, ragged: Any) -> None:
     ds, _ = dense
     rg, _ = ragged
     for c in (ds, rg):
-        for bad in (20, -21, [0, 20], [5, -21], (1, 99)):
+        for bad in (
+            20,
+            -21,
+            [0, 20],
+            [5, -21],
+            (1, 99),
+            np.array([0, 20]),
+            np.array([5, -21, 1, 2, 3, 4, 5, 6, 7]),
+            np.array([2**63, 1], dtype=np.uint64),
+        ):
             with pytest.raises(ZrecordError) as err:
                 c[bad]
             assert err.value.code == -3, bad

@@ -31,6 +31,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// or an I/O failure (the store then still holds every record, and
     /// compacting again finishes the job).
     pub fn compact(&mut self) -> Result<()> {
+        // Entries move in place: the index of raw records must not outlive them.
+        self.forget_raw_runs();
         self.check_writable("compact")?;
         self.exclusively(Self::compact_locked)
     }

@@ -32,6 +32,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::ReadOnly`], [`Error::IndexOutOfRange`] (nothing deleted),
     /// [`Error::Locked`], or an I/O failure (the delete is rolled back).
     pub fn delete(&mut self, idxs: &[u64]) -> Result<()> {
+        // Entries move in place: the index of raw records must not outlive them.
+        self.forget_raw_runs();
         self.check_writable("delete")?;
         if idxs.is_empty() {
             return Ok(());

@@ -317,33 +317,120 @@ impl<S: Storage> Files<S> {
         }
     }
 
-    /// Touches the table entries of the `idxs` below `length` (others are
-    /// skipped; the caller refuses them) so their cache lines and TLB
-    /// entries load in parallel before the entries are decoded one by one.
+    /// Decodes the table entries of `idxs` into `out`, one per index in
+    /// order, each checked against its own checksum (not yet validated
+    /// against the head: that is [`Store::entry`](crate::Store)'s job).
+    /// Indices at or past `length` get a placeholder; the caller refuses
+    /// them. Stops at the first entry that fails to decode and returns its
+    /// position with the error, so the caller reports whichever fault comes
+    /// first in `idxs`.
     ///
-    /// Decoding an entry (checksum, validation, placement) is enough work
-    /// per index that the CPU cannot run ahead to the next entry's load, so
-    /// on a table bigger than the cache every entry cost a full miss in
-    /// sequence. This loop has nothing but independent loads. Speed only:
-    /// an error here is ignored (the decode reports it).
-    pub(crate) fn prefetch_entries(&self, idxs: &[u64], length: u64) {
-        let Some(&max) = idxs.iter().filter(|&&i| i < length).max() else {
-            return;
+    /// A v2 table is borrowed once for the whole batch, and every entry's
+    /// cache line is asked for before any is decoded: decoding (checksum,
+    /// fields) is enough work per index that the CPU cannot run ahead to the
+    /// next entry's load, so on a table bigger than the cache the entries
+    /// would each cost a full miss in sequence.
+    pub(crate) fn read_entries(
+        &self,
+        idxs: &[u64],
+        length: u64,
+        out: &mut Vec<RecordLoc>,
+    ) -> Result<Option<(usize, Error)>> {
+        const PLACEHOLDER: RecordLoc = RecordLoc {
+            offset: 0,
+            phys_length: 0,
+            logic_length: 0,
+            chunk_id: 0,
+            codec: loaderx_format::CodecTag::RAW,
+            crc: 0,
         };
-        let start = self.entry_at(0);
-        let Ok(len) = usize::try_from(self.entry_at(max + 1) - start) else {
-            return;
-        };
-        let _ = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
-            let mut acc = 0u8;
-            for &idx in idxs {
-                if idx < length {
-                    // In range: `idx <= max`, so the entry lies in `table`.
-                    acc ^= table[(self.entry_at(idx) - start) as usize];
+        let in_range = idxs.iter().copied().filter(|&i| i < length);
+        let (Layout::V2 { entry_len, .. }, Some(max)) = (self.layout, in_range.max()) else {
+            for (i, &idx) in idxs.iter().enumerate() {
+                if idx >= length {
+                    out.push(PLACEHOLDER);
+                    continue;
+                }
+                match self.read_entry(idx) {
+                    Ok(loc) => out.push(loc),
+                    Err(e) => return Ok(Some((i, e))),
                 }
             }
-            std::hint::black_box(acc);
-        });
+            return Ok(None);
+        };
+        let start = self.entry_at(0);
+        let len =
+            usize::try_from(self.entry_at(max + 1) - start).map_err(|_| Error::OutOfMemory {
+                bytes: self.entry_at(max + 1) - start,
+            })?;
+        let fault = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
+            // In range: `idx <= max`, so each entry lies inside `table`.
+            let at = |idx: u64| (self.entry_at(idx) - start) as usize;
+            prefetch(
+                idxs.iter()
+                    .filter(|&&i| i < length)
+                    .map(|&idx| &table[at(idx)..at(idx) + entry_len]),
+            );
+            for (i, &idx) in idxs.iter().enumerate() {
+                if idx >= length {
+                    out.push(PLACEHOLDER);
+                    continue;
+                }
+                match v2::decode_entry(idx, &table[at(idx)..at(idx) + entry_len]) {
+                    Ok(loc) => out.push(loc),
+                    Err(reason) => return Some((i, idx, reason)),
+                }
+            }
+            None
+        })?;
+        Ok(fault.map(|(i, idx, reason)| {
+            let error = Error::format(
+                self.path(FileId::Meta),
+                FormatError::BadEntry { entry: idx, reason },
+            );
+            (i, error)
+        }))
+    }
+
+    /// Decodes the table entries `range` (all below the length) into
+    /// `out`, in order, each checked against its own checksum; stops at the
+    /// first that fails and returns it (`out` then holds those before it).
+    /// A v2 table is borrowed once for the whole range.
+    pub(crate) fn read_entry_range(
+        &self,
+        range: std::ops::Range<u64>,
+        out: &mut Vec<RecordLoc>,
+    ) -> Result<Option<Error>> {
+        let Layout::V2 { entry_len, .. } = self.layout else {
+            for index in range {
+                match self.read_entry(index) {
+                    Ok(loc) => out.push(loc),
+                    Err(e) => return Ok(Some(e)),
+                }
+            }
+            return Ok(None);
+        };
+        let n = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+        out.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            bytes: (n as u64).saturating_mul(std::mem::size_of::<RecordLoc>() as u64),
+        })?;
+        let start = self.entry_at(range.start);
+        let len = n.saturating_mul(entry_len);
+        let fault = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
+            for (index, bytes) in range.zip(table.chunks_exact(entry_len)) {
+                match v2::decode_entry(index, bytes) {
+                    Ok(loc) => out.push(loc),
+                    Err(reason) => return Some((index, reason)),
+                }
+            }
+            None
+        })?;
+        Ok(fault.map(|(entry, reason)| {
+            Error::format(
+                self.path(FileId::Meta),
+                FormatError::BadEntry { entry, reason },
+            )
+        }))
     }
 
     /// Asks for the cache lines of every record in `locs` ahead of copying
@@ -357,36 +444,15 @@ impl<S: Storage> Files<S> {
     /// file's length and keeps the total small (a few hundred KiB, so the
     /// lines are still cached when copied). Speed only: errors are ignored.
     pub(crate) fn prefetch_records<'a>(&self, locs: impl Iterator<Item = &'a RecordLoc>) {
-        let mut acc = 0u8;
         for loc in locs {
-            if loc.phys_length == 0 {
-                continue;
-            }
-            let touch = |bytes: &[u8]| {
-                #[cfg(target_arch = "x86_64")]
-                for line in bytes.chunks(64) {
-                    // SAFETY: SSE, which `prefetcht0` belongs to, is part of
-                    // every x86-64 CPU; and a prefetch is a hint that reads
-                    // nothing the program sees and never faults.
-                    unsafe {
-                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                            line.as_ptr().cast(),
-                        );
-                    }
-                }
-                bytes[0]
-            };
-            if let Ok(byte) = self.with_bytes(
+            let _ = self.with_bytes(
                 FileId::Chunk(loc.chunk_id),
                 u64::from(loc.offset),
                 loc.phys_length as usize,
                 "read",
-                touch,
-            ) {
-                acc ^= byte;
-            }
+                |bytes| prefetch(std::iter::once(bytes)),
+            );
         }
-        std::hint::black_box(acc);
     }
 
     /// Reads table entry `index`: v1 entries are not judged here; a v2
@@ -578,5 +644,35 @@ impl<S: Storage> Files<S> {
             first += n;
         }
         Ok(())
+    }
+}
+
+/// Asks for every cache line of each of `slices`, so their loads (and TLB
+/// walks) run in parallel ahead of the work that reads them. On x86-64 each
+/// line is prefetched (no load waits on it); elsewhere each slice's first
+/// byte is read. Speed only.
+pub(crate) fn prefetch<'a>(slices: impl Iterator<Item = &'a [u8]>) {
+    #[cfg(target_arch = "x86_64")]
+    for bytes in slices {
+        for line in bytes.chunks(64) {
+            // SAFETY: SSE, which `prefetcht0` belongs to, is part of every
+            // x86-64 CPU; and a prefetch is a hint that reads nothing the
+            // program sees and never faults.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    line.as_ptr().cast(),
+                );
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut acc = 0u8;
+        for bytes in slices {
+            if let Some(&b) = bytes.first() {
+                acc ^= b;
+            }
+        }
+        std::hint::black_box(acc);
     }
 }

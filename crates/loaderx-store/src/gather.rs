@@ -1,7 +1,7 @@
 //! Gathering records into a caller's buffer: validate everything first, then
 //! decode in parallel straight into the destination.
 
-use loaderx_format::{CodecTag, RecordLoc};
+use loaderx_format::{CodecTag, Head, RecordLoc};
 
 use crate::{
     Codec, Error, Result, Store,
@@ -29,6 +29,57 @@ enum Placement<'a> {
     Exact(usize),
     /// At `offsets[i]`; ranges must not overlap.
     Offsets(&'a [u64]),
+}
+
+impl Placement<'_> {
+    /// Where record `idx` (the `i`-th of the batch) lands in a destination
+    /// of `dst_len` bytes, refusing a record that does not fit its place.
+    fn at<C: Codec, S: Storage>(
+        self,
+        store: &Store<C, S>,
+        i: usize,
+        idx: u64,
+        loc: &RecordLoc,
+        dst_len: usize,
+    ) -> Result<usize> {
+        let len = u64::from(loc.logic_length);
+        let at = match self {
+            Placement::Strided(stride) => {
+                if len > stride as u64 {
+                    return Err(Error::BufferTooSmall {
+                        what: "destination slot (stride)",
+                        position: i,
+                        need: len,
+                        have: stride as u64,
+                    });
+                }
+                (i as u64).checked_mul(stride as u64)
+            }
+            Placement::Exact(item_len) => {
+                if len != item_len as u64 {
+                    return Err(Error::RecordLength {
+                        path: store.path().to_path_buf(),
+                        index: idx,
+                        position: i,
+                        expected: item_len,
+                        found: loc.logic_length,
+                    });
+                }
+                (i as u64).checked_mul(item_len as u64)
+            }
+            Placement::Offsets(offsets) => Some(offsets[i]),
+        };
+        let end = at.and_then(|a| a.checked_add(len));
+        match (at, end) {
+            (Some(at), Some(end)) if end <= dst_len as u64 => Ok(at as usize),
+            _ => Err(Error::BufferTooSmall {
+                what: "destination",
+                position: i,
+                need: end.unwrap_or(u64::MAX),
+                have: dst_len as u64,
+            }),
+        }
+    }
 }
 
 /// Relative cost of producing one byte of a record with each codec, in units
@@ -96,72 +147,59 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Ok(());
         }
         let head = self.head();
-        self.check_meta_len(&head)?;
+        let oom = |bytes: usize| Error::OutOfMemory {
+            bytes: bytes as u64,
+        };
         let mut locs: Vec<(usize, RecordLoc)> = Vec::new();
         locs.try_reserve_exact(idxs.len())
-            .map_err(|_| Error::OutOfMemory {
-                bytes: (idxs.len() * std::mem::size_of::<(usize, RecordLoc)>()) as u64,
-            })?;
-        if idxs.len() >= PREFETCH_AT_LEAST {
-            self.files.prefetch_entries(idxs, head.length);
-        }
+            .map_err(|_| oom(idxs.len() * std::mem::size_of::<(usize, RecordLoc)>()))?;
+        let mut decoded: Vec<RecordLoc> = Vec::new();
+        decoded
+            .try_reserve_exact(idxs.len())
+            .map_err(|_| oom(idxs.len() * std::mem::size_of::<RecordLoc>()))?;
+        // Raw records copied from the map (not read with pread, not checked):
+        // a batch of only those takes `copy_raw_runs`.
+        let raw_checked = self.schema.is_some() && self.check_raw;
+        let (indexed, mut fault) = self.batch_entries(idxs, &head, raw_checked, &mut decoded)?;
+        let copy_reads_at = parallel::copy_reads_at();
+        let mut all_mapped_raw = !raw_checked;
+        let mut stored = 0u64;
         let mut work = 0u64;
         for (i, &idx) in idxs.iter().enumerate() {
-            let loc = self.entry(idx, &head)?;
-            let len = u64::from(loc.logic_length);
-            let at = match place {
-                Placement::Strided(stride) => {
-                    if len > stride as u64 {
-                        return Err(Error::BufferTooSmall {
-                            what: "destination slot (stride)",
-                            position: i,
-                            need: len,
-                            have: stride as u64,
-                        });
-                    }
-                    (i as u64).checked_mul(stride as u64)
-                }
-                Placement::Exact(item_len) => {
-                    if len != item_len as u64 {
-                        return Err(Error::RecordLength {
-                            path: self.path().to_path_buf(),
-                            index: idx,
-                            position: i,
-                            expected: item_len,
-                            found: loc.logic_length,
-                        });
-                    }
-                    (i as u64).checked_mul(item_len as u64)
-                }
-                Placement::Offsets(offsets) => Some(offsets[i]),
-            };
-            let end = at.and_then(|a| a.checked_add(len));
-            match (at, end) {
-                (Some(at), Some(end)) if end <= dst.len() as u64 => locs.push((at as usize, loc)),
-                _ => {
-                    return Err(Error::BufferTooSmall {
-                        what: "destination",
-                        position: i,
-                        need: end.unwrap_or(u64::MAX),
-                        have: dst.len() as u64,
-                    });
-                }
+            if idx >= head.length {
+                return Err(Error::IndexOutOfRange {
+                    index: idx,
+                    len: head.length,
+                });
             }
+            if let Some((_, e)) = fault.take_if(|(at, _)| *at == i) {
+                return Err(e);
+            }
+            let loc = decoded[i];
+            if !indexed {
+                self.check_entry(idx, &loc, &head)?;
+            }
+            let len = u64::from(loc.logic_length);
+            stored += u64::from(loc.phys_length);
+            all_mapped_raw &=
+                loc.codec == CodecTag::RAW && u64::from(loc.phys_length) < copy_reads_at;
+            locs.push((place.at(self, i, idx, &loc, dst.len())?, loc));
             work += len * decode_cost(loc.codec);
         }
         if let Placement::Offsets(_) = place {
             check_disjoint(&locs)?;
         }
         self.check_chunks_still_hold(idxs, &locs)?;
-        if idxs.len() >= PREFETCH_AT_LEAST {
-            let stored: u64 = locs.iter().map(|(_, l)| u64::from(l.phys_length)).sum();
-            if stored <= PREFETCH_RECORDS_UP_TO {
-                self.files.prefetch_records(locs.iter().map(|(_, l)| l));
-            }
+        let prefetch = idxs.len() >= PREFETCH_AT_LEAST && stored <= PREFETCH_RECORDS_UP_TO;
+        if prefetch && !all_mapped_raw {
+            self.files.prefetch_records(locs.iter().map(|(_, l)| l));
         }
 
         let shared = SharedDst::new(dst);
         parallel::for_ranges(idxs.len(), work, |range| {
+            if all_mapped_raw {
+                return self.copy_raw_runs(&locs[range], &shared, prefetch);
+            }
             for i in range {
                 let (at, loc) = &locs[i];
                 // SAFETY: `at + logic_length` was checked against the buffer
@@ -174,11 +212,97 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 self.decode_into(idxs[i], loc, out)?;
             }
             Ok(())
-        })
+        })?;
+        // A batch of small raw records of one length: index the next step of
+        // the table, so later gathers can skip it.
+        if !indexed && all_mapped_raw && idxs.len() >= PREFETCH_AT_LEAST {
+            let len = locs[0].1.logic_length;
+            if len <= crate::runs::MAX_LEN && locs.iter().all(|(_, l)| l.logic_length == len) {
+                self.index_raw_runs(&head);
+            }
+        }
+        Ok(())
     }
 }
 
 impl<C: Codec, S: Storage> Store<C, S> {
+    /// The entries of `idxs` into `decoded`: from the handle's index of
+    /// small raw records when it covers the batch (`runs.rs`; they were
+    /// checked when indexed: `true`), else from the table (`false`, with the
+    /// first entry that failed to decode, by position).
+    fn batch_entries(
+        &self,
+        idxs: &[u64],
+        head: &Head,
+        raw_checked: bool,
+        decoded: &mut Vec<RecordLoc>,
+    ) -> Result<(bool, Option<(usize, Error)>)> {
+        if !raw_checked && idxs.len() >= PREFETCH_AT_LEAST {
+            let runs = self
+                .raw_runs
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if runs.covers(idxs, head) {
+                decoded.extend(idxs.iter().map(|&i| runs.loc(i)));
+                return Ok((true, None));
+            }
+        }
+        self.check_meta_len(head)?;
+        Ok((false, self.files.read_entries(idxs, head.length, decoded)?))
+    }
+
+    /// Copies raw records straight from the chunk maps into their places:
+    /// for each run of consecutive records in one chunk file, one borrow of
+    /// the span they lie in (a sorted batch of a store written in order is
+    /// one run per chunk), the records' lines prefetched first when
+    /// `prefetch`. The same bytes as decoding each record with the raw codec,
+    /// without its per-record dispatch; only for validated raw records that
+    /// are neither read with pread nor checked.
+    fn copy_raw_runs(
+        &self,
+        locs: &[(usize, RecordLoc)],
+        dst: &SharedDst,
+        prefetch: bool,
+    ) -> Result<()> {
+        let mut rest = locs;
+        while let Some((first, _)) = rest.split_first() {
+            let chunk = first.1.chunk_id;
+            let run = rest
+                .iter()
+                .position(|(_, l)| l.chunk_id != chunk)
+                .unwrap_or(rest.len());
+            let (here, next) = rest.split_at(run);
+            rest = next;
+            let lo = here
+                .iter()
+                .map(|(_, l)| u64::from(l.offset))
+                .min()
+                .unwrap_or(0);
+            let hi = here.iter().map(|(_, l)| l.end()).max().unwrap_or(lo);
+            let file = crate::storage::FileId::Chunk(chunk);
+            self.files
+                .with_bytes(file, lo, (hi - lo) as usize, "read", |span| {
+                    let bytes = |l: &RecordLoc| {
+                        let at = (u64::from(l.offset) - lo) as usize;
+                        &span[at..at + l.phys_length as usize]
+                    };
+                    if prefetch {
+                        crate::files::prefetch(here.iter().map(|(_, l)| bytes(l)));
+                    }
+                    for (at, loc) in here {
+                        // SAFETY: as in `gather_placed`: `at + logic_length`
+                        // lies inside the destination, distinct records'
+                        // ranges do not overlap, and each record belongs to
+                        // one range handed to one worker. Raw records are as
+                        // long stored as decoded (validated).
+                        let out = unsafe { dst.range_mut(*at, loc.logic_length as usize) };
+                        out.copy_from_slice(bytes(loc));
+                    }
+                })?;
+        }
+        Ok(())
+    }
+
     /// Re-checks, against the chunk files' lengths as they are now, that every
     /// record's bytes are still there: a chunk file truncated behind our back
     /// must give an error, not a SIGBUS. One `fstat` per distinct chunk.

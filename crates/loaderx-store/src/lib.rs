@@ -67,6 +67,7 @@ mod gather;
 mod lock;
 mod open;
 mod parallel;
+mod runs;
 mod slots;
 pub mod storage;
 mod store;

@@ -334,6 +334,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             dictionary,
             owner: std::process::id(),
             chunk_lens,
+            raw_runs: std::sync::RwLock::default(),
             append_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             lock,

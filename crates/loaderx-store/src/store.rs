@@ -86,6 +86,8 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// The codecs past the built-ins this handle can use: those of the
     /// registry it was opened with that the schema lists.
     pub(crate) codecs: crate::CodecRegistry,
+    /// Where small raw records lie, indexed by gathers (`runs.rs`).
+    pub(crate) raw_runs: std::sync::RwLock<crate::runs::RawRuns>,
     /// `C`'s id: what appends use by default.
     pub(crate) default_codec: CodecId,
     pub(crate) _codec: PhantomData<C>,
@@ -257,6 +259,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
             });
         }
         let loc = self.files.read_entry(index)?;
+        self.check_entry(index, &loc, head)?;
+        Ok(loc)
+    }
+
+    /// Validates the decoded entry of live record `index` against `head` and
+    /// its chunk file's length (opening the chunk on first touch).
+    #[inline]
+    pub(crate) fn check_entry(&self, index: u64, loc: &RecordLoc, head: &Head) -> Result<()> {
         // Chunks are opened on first touch (format v2 opens only the lanes'
         // tails up front); one the head does not name is refused below.
         let file_len = match self.chunk_lens.known(loc.chunk_id) {
@@ -267,9 +277,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             None => 0,
         };
-        loaderx_format::validate_entry(index, &loc, head, file_len, self.rules())
-            .map_err(|e| Error::format(self.file_path(FileId::Meta), e))?;
-        Ok(loc)
+        loaderx_format::validate_entry(index, loc, head, file_len, self.rules())
+            .map_err(|e| Error::format(self.file_path(FileId::Meta), e))
     }
 
     /// Logical size of each record in `idxs`, written to `out`.

@@ -261,6 +261,10 @@ def _release_pages(source: np.ndarray, block: np.ndarray) -> None:
             pass  # advice only
 
 
+# Index arrays handed to the store without conversion (see `_gather_selected`).
+_WORD_INDICES = (np.dtype(np.int64), np.dtype(np.uint64))
+
+
 class _Container(_Closing):
     """What :class:`Dense` and :class:`Ragged` share: the handle, its mode,
     index parsing and maintenance."""
@@ -455,6 +459,28 @@ class _Container(_Closing):
             return np.flatnonzero(arr).astype(np.uint64)
         n = len(self)
         return _as_indices(arr if arr.dtype.kind != "f" else idx, wrap=n)
+
+    def _gather(self, idx64: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def _gather_selected(self, idx: Any) -> Any:
+        """``_gather`` of the records `idx` selects. An index array already
+        of 64-bit integers goes to the store as it is (no conversion pass):
+        the store refuses an index past the end before writing anything, and
+        a negative one, seen as unsigned, is past it; either way the general
+        path then wraps negatives and names what is wrong."""
+        if (
+            type(idx) is np.ndarray
+            and idx.ndim == 1
+            and idx.dtype in _WORD_INDICES
+            and idx.flags.c_contiguous
+        ):
+            try:
+                return self._gather(idx.view(np.uint64))
+            except ZrecordError as exc:
+                if exc.code != _INDEX_OUT_OF_RANGE:
+                    raise
+        return self._gather(self._indices(idx))
 
     def _index(self, idx: Any) -> int:
         """One record index, negative counting from the end."""
@@ -667,12 +693,12 @@ class Dense(_Container):
         self._reading()
         if _is_record_index(idx):
             return self._gather(np.array([self._index(idx)], dtype=np.uint64))[0]
-        return self._gather(self._indices(idx))
+        return self._gather_selected(idx)
 
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """The batch ``(n, *item_shape)`` at `idxs` (PyTorch's batch hook)."""
         self._reading()
-        return self._gather(self._indices(idxs))
+        return self._gather_selected(idxs)
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
@@ -952,12 +978,12 @@ class Ragged(_Container):
         if _is_record_index(idx):
             flat, offsets, shapes = self._gather(np.array([self._index(idx)], dtype=np.uint64))
             return self._views(flat, offsets, shapes)[0]
-        return self._views(*self._gather(self._indices(idx)))
+        return self._views(*self._gather_selected(idx))
 
     def __getitems__(self, idxs: Any) -> list[np.ndarray]:
         """The records at `idxs`, a list of views into one allocation."""
         self._reading()
-        return self._views(*self._gather(self._indices(idxs)))
+        return self._views(*self._gather_selected(idxs))
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
