@@ -20,6 +20,25 @@ const PREFETCH_AT_LEAST: usize = 8;
 /// their own first lines out of the cache before they are copied.
 const PREFETCH_RECORDS_UP_TO: u64 = 512 << 10;
 
+/// How many records ahead of the copy `copy_raw_runs` asks for lines.
+const PREFETCH_DISTANCE: usize = 16;
+
+/// Chunks a batch of raw records may lie in for `copy_raw_runs` to borrow
+/// each chunk's map once (finding a record's chunk is a linear search).
+const MAX_SPANS: usize = 32;
+
+/// `dst.copy_from_slice(src)`, without a call into `memcpy` for the sizes
+/// of scalar records (a label is one 8-byte load and store).
+#[inline]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    match (dst.len(), src.len()) {
+        (8, 8) => dst[..8].copy_from_slice(&src[..8]),
+        (4, 4) => dst[..4].copy_from_slice(&src[..4]),
+        (16, 16) => dst[..16].copy_from_slice(&src[..16]),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 /// Where record `i` of a gather lands in the destination.
 #[derive(Debug, Clone, Copy)]
 enum Placement<'a> {
@@ -252,33 +271,35 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Copies raw records straight from the chunk maps into their places:
-    /// for each run of consecutive records in one chunk file, one borrow of
-    /// the span they lie in (a sorted batch of a store written in order is
-    /// one run per chunk), the records' lines prefetched first when
-    /// `prefetch`. The same bytes as decoding each record with the raw codec,
-    /// without its per-record dispatch; only for validated raw records that
-    /// are neither read with pread nor checked.
+    /// one borrow of each chunk's map for all of the batch's records in it
+    /// (a store written with several lanes spreads a batch over as many
+    /// chunks), their lines prefetched a few records ahead of the copy when
+    /// `prefetch`. The same bytes as decoding each record with the raw
+    /// codec, without its per-record dispatch; only for validated raw
+    /// records that are neither read with pread nor checked.
     fn copy_raw_runs(
         &self,
         locs: &[(usize, RecordLoc)],
         dst: &SharedDst,
         prefetch: bool,
     ) -> Result<()> {
-        let mut rest = locs;
-        while let Some((first, _)) = rest.split_first() {
-            let chunk = first.1.chunk_id;
-            let run = rest
-                .iter()
-                .position(|(_, l)| l.chunk_id != chunk)
-                .unwrap_or(rest.len());
-            let (here, next) = rest.split_at(run);
-            rest = next;
-            let lo = here
-                .iter()
-                .map(|(_, l)| u64::from(l.offset))
-                .min()
-                .unwrap_or(0);
-            let hi = here.iter().map(|(_, l)| l.end()).max().unwrap_or(lo);
+        // The chunks the records lie in, each with the span they cover.
+        let mut chunks: Vec<(u32, u64, u64)> = Vec::new();
+        for (_, l) in locs {
+            let (lo, hi) = (u64::from(l.offset), l.end());
+            if let Some(c) = chunks.iter_mut().find(|c| c.0 == l.chunk_id) {
+                (c.1, c.2) = (c.1.min(lo), c.2.max(hi));
+            } else if chunks.len() < MAX_SPANS {
+                chunks.push((l.chunk_id, lo, hi));
+            } else {
+                // Records spread over many chunks: one borrow per record.
+                return self.copy_raw_each(locs, dst);
+            }
+        }
+        let mut mine: Vec<&(usize, RecordLoc)> = Vec::with_capacity(locs.len());
+        for (chunk, lo, hi) in chunks {
+            mine.clear();
+            mine.extend(locs.iter().filter(|(_, l)| l.chunk_id == chunk));
             let file = crate::storage::FileId::Chunk(chunk);
             self.files
                 .with_bytes(file, lo, (hi - lo) as usize, "read", |span| {
@@ -286,18 +307,38 @@ impl<C: Codec, S: Storage> Store<C, S> {
                         let at = (u64::from(l.offset) - lo) as usize;
                         &span[at..at + l.phys_length as usize]
                     };
-                    if prefetch {
-                        crate::files::prefetch(here.iter().map(|(_, l)| bytes(l)));
-                    }
-                    for (at, loc) in here {
+                    // Prefetched a fixed distance ahead of the copy: enough
+                    // misses in flight to overlap them, without asking for
+                    // lines so early that they are gone again.
+                    let ahead = if prefetch { PREFETCH_DISTANCE } else { 0 };
+                    crate::files::prefetch(mine.iter().take(ahead).map(|(_, l)| bytes(l)));
+                    for (k, (at, loc)) in mine.iter().enumerate() {
+                        if let Some((_, next)) = mine.get(k + ahead).filter(|_| prefetch) {
+                            crate::files::prefetch(std::iter::once(bytes(next)));
+                        }
                         // SAFETY: as in `gather_placed`: `at + logic_length`
                         // lies inside the destination, distinct records'
                         // ranges do not overlap, and each record belongs to
                         // one range handed to one worker. Raw records are as
                         // long stored as decoded (validated).
                         let out = unsafe { dst.range_mut(*at, loc.logic_length as usize) };
-                        out.copy_from_slice(bytes(loc));
+                        copy_small(out, bytes(loc));
                     }
+                })?;
+        }
+        Ok(())
+    }
+
+    /// [`copy_raw_runs`](Self::copy_raw_runs), one map borrow per record.
+    fn copy_raw_each(&self, locs: &[(usize, RecordLoc)], dst: &SharedDst) -> Result<()> {
+        for (at, loc) in locs {
+            let file = crate::storage::FileId::Chunk(loc.chunk_id);
+            let len = loc.phys_length as usize;
+            self.files
+                .with_bytes(file, u64::from(loc.offset), len, "read", |bytes| {
+                    // SAFETY: as in `copy_raw_runs`.
+                    let out = unsafe { dst.range_mut(*at, len) };
+                    copy_small(out, bytes);
                 })?;
         }
         Ok(())

@@ -107,12 +107,17 @@ fn check_gathers<S: loaderx_store::storage::Storage>(
 
 #[test]
 fn gathers_read_the_same_bytes_through_rollover_lanes_appends_deletes_and_compaction() {
-    for lanes in [1u8, 3] {
+    // 4 KiB chunks hold 512 labels, so runs break at every rollover; 256-byte
+    // chunks spread one batch over more chunks than a gather borrows at once.
+    for (capacity, lanes) in [(4096, 1u8), (4096, 3), (256, 2)] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("labels");
-        // 4 KiB chunks: 512 labels each, so runs break at every rollover.
-        let mut store: Store =
-            Store::create_v2(&path, &labels_schema(CodecTag::RAW), options(4096, lanes)).unwrap();
+        let mut store: Store = Store::create_v2(
+            &path,
+            &labels_schema(CodecTag::RAW),
+            options(capacity, lanes),
+        )
+        .unwrap();
         append_labels(&store, 0..3000);
         let mut expected: Vec<u64> = (0..3000).collect();
         check_gathers(&store, &expected);
