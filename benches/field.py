@@ -23,9 +23,11 @@ every contender reads the same bytes whatever its NumPy), then:
   ``WRITE_ROUNDS`` times, the page cache dropped before each write
   (``sync; echo 3 > /proc/sys/vm/drop_caches``), timed until the writer is
   closed and ``os.sync()`` has returned (durable, whatever the contender's
-  own fsync policy); then gathered: batches of 256 random indices (the same
-  index batches for everybody) from a warm page cache, the contents of one
-  batch checked against the source. Jobs are alternated round by round
+  own fsync policy); then gathered, workload by workload (one workload's
+  stores fit in the page cache, all of them do not): batches of 256 random
+  indices (the same index batches for everybody) from a warm page cache,
+  each store read through and its batches gathered once before its rounds,
+  the contents of one batch checked against the source. Jobs are alternated round by round
   (order rotated each round) and the medians kept; p95 is over every batch
   of every round. The in-memory ceiling (the same batches gathered from an
   array in memory, split over every core) runs in the same rounds.
@@ -1153,9 +1155,10 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
     os._exit(0)
 
 
-def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bool, scale: float) -> dict[str, Any]:
-    cmd = [python, str(SCRIPT), *(["--smoke"] if smoke else ["--scale", str(scale)]),
-           "loader-run", name, codec, "--data-dir", str(data_dir)]
+def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
+    """Runs a loader process that prints one JSON line when it is ready
+    (with ``pss_before``, or ``missing`` and why it cannot run) and one with
+    its results, sampling the PSS and RSS of its process tree in between."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     first = json.loads(proc.stdout.readline() or '{"missing": "the loader process exited at start"}')
@@ -1169,11 +1172,15 @@ def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bo
     sampler.join()
     code = proc.wait()
     if not line:
-        raise SystemExit(f"loader {name} {codec} exited with {code} before reporting")
-    res = json.loads(line)
-    res.update(peak_pss=sampler.peak_pss, peak_rss=sampler.peak_rss, procs=sampler.peak_procs,
-               pss_before=first["pss_before"])
-    return res
+        raise SystemExit(f"{what} exited with {code} before reporting")
+    return {**json.loads(line), "peak_pss": sampler.peak_pss, "peak_rss": sampler.peak_rss,
+            "procs": sampler.peak_procs, "pss_before": first["pss_before"]}
+
+
+def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bool, scale: float) -> dict[str, Any]:
+    cmd = [python, str(SCRIPT), *(["--smoke"] if smoke else ["--scale", str(scale)]),
+           "loader-run", name, codec, "--data-dir", str(data_dir)]
+    return run_sampled(cmd, f"loader {name} {codec}")
 
 
 # ----------------------------------------------------------------- driver
@@ -1320,7 +1327,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[str, Any]:
-    workloads = list(WORKLOADS)
+    workloads = args.workloads or list(WORKLOADS)
     jobs: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for impl, w in workers.items():
@@ -1351,27 +1358,37 @@ def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[
             dropped_all = dropped_all and res["dropped"]
             wsamples.setdefault(key, []).append(res)
         log(f"  write round {r + 1}/{CFG['write_rounds']} done")
-    gjobs = []
-    for j in jobs:
-        key = (j["impl"], j["contender"], j["codec"], j["workload"])
-        if j["contender"] != "memory" and key not in wsamples:
-            continue
-        try:
-            workers[j["impl"]].call("open_reader", contender=j["contender"], workload=j["workload"], codec=j["codec"])
-            gjobs.append(j)
-        except RuntimeError as e:
-            failed.append({"key": list(key), "error": str(e)})
-            log(f"  open {key} FAILED: {e}")
-    log(f"  {len(gjobs)} readers open and checked")
+    # Gathers run workload by workload: that workload's readers are opened
+    # (each store read through and its batches gathered once, untimed), then
+    # all its rounds run. One workload's stores fit in the page cache; every
+    # workload's at once do not (about 24 GiB at scale 1), and rounds that
+    # walked all of them read partly from disk.
     gsamples: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
-    for r in range(CFG["rounds"]):
-        for j in rotated(gjobs, r):
+    opened = 0
+    for workload in workloads:
+        gjobs = []
+        for j in jobs:
             key = (j["impl"], j["contender"], j["codec"], j["workload"])
-            gsamples.setdefault(key, []).append(
-                workers[j["impl"]].call("gather", contender=j["contender"], workload=j["workload"], codec=j["codec"]))
-        log(f"  gather round {r + 1}/{CFG['rounds']} done")
-    for w in workers.values():
-        w.call("close_all")
+            if j["workload"] != workload or (j["contender"] != "memory" and key not in wsamples):
+                continue
+            try:
+                workers[j["impl"]].call("open_reader", contender=j["contender"], workload=j["workload"],
+                                        codec=j["codec"])
+                gjobs.append(j)
+            except RuntimeError as e:
+                failed.append({"key": list(key), "error": str(e)})
+                log(f"  open {key} FAILED: {e}")
+        opened += len(gjobs)
+        for r in range(CFG["rounds"]):
+            for j in rotated(gjobs, r):
+                key = (j["impl"], j["contender"], j["codec"], j["workload"])
+                gsamples.setdefault(key, []).append(
+                    workers[j["impl"]].call("gather", contender=j["contender"], workload=j["workload"],
+                                            codec=j["codec"]))
+        for w in workers.values():
+            w.call("close_all")
+        log(f"  {workload}: {len(gjobs)} readers opened and checked, {CFG['rounds']} gather rounds done")
+    log(f"  {opened} readers in all")
     rows = []
     for j in jobs:
         key = (j["impl"], j["contender"], j["codec"], j["workload"])
@@ -1469,6 +1486,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a contender venv (field, v054, v240) that could not be made, and why")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--json", dest="json_out", default=None)
+    parser.add_argument("--workloads", nargs="+", default=None, choices=list(WORKLOADS),
+                        help="store section: only these workloads (a partial run, for looking into one)")
     args = parser.parse_args(argv)
     configure(args.scale, args.smoke)
     if args.mode == "worker":

@@ -237,27 +237,11 @@ WORKERS = 4
 
 
 def measure_loader(folder: str, name: str, batch: int, warmup: int, batches: int) -> dict[str, Any]:
-    from field import TreeSampler
+    from field import run_sampled
 
     cmd = [sys.executable, os.path.abspath(__file__), "--loader-worker", folder, name]
     cmd += ["--loader-shape", str(batch), str(warmup), str(batches)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    ready = json.loads(proc.stdout.readline() or "{}")
-    if "missing" in ready:
-        proc.wait()
-        return {"missing": ready["missing"]}
-    if "ready" not in ready:
-        raise SystemExit(f"loader {name} exited at start ({proc.wait()})")
-    sampler = TreeSampler(proc.pid)
-    sampler.start()
-    line = proc.stdout.readline()
-    sampler.stop.set()
-    sampler.join()
-    code = proc.wait()
-    if not line:
-        raise SystemExit(f"loader {name} exited with {code} before reporting")
-    return {**json.loads(line), "peak_pss": sampler.peak_pss, "pss_before": ready["pss_before"]}
+    return run_sampled(cmd, f"loader {name}")
 
 
 def loader_rounds(folder: str, rounds: int, batch: int, batches: int) -> dict[str, dict[str, Any]]:

@@ -322,3 +322,18 @@ class Gate:
 
     def open(self) -> None:
         self.opened.set()
+
+
+def check_in_forked_child(body: Callable[[], None]) -> None:
+    """Runs `body` in a child forked from this process (no pytest machinery
+    there: its outcome is the child's exit status) and asserts it passed."""
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            body()
+            status = 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child's checks failed"

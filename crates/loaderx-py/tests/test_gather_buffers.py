@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs_proc
+from conftest import check_in_forked_child, needs_proc
 
 from loaderx import _native
 from loaderx.zrecord import Dense, Ragged, ZrecordError
@@ -162,20 +162,15 @@ def test_a_forked_child_may_drop_inherited_batches(images: Path) -> None:
     data = stamp(N)
     with Dense.open(images) as r:
         kept = [r[np.arange(BATCH)] for _ in range(3)]
-        pid = os.fork()
-        if pid == 0:  # child: no pytest machinery, just an exit status
-            status = 1
-            try:
-                for batch in kept:
-                    np.testing.assert_array_equal(batch, data[:BATCH])
-                kept.clear()
-                gc.collect()
-                np.testing.assert_array_equal(r[np.arange(BATCH)], data[:BATCH])
-                status = 0
-            finally:
-                os._exit(status)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+
+        def child() -> None:
+            for batch in kept:
+                np.testing.assert_array_equal(batch, data[:BATCH])
+            kept.clear()
+            gc.collect()
+            np.testing.assert_array_equal(r[np.arange(BATCH)], data[:BATCH])
+
+        check_in_forked_child(child)
         for batch in kept:
             np.testing.assert_array_equal(batch, data[:BATCH])
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs_proc
+from conftest import check_in_forked_child, needs_proc
 
 from loaderx import DataLoader
 from loaderx.zrecord import Dense, Ragged
@@ -151,19 +151,14 @@ def test_forked_child_may_drop_inherited_batches(stores: tuple[Path, Path, Path]
     with loader(stores) as dl:
         it = iter(dl)
         kept = [next(it) for _ in range(4)]
-        pid = os.fork()
-        if pid == 0:  # child: no pytest machinery, just an exit status
-            status = 1
-            try:
-                for batch in kept:
-                    check(batch, images, records)
-                kept.clear()
-                gc.collect()
-                status = 0
-            finally:
-                os._exit(status)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+
+        def child() -> None:
+            for batch in kept:
+                check(batch, images, records)
+            kept.clear()
+            gc.collect()
+
+        check_in_forked_child(child)
         for batch in kept:
             check(batch, images, records)
         del kept

@@ -16,6 +16,11 @@ use crate::{
 /// Bytes assembled into one positioned write.
 const WRITE_PIECE: usize = 8 << 20;
 
+/// Work of encoding one table entry (its checksum, mostly), in raw-copy
+/// byte equivalents, for deciding whether to share it out
+/// (`parallel::for_ranges`).
+const ENTRY_COST: u64 = 64;
+
 /// Source bytes an append encodes and writes at a time: what bounds its
 /// memory (the encoding arena is at most this large).
 const WINDOW: u64 = 64 << 20;
@@ -485,24 +490,30 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
         // Entries next; the header that counts them is written by the next
         // commit (`sync`), after the bytes and entries are durable.
+        // Encoded (a checksum each) and written in parallel parts: for small
+        // records this is most of an append's work.
         let entry_len = self.files.entry_len();
         let count = end - start;
-        let mut table = Vec::new();
-        table
-            .try_reserve_exact(count * entry_len)
-            .map_err(|_| Error::OutOfMemory {
-                bytes: (count * entry_len) as u64,
-            })?;
-        for (k, loc) in locs.iter().enumerate() {
-            let d = if ndim > 0 {
-                &dims[(start + k) * ndim..(start + k + 1) * ndim]
-            } else {
-                &[][..]
-            };
+        parallel::for_ranges(count, count as u64 * ENTRY_COST, |range| {
+            let mut table = Vec::new();
+            let bytes = range.len() * entry_len;
+            table
+                .try_reserve_exact(bytes)
+                .map_err(|_| Error::OutOfMemory {
+                    bytes: bytes as u64,
+                })?;
+            for k in range.clone() {
+                let d = if ndim > 0 {
+                    &dims[(start + k) * ndim..(start + k + 1) * ndim]
+                } else {
+                    &[][..]
+                };
+                self.files
+                    .encode_entry(head.length + k as u64, &locs[k], d, &mut table);
+            }
             self.files
-                .encode_entry(head.length + k as u64, loc, d, &mut table);
-        }
-        self.files.write_entries(head.length, &table)?;
+                .write_entries(head.length + range.start as u64, &table)
+        })?;
         Ok(after)
     }
 

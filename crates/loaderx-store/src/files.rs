@@ -524,9 +524,9 @@ impl<S: Storage> Files<S> {
         match self.layout {
             Layout::V1 => out.extend_from_slice(&loc.encode()),
             Layout::V2 { entry_len, .. } => {
-                let at = out.len();
-                out.resize(at + entry_len, 0);
-                v2::encode_entry(index, loc, dims, &mut out[at..]);
+                let mut entry = [0u8; v2::entry_len(v2::MAX_NDIM)];
+                v2::encode_entry(index, loc, dims, &mut entry[..entry_len]);
+                out.extend_from_slice(&entry[..entry_len]);
             }
         }
     }

@@ -12,7 +12,7 @@ use std::{
     ops::Range,
     panic::{self, AssertUnwindSafe},
     sync::{
-        Arc, Condvar, Mutex,
+        Arc, Condvar, Mutex, OnceLock,
         atomic::{AtomicUsize, Ordering},
     },
 };
@@ -32,13 +32,16 @@ pub(crate) const SERIAL_BYTES: u64 = 1 << 20;
 /// `LOADERX_SERIAL_BYTES` (read once) says otherwise — for measuring it on a
 /// given machine (`0` = always parallel).
 pub(crate) fn serial_bytes() -> u64 {
-    static VALUE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *VALUE.get_or_init(|| {
-        std::env::var("LOADERX_SERIAL_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(SERIAL_BYTES)
-    })
+    static VALUE: OnceLock<u64> = OnceLock::new();
+    *VALUE.get_or_init(|| env_bytes("LOADERX_SERIAL_BYTES", SERIAL_BYTES))
+}
+
+/// The byte count the environment variable `name` holds, else `default`.
+fn env_bytes(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
 }
 
 /// Records at least this large (logical bytes) are read with a positioned
@@ -57,13 +60,8 @@ pub(crate) const COPY_READS_AT: u64 = 64 << 10;
 /// variable `LOADERX_COPY_READS_AT` (read once) says otherwise (bytes;
 /// `0` = always, a huge value = never) — for measuring it on a machine.
 pub(crate) fn copy_reads_at() -> u64 {
-    static VALUE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *VALUE.get_or_init(|| {
-        std::env::var("LOADERX_COPY_READS_AT")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(COPY_READS_AT)
-    })
+    static VALUE: OnceLock<u64> = OnceLock::new();
+    *VALUE.get_or_init(|| env_bytes("LOADERX_COPY_READS_AT", COPY_READS_AT))
 }
 
 /// Scratch buffers at most this large stay with their thread for the next

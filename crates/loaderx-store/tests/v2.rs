@@ -55,6 +55,18 @@ fn lanes(n: u8) -> OpenOptions {
     }
 }
 
+/// The per-record codecs this build has (the no-C build lacks zstd).
+fn available_codecs() -> impl Iterator<Item = CodecTag> {
+    [
+        CodecTag::RAW,
+        CodecTag::FLATE,
+        CodecTag::ZSTD,
+        CodecTag::LZ4,
+    ]
+    .into_iter()
+    .filter(|&t| CodecId::from_tag(t).unwrap().missing_feature().is_none())
+}
+
 /// Token-like int32 sequences, 16..=512 tokens, as bytes.
 fn tokens(seed: u64, n: usize) -> Vec<Vec<u8>> {
     let mut state = seed | 1;
@@ -93,15 +105,7 @@ fn pack(records: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>, Vec<u32>) {
 
 #[test]
 fn a_dense_store_round_trips_through_every_codec_and_lane_count() {
-    let available = [
-        CodecTag::RAW,
-        CodecTag::FLATE,
-        CodecTag::ZSTD,
-        CodecTag::LZ4,
-    ]
-    .into_iter()
-    .filter(|&t| CodecId::from_tag(t).unwrap().missing_feature().is_none());
-    for codec in available {
+    for codec in available_codecs() {
         for n_lanes in [1u8, 3] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("d");
@@ -553,16 +557,7 @@ fn appends_use_the_schema_codec() {
 
 #[test]
 fn empty_sequences_of_a_ragged_store_round_trip_with_every_codec() {
-    // Every codec this build has (the no-C build lacks zstd).
-    for codec in [
-        CodecTag::RAW,
-        CodecTag::FLATE,
-        CodecTag::ZSTD,
-        CodecTag::LZ4,
-    ]
-    .into_iter()
-    .filter(|&t| CodecId::from_tag(t).unwrap().missing_feature().is_none())
-    {
+    for codec in available_codecs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
         let mut records = tokens(11, 40);
@@ -598,15 +593,7 @@ fn empty_sequences_of_a_ragged_store_round_trip_with_every_codec() {
 /// is still an error naming it.
 #[test]
 fn records_on_both_sides_of_the_read_threshold_round_trip_and_damage_is_named() {
-    let available = [
-        CodecTag::RAW,
-        CodecTag::FLATE,
-        CodecTag::ZSTD,
-        CodecTag::LZ4,
-    ]
-    .into_iter()
-    .filter(|&t| CodecId::from_tag(t).unwrap().missing_feature().is_none());
-    for codec in available {
+    for codec in available_codecs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
         let sizes = [65_535usize, 65_536, 65_537, 10, 300_000, 1 << 20];
