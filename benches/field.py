@@ -1114,12 +1114,23 @@ def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any
     raise SystemExit(f"unknown loader {name}")
 
 
+def check_batch(name: str, codec: str, data_dir: Path, shape: tuple[int, ...], img: np.ndarray,
+                lab: np.ndarray) -> None:
+    """Checks one batch's images against the source at its labels. Nothing
+    of the check stays in the loader's process: the batch is the caller's
+    to drop, and the source is mapped here only (its pages unmapped again
+    when this returns), so the peak PSS is the loader's own."""
+    images = np.load(data_dir / "source" / "img224.npy", mmap_mode="r")
+    if img.shape != (LOADER_BATCH, *shape) or not np.array_equal(img, images[lab.astype(np.intp)]):
+        raise SystemExit(f"{name} {codec}: a batch {img.shape} whose images are not the records at its labels")
+
+
 def loader_run(name: str, codec: str, data_dir: Path) -> int:
     """One loader in this process: prints a JSON line on stdout."""
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    images = np.load(data_dir / "source" / "img224.npy", mmap_mode="r")
+    shape = np.load(data_dir / "source" / "img224.npy", mmap_mode="r").shape[1:]
     try:
         nxt, close, split = make_loader(name, codec, data_dir)
     except Exception as e:  # noqa: BLE001 - the loader is missing, with the reason
@@ -1140,9 +1151,7 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
         b = nxt()
         times.append(time.perf_counter() - t0)
         if k == 0:
-            img, lab = split(b)
-            if img.shape != (LOADER_BATCH, *images.shape[1:]) or not np.array_equal(img, images[lab.astype(np.intp)]):
-                raise SystemExit(f"{name} {codec}: a batch {img.shape} whose images are not the records at its labels")
+            check_batch(name, codec, data_dir, shape, *split(b))
             checked += 1
     total = time.perf_counter() - t_all
     out.write(json.dumps({"total_s": total, "batch_s": times, "warmup_s": warm, "checked": checked}) + "\n")

@@ -8,7 +8,7 @@ use std::{
     io,
     path::{Path, PathBuf},
     sync::{
-        OnceLock,
+        Arc, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -40,20 +40,22 @@ struct Mapped {
 ///   grows under the map and no map is ever redone.
 /// * [`Growing`](View::Growing): each map covers the file as long as it was
 ///   when made; a read past the newest map makes a new one over the file's
-///   current length. Older maps stay until `&mut` access (truncation,
-///   removal, drop), because slices handed out under `&self` may still point
-///   into them. Always used on Windows (checked under Wine), where a map
-///   cannot reach past the end of a file opened for reading and a mapped
-///   file can be neither truncated nor deleted. Used on Unix when the
-///   extent-wide map is refused for want of address space: kernels with a
-///   39-bit address space (512 GiB, some aarch64 configurations) and
+///   current length. A map is shared (reference-counted) by the reads that
+///   use it, and an older one goes away when the last read through it
+///   ends, so a reader of a store that grows a little at a time holds one
+///   map, not one per growth (keeping them all once took a reader under
+///   qemu-user past 19 GiB). Always used on Windows (checked under Wine),
+///   where a map cannot reach past the end of a file opened for reading and
+///   a mapped file can be neither truncated nor deleted. Used on Unix when
+///   the extent-wide map is refused for want of address space: kernels with
+///   a 39-bit address space (512 GiB, some aarch64 configurations) and
 ///   qemu-user, which books every guest page (checked on aarch64 under
 ///   qemu-user).
 #[derive(Debug)]
 enum View {
     #[cfg(not(windows))]
     Extent(MmapRaw),
-    Growing(std::sync::RwLock<Vec<MmapRaw>>),
+    Growing(std::sync::RwLock<Option<Arc<MmapRaw>>>),
 }
 
 impl View {
@@ -71,7 +73,7 @@ impl View {
         }
         let _ = extent;
         let first = Self::map_len(file, len)?;
-        Ok(View::Growing(std::sync::RwLock::new(vec![first])))
+        Ok(View::Growing(std::sync::RwLock::new(Some(Arc::new(first)))))
     }
 
     /// A map of the first `len` bytes of `file`.
@@ -81,13 +83,19 @@ impl View {
             .map_raw_read_only(file)
     }
 
-    /// The address of byte `offset` of the file, valid for `len` bytes while
-    /// `self` is not dropped or [`reset`](Self::reset); `None` when the
+    /// Calls `f` with the address of byte `offset` of the file, valid for
+    /// `len` bytes while `f` runs; `None` (and `f` is not called) when the
     /// range lies outside what can be mapped (the extent, or the file's
     /// current length).
     // On Windows `Growing` is the only mode, so the match below is a `let`.
     #[cfg_attr(windows, allow(clippy::infallible_destructuring_match))]
-    fn address(&self, file: &File, offset: u64, len: usize) -> Option<*const u8> {
+    fn with_address<R>(
+        &self,
+        file: &File,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(*const u8) -> R,
+    ) -> Option<R> {
         let end = offset.checked_add(len as u64)?;
         let within = |map: &MmapRaw| -> Option<*const u8> {
             if end > map.len() as u64 {
@@ -99,42 +107,56 @@ impl View {
         };
         let maps = match self {
             #[cfg(not(windows))]
-            View::Extent(map) => return within(map),
+            View::Extent(map) => return within(map).map(f),
             View::Growing(maps) => maps,
         };
-        let read = |maps: &Vec<MmapRaw>| maps.last().and_then(within);
-        if let Some(ptr) = read(
+        // The newest map if it covers the range, else a new one over the
+        // file as long as it is now; either way held by this read.
+        let covering = |slot: &Option<Arc<MmapRaw>>| {
+            slot.as_ref()
+                .filter(|map| within(map).is_some())
+                .map(Arc::clone)
+        };
+        let newest = covering(
             &maps
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
-        ) {
-            return Some(ptr);
-        }
-        let mut maps = maps
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(ptr) = read(&maps) {
-            return Some(ptr);
-        }
-        let now = file.metadata().ok()?.len();
-        if end > now {
-            return None;
-        }
-        maps.push(Self::map_len(file, now).ok()?);
-        read(&maps)
+        );
+        let held = if let Some(map) = newest {
+            map
+        } else {
+            let mut slot = maps
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(map) = covering(&slot) {
+                map
+            } else {
+                let now = file.metadata().ok()?.len();
+                if end > now {
+                    return None;
+                }
+                let map = Arc::new(Self::map_len(file, now).ok()?);
+                *slot = Some(Arc::clone(&map));
+                map
+            }
+        };
+        // `held` keeps the map alive until `f` returns.
+        within(&held).map(f)
     }
 
-    /// Drops every growing map so the file can be truncated or removed
+    /// Drops the growing map so the file can be truncated or removed
     /// (Windows refuses both while a map exists); the next read maps it
-    /// again. An extent-wide map stays: Unix allows truncating a mapped file.
+    /// again. Under `&mut`, so no read holds a map. An extent-wide map
+    /// stays: Unix allows truncating a mapped file.
     fn reset(&mut self) {
         match self {
             #[cfg(not(windows))]
             View::Extent(_) => {}
-            View::Growing(maps) => maps
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clear(),
+            View::Growing(slot) => {
+                *slot
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            }
         }
     }
 }
@@ -349,19 +371,24 @@ impl Storage for FileStorage {
         f: impl FnOnce(&[u8]) -> R,
     ) -> io::Result<R> {
         let m = self.mapped(file)?;
-        let Some(start) = m.view.address(&m.file, offset, len) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("range {offset}+{len} outside {}", file.file_name()),
-            ));
+        let run = |start: *const u8| {
+            // SAFETY: the range lies inside a mapping that stays alive while
+            // this runs (`with_address` checked the range and holds the map).
+            // The caller guarantees it lies inside the file's real length, so
+            // no page of it is past EOF, and the engine never writes bytes
+            // that a reader can reach (see the module docs), so they do not
+            // change while borrowed.
+            let bytes = unsafe { std::slice::from_raw_parts(start, len) };
+            f(bytes)
         };
-        // SAFETY: the range lies inside a live mapping (`address` checked it,
-        // and maps are dropped only under `&mut self`). The caller guarantees
-        // it lies inside the file's real length, so no page of it is past EOF,
-        // and the engine never writes bytes that a reader can reach (see the
-        // module docs), so they do not change while borrowed.
-        let bytes = unsafe { std::slice::from_raw_parts(start, len) };
-        Ok(f(bytes))
+        m.view
+            .with_address(&m.file, offset, len, run)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("range {offset}+{len} outside {}", file.file_name()),
+                )
+            })
     }
 
     fn copy_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -531,5 +558,59 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot_of(view: &View) -> Option<Arc<MmapRaw>> {
+        match view {
+            View::Growing(slot) => slot.read().unwrap().clone(),
+            #[cfg(not(windows))]
+            View::Extent(_) => panic!("not a growing view"),
+        }
+    }
+
+    /// Reads bytes `offset..offset + len` through `view`, or `None`.
+    fn read(view: &View, file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
+        view.with_address(file, offset, len, |p| {
+            // SAFETY: `with_address` holds a map covering the range.
+            unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+        })
+    }
+
+    #[test]
+    fn a_growing_view_keeps_one_map_and_an_older_one_only_while_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, [1u8; 4096]).unwrap();
+        let file = File::open(&path).unwrap();
+        let view = View::Growing(std::sync::RwLock::new(Some(Arc::new(
+            View::map_len(&file, 4096).unwrap(),
+        ))));
+        assert_eq!(read(&view, &file, 0, 4096), Some(vec![1u8; 4096]));
+        assert_eq!(read(&view, &file, 4000, 200), None, "past the end");
+
+        for step in 2..=20u8 {
+            let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+            std::io::Write::write_all(&mut f, &[step; 4096]).unwrap();
+            let len = u64::from(step) * 4096;
+            // A read of the first page holds the map it went through while a
+            // read of the new page (nested inside it) replaces that map.
+            let nested = view.with_address(&file, 0, 4096, |first| {
+                let new = read(&view, &file, len - 4096, 4096);
+                // SAFETY: the outer read still holds the older map.
+                let again = unsafe { std::slice::from_raw_parts(first, 4096) }.to_vec();
+                (new, again)
+            });
+            assert_eq!(nested, Some((Some(vec![step; 4096]), vec![1u8; 4096])));
+            // Afterwards the view holds one map, over the whole file, and
+            // nothing else does.
+            let map = slot_of(&view).unwrap();
+            assert_eq!(map.len() as u64, len);
+            assert_eq!(Arc::strong_count(&map), 2, "the view's and this one");
+        }
     }
 }
