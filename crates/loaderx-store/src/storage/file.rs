@@ -43,14 +43,13 @@ struct Mapped {
 ///   current length. A map is shared (reference-counted) by the reads that
 ///   use it, and an older one goes away when the last read through it
 ///   ends, so a reader of a store that grows a little at a time holds one
-///   map, not one per growth (keeping them all once took a reader under
-///   qemu-user past 19 GiB). Always used on Windows (checked under Wine),
+///   map, not one per growth. Always used on Windows (checked under Wine),
 ///   where a map cannot reach past the end of a file opened for reading and
 ///   a mapped file can be neither truncated nor deleted. Used on Unix when
-///   the extent-wide map is refused for want of address space: kernels with
-///   a 39-bit address space (512 GiB, some aarch64 configurations) and
-///   qemu-user, which books every guest page (checked on aarch64 under
-///   qemu-user).
+///   the extent-wide map is refused for want of address space (kernels with
+///   a 39-bit address space: 512 GiB, some aarch64 configurations; qemu-user,
+///   which books every guest page), or when `LOADERX_GROWING_MAPS=1` says
+///   so ([`growing_only`]; checked on aarch64 under qemu-user).
 #[derive(Debug)]
 enum View {
     #[cfg(not(windows))]
@@ -61,7 +60,7 @@ enum View {
 impl View {
     fn new(file: &File, extent: u64, len: u64) -> io::Result<View> {
         #[cfg(not(windows))]
-        {
+        if !growing_only() {
             let whole = memmap2::MmapOptions::new()
                 .len(usize::try_from(extent).map_err(io::Error::other)?)
                 .map_raw_read_only(file);
@@ -159,6 +158,19 @@ impl View {
             }
         }
     }
+}
+
+/// Whether the environment variable `LOADERX_GROWING_MAPS` (read once) is
+/// set to `1`: every file is then mapped over its length ([`View::Growing`])
+/// even where the extent-wide map would be granted. For emulators:
+/// qemu-user keeps bookkeeping for every page of every map it was ever
+/// asked for, so a process that opens stores over and over (4 GiB of
+/// address space per chunk file each time) ran out of memory under it,
+/// although nothing was touched. `cargo xtask cross-test aarch64` sets it.
+#[cfg(not(windows))]
+fn growing_only() -> bool {
+    static VALUE: OnceLock<bool> = OnceLock::new();
+    *VALUE.get_or_init(|| std::env::var("LOADERX_GROWING_MAPS").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Writes all of `bytes` at `offset` of `file` with `pwrite`, which leaves
