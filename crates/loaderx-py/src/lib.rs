@@ -30,10 +30,13 @@
 //!
 //! Unsafe code is confined to module `pool`: the loader's batch buffers and
 //! the large outputs of direct reads (anonymous mappings on Linux) and the
-//! NumPy arrays that view them while a Python object owns them.
+//! NumPy arrays that view them while a Python object owns them; and to
+//! module `arrays`, which reads the memory of arrays handed over in a list.
 
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+mod arrays;
 mod errors;
 mod loader;
 #[allow(unsafe_code)]

@@ -387,6 +387,28 @@ impl Store {
         })
     }
 
+    /// Appends the NumPy arrays `records` to a ragged store, each written
+    /// from its own memory, when every one is a C-contiguous array of
+    /// `dtype` with `ndim` axes and at most `MAX_ITEM_LEN` bytes; returns the
+    /// index of the first, or `None` with nothing written when one is not
+    /// (the caller then checks them one by one and names the culprit).
+    fn append_arrays(
+        &self,
+        py: Python<'_>,
+        records: Vec<Bound<'_, PyAny>>,
+        dtype: &Bound<'_, numpy::PyArrayDescr>,
+        ndim: usize,
+    ) -> PyResult<Option<u64>> {
+        let limit = u64::from(loaderx_store::format::v2::MAX_RECORD_LEN_V2);
+        let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit) else {
+            return Ok(None);
+        };
+        let (parts, dims) = (&arrays.parts, &arrays.dims);
+        self.handle
+            .shared(py, |engine| engine.append_shaped_parts(parts, dims))
+            .map(Some)
+    }
+
     /// Dense records `idxs`, back to back in one new `uint8` array (from
     /// this handle's output pool when at least `POOLED_OUTPUT_BYTES`).
     fn gather_dense<'py>(

@@ -719,6 +719,40 @@ def test_open_refuses_the_wrong_store(tmp_path: Path) -> None:
     assert not (tmp_path / "missing").exists()
 
 
+def test_ragged_append_takes_any_arrays_of_its_dtype_and_rank(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    # Contiguous arrays are written in place; views with strides, arrays
+    # of an equivalent dtype object, 0-size axes and read-only memory maps
+    # all go in too, and come back as they were.
+    base = values(rng, np.int32, (40, 30))
+    np.save(tmp_path / "m.npy", base)
+    mapped = np.load(tmp_path / "m.npy", mmap_mode="r")
+    records: list[np.ndarray] = [
+        base[:3],
+        base[::2, ::3],
+        np.asfortranarray(base[:5, :4]),
+        base[5:6].astype(np.dtype("=i4")),
+        np.zeros((0, 7), np.int32),
+        mapped[10:20],
+        base.T[:2],
+    ]
+    for container in (list, tuple):
+        path = tmp_path / container.__name__
+        with Ragged.create(path, np.int32, 2, codec="zstd") as w:
+            w.append(container(records))
+            w.append(container(records[::-1]))
+            assert len(w) == 2 * len(records)
+        with Ragged.open(path) as rg:
+            assert_same_records(rg[:], records + records[::-1])
+    del mapped
+    # A big-endian array is not this store's dtype, whatever its values.
+    with Ragged.open(tmp_path / "list", writable=True) as rg:
+        with pytest.raises(ValueError, match="record 1.*<i4.*found >i4"):
+            rg.append([base[:1], base[:2].astype(">i4")])
+        assert len(rg) == 2 * len(records)
+
+
 def test_generator_appends_block_by_block(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
 ) -> None:

@@ -32,6 +32,9 @@ pub(crate) enum Layout<'a> {
     Fixed { n: usize, item_len: usize },
     /// Record `i` is `src[offsets[i]..][..lens[i]]`.
     Ragged { offsets: &'a [u64], lens: &'a [u32] },
+    /// Record `i` is `parts[i]`, wherever it lives (`src` is unused): the
+    /// caller's own buffers, written without packing them first.
+    Parts { parts: &'a [&'a [u8]] },
 }
 
 impl<'a> Layout<'a> {
@@ -39,15 +42,16 @@ impl<'a> Layout<'a> {
         match self {
             Layout::Fixed { n, .. } => *n,
             Layout::Ragged { lens, .. } => lens.len(),
+            Layout::Parts { parts } => parts.len(),
         }
     }
 
-    /// Start and length of record `i` in the source (unchecked arithmetic is
-    /// fine after `validate`).
-    fn range(&self, i: usize) -> (u64, u64) {
+    /// Length of record `i`.
+    fn len(&self, i: usize) -> u64 {
         match self {
-            Layout::Fixed { item_len, .. } => ((i * item_len) as u64, *item_len as u64),
-            Layout::Ragged { offsets, lens } => (offsets[i], u64::from(lens[i])),
+            Layout::Fixed { item_len, .. } => *item_len as u64,
+            Layout::Ragged { lens, .. } => u64::from(lens[i]),
+            Layout::Parts { parts } => parts[i].len() as u64,
         }
     }
 
@@ -60,11 +64,11 @@ impl<'a> Layout<'a> {
                 let per = (budget / (*item_len as u64).max(1)).max(1) as usize;
                 (start + per).min(n)
             }
-            Layout::Ragged { lens, .. } => {
+            Layout::Ragged { .. } | Layout::Parts { .. } => {
                 let mut bytes = 0u64;
                 let mut end = start;
-                while end < n && (end == start || bytes + u64::from(lens[end]) <= budget) {
-                    bytes += u64::from(lens[end]);
+                while end < n && (end == start || bytes + self.len(end) <= budget) {
+                    bytes += self.len(end);
                     end += 1;
                 }
                 end
@@ -91,12 +95,22 @@ impl<'a> Layout<'a> {
                     lens: &lens[start..end],
                 },
             ),
+            Layout::Parts { parts } => (
+                src,
+                Layout::Parts {
+                    parts: &parts[start..end],
+                },
+            ),
         }
     }
 
-    fn source<'s>(&self, src: &'s [u8], i: usize) -> &'s [u8] {
-        let (at, len) = self.range(i);
-        &src[at as usize..(at + len) as usize]
+    /// Record `i`'s bytes (unchecked arithmetic is fine after `validate`).
+    fn source<'s>(&'s self, src: &'s [u8], i: usize) -> &'s [u8] {
+        match self {
+            Layout::Fixed { item_len, .. } => &src[i * item_len..][..*item_len],
+            Layout::Ragged { offsets, lens } => &src[offsets[i] as usize..][..lens[i] as usize],
+            Layout::Parts { parts } => parts[i],
+        }
     }
 
     /// Checks every record's size and source range; returns the total bytes.
@@ -120,6 +134,8 @@ impl<'a> Layout<'a> {
                     (at, *item_len as u64)
                 }
                 Layout::Ragged { offsets, lens } => (Some(offsets[i]), u64::from(lens[i])),
+                // In bounds by construction: only the size is checked.
+                Layout::Parts { parts } => (Some(0), parts[i].len() as u64),
             };
             if (len == 0 && !allow_empty) || len > u64::from(limit) {
                 return Err(Error::RecordSize {
@@ -129,12 +145,16 @@ impl<'a> Layout<'a> {
                 });
             }
             let end = at.and_then(|a| a.checked_add(len));
-            if end.is_none_or(|end| end > src.len() as u64) {
+            let have = match self {
+                Layout::Parts { .. } => len,
+                _ => src.len() as u64,
+            };
+            if end.is_none_or(|end| end > have) {
                 return Err(Error::BufferTooSmall {
                     what: "source",
                     position: i,
                     need: end.unwrap_or(u64::MAX),
-                    have: src.len() as u64,
+                    have,
                 });
             }
             total += len;
@@ -233,23 +253,39 @@ impl<C: Codec, S: Storage> Store<C, S> {
         lens: &[u32],
         dims: &[u32],
     ) -> Result<u64> {
+        self.append_shaped_layout(src, Layout::Ragged { offsets, lens }, dims)
+    }
+
+    /// [`append_shaped`](Self::append_shaped) with every record in a buffer
+    /// of its own: record `i` is `records[i]`, written from there (no
+    /// packing copy first), with the dimensions `dims[i · ndim ..][.. ndim]`.
+    ///
+    /// # Errors
+    /// As [`append_shaped`](Self::append_shaped).
+    pub fn append_shaped_parts(&self, records: &[&[u8]], dims: &[u32]) -> Result<u64> {
+        self.append_shaped_layout(&[], Layout::Parts { parts: records }, dims)
+    }
+
+    fn append_shaped_layout(&self, src: &[u8], layout: Layout<'_>, dims: &[u32]) -> Result<u64> {
         let Some(schema) = self.schema.as_ref().filter(|s| s.kind == Kind::Ragged) else {
             return Err(self.schema_error("append_shaped needs a ragged store".into()));
         };
         let ndim = usize::from(schema.ndim);
-        if dims.len() != lens.len() * ndim {
+        let n = layout.count();
+        if dims.len() != n * ndim {
             return Err(Error::LengthMismatch {
                 what: "dims (records × rank)",
-                expected: lens.len() * ndim,
+                expected: n * ndim,
                 found: dims.len(),
             });
         }
         let itemsize = u64::from(schema.dtype.itemsize());
-        for (i, (d, &len)) in dims.chunks_exact(ndim).zip(lens).enumerate() {
+        for (i, d) in dims.chunks_exact(ndim).enumerate() {
             let bytes = d
                 .iter()
                 .fold(itemsize, |a, &x| a.saturating_mul(u64::from(x)));
-            if bytes != u64::from(len) {
+            let len = layout.len(i);
+            if bytes != len {
                 return Err(self.schema_error(format!(
                     "record {i} (of this append) has dimensions {d:?}, which give {bytes} bytes of {}, but it is {len} bytes",
                     schema.dtype.name(),
@@ -257,7 +293,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
         }
         let codec = CodecId::from_tag(schema.codec).unwrap_or(CodecId::Raw);
-        self.append_with_dims(codec, src, Layout::Ragged { offsets, lens }, dims)
+        self.append_with_dims(codec, src, layout, dims)
     }
 
     fn append_layout(&self, codec: CodecId, src: &[u8], layout: Layout<'_>) -> Result<u64> {
@@ -274,10 +310,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
                         Layout::Fixed { item_len, .. } => {
                             (item_len as u64 != item).then_some(item_len as u64)
                         }
-                        Layout::Ragged { lens, .. } => lens
-                            .iter()
-                            .find(|&&l| u64::from(l) != item)
-                            .map(|&l| u64::from(l)),
+                        _ => (0..layout.count())
+                            .map(|i| layout.len(i))
+                            .find(|&len| len != item),
                     };
                     if let Some(found) = bad {
                         return Err(self.schema_error(format!(
@@ -468,7 +503,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let v2 = self.schema.is_some();
         let ndim = self.files.entry_dims();
         let (sub_src, sub) = layout.window(src, start, end);
-        let sub_total = (start..end).map(|i| layout.range(i).1).sum();
+        let sub_total = (start..end).map(|i| layout.len(i)).sum();
         let (arena, slots, encoded) = encode_all(codec, encode, v2, sub_src, &sub, sub_total)?;
         let (locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start, v2)?;
         self.create_chunks(new_chunks)?;
@@ -564,7 +599,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             locs.push(RecordLoc {
                 offset: tail.offset,
                 phys_length: e.phys,
-                logic_length: layout.range(locs.len()).1 as u32,
+                logic_length: layout.len(locs.len()) as u32,
                 chunk_id: tail.chunk,
                 codec: e.codec,
                 crc: e.crc,
@@ -642,7 +677,7 @@ fn encode_all(
     let n = layout.count();
     let mut encoded: Vec<Encoded> = (0..n)
         .map(|i| Encoded {
-            phys: layout.range(i).1 as u32,
+            phys: layout.len(i) as u32,
             codec: CodecTag::RAW,
             crc: 0,
         })
@@ -666,7 +701,7 @@ fn encode_all(
     let mut at = 0usize;
     for i in 0..n {
         slots.push(at);
-        at += layout.range(i).1 as usize;
+        at += layout.len(i) as usize;
     }
     // Each worker gets a disjoint run of records, hence a disjoint part of the
     // arena and of `encoded`: split both up front, safely.

@@ -175,6 +175,62 @@ fn ragged_records_keep_their_dimensions_and_refuse_mismatches() {
 }
 
 #[test]
+fn records_in_buffers_of_their_own_store_like_packed_ones() {
+    let records = tokens(11, 400);
+    let dims: Vec<u32> = records.iter().map(|r| r.len() as u32 / 4).collect();
+    let (src, offsets, lens) = pack(&records);
+    // Three records of 30 MiB: the append crosses its 64 MiB windows.
+    let big: Vec<Vec<u8>> = (0..3).map(|i| image_like(i, 30 << 20)).collect();
+    let big_dims: Vec<u32> = big.iter().map(|r| r.len() as u32 / 4).collect();
+    for codec in available_codecs() {
+        for n_lanes in [1u8, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let (packed, parts) = (dir.path().join("packed"), dir.path().join("parts"));
+            let schema = ragged("<i4", 1, codec, None);
+            let a: Store = Store::create_v2(&packed, &schema, lanes(n_lanes)).unwrap();
+            let b: Store = Store::create_v2(&parts, &schema, lanes(n_lanes)).unwrap();
+            a.append_shaped(&src, &offsets, &lens, &dims).unwrap();
+            let views: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+            assert_eq!(b.append_shaped_parts(&views, &dims).unwrap(), 0);
+            if codec == CodecTag::RAW {
+                let views: Vec<&[u8]> = big.iter().map(Vec::as_slice).collect();
+                assert_eq!(b.append_shaped_parts(&views, &big_dims).unwrap(), 400);
+            }
+            // Refused whole: a record whose dimensions do not give its size,
+            // a dims array of the wrong length, an oversized record.
+            let mut bad = dims.clone();
+            bad[7] += 1;
+            let err = b.append_shaped_parts(&views, &bad).unwrap_err();
+            assert!(err.to_string().contains("record 7"), "{err}");
+            let err = b.append_shaped_parts(&views, &dims[1..]).unwrap_err();
+            assert!(matches!(err, Error::LengthMismatch { .. }), "{err}");
+            let expected_len = if codec == CodecTag::RAW { 403 } else { 400 };
+            assert_eq!(b.len(), expected_len);
+            b.sync().unwrap();
+            let got = contents(&b);
+            assert_eq!(got[..400], contents(&a)[..], "{codec:?} {n_lanes}");
+            assert_eq!(got[400..], big[..got.len() - 400]);
+            let mut d = vec![0u32; 2];
+            b.dims(&[399, 0], &mut d).unwrap();
+            assert_eq!(d, [dims[399], dims[0]]);
+            b.verify().unwrap();
+        }
+    }
+    // A bytes or dense store takes no dimensions.
+    let dir = tempfile::tempdir().unwrap();
+    let store: Store = Store::create_v2(
+        dir.path().join("d"),
+        &dense("<i4", &[4], CodecTag::RAW),
+        lanes(1),
+    )
+    .unwrap();
+    let err = store
+        .append_shaped_parts(&[&[0u8; 16][..]], &[4])
+        .unwrap_err();
+    assert!(err.to_string().contains("ragged store"), "{err}");
+}
+
+#[test]
 fn delete_and_compact_keep_every_survivor_and_its_dimensions() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r");

@@ -1,6 +1,6 @@
 """The native extension: the store engine and the sampler, GIL released."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 import numpy as np
@@ -65,6 +65,9 @@ class Store:
     def format_version(self) -> int: ...
     def schema(self) -> dict[str, Any] | None: ...
     def append_dense(self, src: npt.NDArray[np.uint8], n: int) -> int: ...
+    def append_arrays(
+        self, records: Sequence[Any], dtype: np.dtype[Any], ndim: int
+    ) -> int | None: ...
     def append_shaped(
         self,
         src: npt.NDArray[np.uint8],

@@ -854,6 +854,12 @@ class Ragged(_Container):
                 "append takes an iterable of arrays (one per record), got one array; "
                 "wrap it in a list to store it as one record"
             )
+        if isinstance(records, (list, tuple)) and not self.is_image:
+            # Every record a C-contiguous array of this dtype and rank: each is
+            # written from its own memory, checked in one native pass. Else
+            # (None: nothing written) the checks below name the culprit.
+            if store.append_arrays(records, self.dtype, self.ndim) is not None:
+                return
         if isinstance(records, (Sequence, np.ndarray)) and not isinstance(records, (str, bytes)):
             checked = [self._check(pos, r) for pos, r in enumerate(records)]
             if sum(r.nbytes for r in checked) <= WRITE_CHUNK_BYTES:
