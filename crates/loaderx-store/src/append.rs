@@ -3,6 +3,8 @@
 //! handle. The header on disk counts them at the next commit
 //! ([`Store::sync`]), as `docs/FORMAT.md` ("Commit protocol") describes.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use loaderx_format::{
     CodecTag, Head, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc, Tail,
     v2::{Kind, MAX_RECORD_LEN_V2},
@@ -14,7 +16,7 @@ use crate::{
 };
 
 /// Bytes assembled into one positioned write.
-const WRITE_PIECE: usize = 8 << 20;
+const WRITE_PIECE: usize = 2 << 20;
 
 /// Work of encoding one table entry (its checksum, mostly), in raw-copy
 /// byte equivalents, for deciding whether to share it out
@@ -504,8 +506,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let ndim = self.files.entry_dims();
         let (sub_src, sub) = layout.window(src, start, end);
         let sub_total = (start..end).map(|i| layout.len(i)).sum();
-        let (arena, slots, encoded) = encode_all(codec, encode, v2, sub_src, &sub, sub_total)?;
-        let (locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start, v2)?;
+        // Raw records of a v2 store get their checksums as they are written,
+        // in the same pass over the source (a memory-mapped input read
+        // from disk is read once, by the writing threads, overlapping I/O
+        // with the copies), not in a pass of their own before.
+        let crc_on_write = v2 && codec == CodecId::Raw;
+        let (arena, slots, encoded) =
+            encode_all(codec, encode, v2 && !crc_on_write, sub_src, &sub, sub_total)?;
+        let (mut locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start, v2)?;
         self.create_chunks(new_chunks)?;
         let payload = |i: usize| -> &[u8] {
             let e = encoded[i];
@@ -521,7 +529,20 @@ impl<C: Codec, S: Storage> Store<C, S> {
             Layout::Fixed { item_len, .. } if codec == CodecId::Raw => Some(item_len),
             _ => None,
         };
-        self.write_payloads(&locs, &payload, contiguous.map(|item| (sub_src, item)))?;
+        let crcs: Vec<AtomicU32> = if crc_on_write {
+            (0..locs.len()).map(|_| AtomicU32::new(0)).collect()
+        } else {
+            Vec::new()
+        };
+        self.write_payloads(
+            &locs,
+            &payload,
+            contiguous.map(|item| (sub_src, item)),
+            crc_on_write.then_some(&crcs[..]),
+        )?;
+        for (loc, crc) in locs.iter_mut().zip(crcs) {
+            loc.crc = crc.into_inner();
+        }
 
         // Entries next; the header that counts them is written by the next
         // commit (`sync`), after the bytes and entries are durable.
@@ -613,13 +634,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Writes every record's payload at its placed location, in pieces of up
-    /// to [`WRITE_PIECE`] contiguous bytes, in parallel.
+    /// to [`WRITE_PIECE`] contiguous bytes, in parallel; with `crcs`, stores
+    /// the CRC32C of record `i`'s payload in `crcs[i]` on the way, while
+    /// its bytes are at hand (each piece's records just before its write).
     pub(crate) fn write_payloads<'p>(
         &self,
         locs: &[RecordLoc],
         payload: &(dyn Fn(usize) -> &'p [u8] + Sync),
         contiguous: Option<(&[u8], usize)>,
+        crcs: Option<&[AtomicU32]>,
     ) -> Result<()> {
+        let checksum = |i: usize, bytes: &[u8]| {
+            if let Some(crcs) = crcs {
+                crcs[i].store(loaderx_format::v2::crc32c(bytes), Ordering::Relaxed);
+            }
+        };
         // Pieces: maximal runs of consecutive records in one chunk, capped in size.
         let mut pieces: Vec<(usize, usize)> = Vec::new();
         let mut start = 0;
@@ -634,22 +663,41 @@ impl<C: Codec, S: Storage> Store<C, S> {
             bytes += loc.phys_length as usize;
         }
         pieces.push((start, locs.len()));
+        // Interleaved by file (each chunk's first piece, then each one's
+        // second, ...): a buffered write holds its file's lock throughout,
+        // so threads taking the pieces in turn write different files at once.
+        let mut files: Vec<(u32, usize)> = Vec::new();
+        let mut order: Vec<(usize, usize, (usize, usize))> = Vec::with_capacity(pieces.len());
+        for &(a, b) in &pieces {
+            let chunk = locs[a].chunk_id;
+            let file = files
+                .iter()
+                .position(|&(c, _)| c == chunk)
+                .unwrap_or_else(|| {
+                    files.push((chunk, 0));
+                    files.len() - 1
+                });
+            order.push((files[file].1, file, (a, b)));
+            files[file].1 += 1;
+        }
+        order.sort_unstable_by_key(|&(nth, file, _)| (nth, file));
         let total: u64 = locs.iter().map(|l| u64::from(l.phys_length)).sum();
-        parallel::for_ranges(pieces.len(), total, |range| {
-            let mut buf = Vec::new();
-            for &(a, b) in &pieces[range] {
-                let loc = &locs[a];
-                if let Some((src, item)) = contiguous {
-                    self.write_chunk(loc.chunk_id, loc.offset, &src[a * item..b * item])?;
-                    continue;
-                }
-                buf.clear();
+        parallel::for_io_items(order.len(), total, |buf: &mut Vec<u8>, k| {
+            let (a, b) = order[k].2;
+            let loc = &locs[a];
+            if let Some((src, item)) = contiguous {
                 for i in a..b {
-                    buf.extend_from_slice(payload(i));
+                    checksum(i, &src[i * item..(i + 1) * item]);
                 }
-                self.write_chunk(loc.chunk_id, loc.offset, &buf)?;
+                return self.write_chunk(loc.chunk_id, loc.offset, &src[a * item..b * item]);
             }
-            Ok(())
+            buf.clear();
+            for i in a..b {
+                let bytes = payload(i);
+                checksum(i, bytes);
+                buf.extend_from_slice(bytes);
+            }
+            self.write_chunk(loc.chunk_id, loc.offset, buf)
         })
     }
 

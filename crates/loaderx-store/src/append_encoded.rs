@@ -98,7 +98,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let (_writer, head) = self.begin_append(n, max_records)?;
         let (locs, after, new_chunks) = self.place(&head, &encoded, &layout, n, v2)?;
         self.create_chunks(new_chunks)?;
-        self.write_payloads(&locs, &|i| records[i].bytes, None)?;
+        self.write_payloads(&locs, &|i| records[i].bytes, None, None)?;
         let entry_len = self.files.entry_len();
         let mut table = Vec::new();
         table

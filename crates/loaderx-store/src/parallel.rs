@@ -242,6 +242,68 @@ where
     }
 }
 
+/// Threads [`for_io_items`] shares writes out to, at least: while one waits
+/// on the disk (faulting in a memory-mapped source, say), another copies.
+/// More did not help on 2 cores (measured: 4 threads appended a cold
+/// 574 MiB source 10% slower than 2).
+const IO_THREADS: usize = 2;
+
+/// Work below this many bytes goes to [`for_ranges`] instead: starting
+/// threads costs tens of microseconds.
+const IO_SHARE_BYTES: u64 = 16 << 20;
+
+/// Runs `work(state, i)` for every `i` in `0..n`, for work that waits on
+/// I/O: at least [`IO_THREADS`] threads (scoped, started for this call,
+/// the caller among them; each with a `state` of its own, such as a
+/// scratch buffer) claim the items one at a time, in order, so items the
+/// caller ordered to touch different files run side by side. Small work
+/// (`bytes`) goes to [`for_ranges`]. Returns the error of the lowest item
+/// that failed.
+pub(crate) fn for_io_items<T, F>(n: usize, bytes: u64, work: F) -> Result<()>
+where
+    T: Default,
+    F: Fn(&mut T, usize) -> Result<()> + Sync,
+{
+    let threads = IO_THREADS.max(self::threads()).min(n);
+    if bytes < IO_SHARE_BYTES || threads < 2 {
+        return for_ranges(n, bytes, |range| {
+            let mut state = T::default();
+            range.into_iter().try_for_each(|i| work(&mut state, i))
+        });
+    }
+    let next = AtomicUsize::new(0);
+    let errors: Mutex<Vec<(usize, crate::Error)>> = Mutex::new(Vec::new());
+    let run = || {
+        let mut state = T::default();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            if let Err(e) = work(&mut state, i) {
+                lock(&errors).push((i, e));
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(|| {
+                block_interrupts();
+                run();
+            });
+        }
+        run();
+    });
+    let mut errors = errors
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    errors.sort_by_key(|(i, _)| *i);
+    match errors.into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// The parts of one [`for_ranges`] call, shared with the pool helpers.
 struct Shared {
     /// Next part to claim.
