@@ -106,6 +106,25 @@ impl<'a> Layout<'a> {
         }
     }
 
+    /// The source bytes records `start..end` lie in, when they lie together
+    /// (a fixed layout; a ragged one's span from its lowest record to its
+    /// highest end); empty for records in buffers of their own. Valid after
+    /// `validate`.
+    fn span<'s>(&self, src: &'s [u8], start: usize, end: usize) -> &'s [u8] {
+        match self {
+            Layout::Fixed { item_len, .. } => &src[start * item_len..end * item_len],
+            Layout::Ragged { offsets, lens } => {
+                let lo = offsets[start..end].iter().min().copied().unwrap_or(0);
+                let hi = (start..end)
+                    .map(|i| offsets[i] + u64::from(lens[i]))
+                    .max()
+                    .unwrap_or(0);
+                &src[lo as usize..hi.max(lo) as usize]
+            }
+            Layout::Parts { .. } => &[],
+        }
+    }
+
     /// Record `i`'s bytes (unchecked arithmetic is fine after `validate`).
     fn source<'s>(&'s self, src: &'s [u8], i: usize) -> &'s [u8] {
         match self {
@@ -436,6 +455,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let mut start = 0;
         while start < n {
             let end = layout.window_end(start, WINDOW);
+            if end < n {
+                read_ahead(layout.span(src, end, layout.window_end(end, WINDOW)));
+            }
             head = self.append_window(&head, codec, &encode, src, &layout, start..end, dims)?;
             start = end;
         }
@@ -511,8 +533,20 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // from disk is read once, by the writing threads, overlapping I/O
         // with the copies), not in a pass of their own before.
         let crc_on_write = v2 && codec == CodecId::Raw;
-        let (arena, slots, encoded) =
-            encode_all(codec, encode, v2 && !crc_on_write, sub_src, &sub, sub_total)?;
+        let mut arena = self
+            .append_arena
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (slots, encoded) = encode_all(
+            codec,
+            encode,
+            v2 && !crc_on_write,
+            sub_src,
+            &sub,
+            sub_total,
+            &mut arena,
+        )?;
+        let arena = &*arena;
         let (mut locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start, v2)?;
         self.create_chunks(new_chunks)?;
         let payload = |i: usize| -> &[u8] {
@@ -711,9 +745,47 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 }
 
+/// Asks the kernel to start reading `bytes` in, so that a source that is a
+/// memory-mapped file still on disk arrives while the window before it is
+/// encoded and written, instead of stalling the encoding threads on page
+/// faults. Advice only: the contents and the mapping are unchanged, memory
+/// that is not file-backed is unaffected, errors are ignored. Linux only
+/// (checked there); elsewhere the faults read the source as before.
+fn read_ahead(bytes: &[u8]) {
+    #[cfg(target_os = "linux")]
+    if !bytes.is_empty() {
+        static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let page = *PAGE.get_or_init(|| {
+            // SAFETY: sysconf only reads a system constant.
+            let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            usize::try_from(size).unwrap_or(4096)
+        });
+        let start = bytes.as_ptr() as usize;
+        let lo = start - start % page.max(1);
+        // SAFETY: MADV_WILLNEED is a hint: it starts reads of the pages of
+        // `bytes` (from the page holding its first byte) and changes neither
+        // their contents nor their mapping, so nothing this process relies
+        // on can change under it; the range lies in mapped memory `bytes`
+        // borrows, except the part of its first page before it, which is
+        // mapped with it.
+        unsafe {
+            libc::madvise(
+                lo as *mut libc::c_void,
+                start + bytes.len() - lo,
+                libc::MADV_WILLNEED,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
+}
+
 /// Encodes every record in parallel into one arena laid out like the source
-/// (record `i` gets `len_i - 1` bytes, so only a shrinking encoding fits).
-/// Returns the arena, each record's slot in it, and what was stored.
+/// (record `i` gets `len_i - 1` bytes, so only a shrinking encoding fits):
+/// `arena`, grown to `total` bytes if shorter and otherwise reused as it
+/// is, pages and all (fresh memory costs a page fault per page, and an
+/// append's windows are as large as glibc's allocator then maps afresh
+/// each time). Returns each record's slot in the arena and what was stored.
 fn encode_all(
     codec: CodecId,
     encode: &EncodeFn<'_>,
@@ -721,7 +793,8 @@ fn encode_all(
     src: &[u8],
     layout: &Layout<'_>,
     total: u64,
-) -> Result<(Vec<u8>, Vec<usize>, Vec<Encoded>)> {
+    arena: &mut Vec<u8>,
+) -> Result<(Vec<usize>, Vec<Encoded>)> {
     let n = layout.count();
     let mut encoded: Vec<Encoded> = (0..n)
         .map(|i| Encoded {
@@ -738,13 +811,15 @@ fn encode_all(
                 }
             });
         }
-        return Ok((Vec::new(), Vec::new(), encoded));
+        return Ok((Vec::new(), encoded));
     }
-    let mut arena = Vec::new();
-    arena
-        .try_reserve_exact(total as usize)
-        .map_err(|_| Error::OutOfMemory { bytes: total })?;
-    arena.resize(total as usize, 0);
+    if arena.len() < total as usize {
+        *arena = Vec::new();
+        arena
+            .try_reserve_exact(total as usize)
+            .map_err(|_| Error::OutOfMemory { bytes: total })?;
+        arena.resize(total as usize, 0);
+    }
     let mut slots = Vec::with_capacity(n);
     let mut at = 0usize;
     for i in 0..n {
@@ -756,7 +831,7 @@ fn encode_all(
     let parts = (parallel::threads() * 4).clamp(1, n);
     let mut arena_parts = Vec::with_capacity(parts);
     let mut enc_parts = Vec::with_capacity(parts);
-    let (mut arena_rest, mut enc_rest) = (arena.as_mut_slice(), encoded.as_mut_slice());
+    let (mut arena_rest, mut enc_rest) = (&mut arena[..total as usize], encoded.as_mut_slice());
     let mut prev = 0;
     for p in 1..=parts {
         let end = p * n / parts;
@@ -794,7 +869,7 @@ fn encode_all(
             at += data.len();
         }
     });
-    Ok((arena, slots, encoded))
+    Ok((slots, encoded))
 }
 
 /// `items` cut into about `4 × threads` runs, each with the index of its first.

@@ -336,6 +336,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             chunk_lens,
             raw_runs: std::sync::RwLock::default(),
             append_lock: Mutex::new(()),
+            append_arena: Mutex::new(Vec::new()),
             poisoned: AtomicBool::new(false),
             lock,
             codecs,
