@@ -106,25 +106,6 @@ impl<'a> Layout<'a> {
         }
     }
 
-    /// The source bytes records `start..end` lie in, when they lie together
-    /// (a fixed layout; a ragged one's span from its lowest record to its
-    /// highest end); empty for records in buffers of their own. Valid after
-    /// `validate`.
-    fn span<'s>(&self, src: &'s [u8], start: usize, end: usize) -> &'s [u8] {
-        match self {
-            Layout::Fixed { item_len, .. } => &src[start * item_len..end * item_len],
-            Layout::Ragged { offsets, lens } => {
-                let lo = offsets[start..end].iter().min().copied().unwrap_or(0);
-                let hi = (start..end)
-                    .map(|i| offsets[i] + u64::from(lens[i]))
-                    .max()
-                    .unwrap_or(0);
-                &src[lo as usize..hi.max(lo) as usize]
-            }
-            Layout::Parts { .. } => &[],
-        }
-    }
-
     /// Record `i`'s bytes (unchecked arithmetic is fine after `validate`).
     fn source<'s>(&'s self, src: &'s [u8], i: usize) -> &'s [u8] {
         match self {
@@ -455,9 +436,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let mut start = 0;
         while start < n {
             let end = layout.window_end(start, WINDOW);
-            if end < n {
-                read_ahead(layout.span(src, end, layout.window_end(end, WINDOW)));
-            }
             head = self.append_window(&head, codec, &encode, src, &layout, start..end, dims)?;
             start = end;
         }
@@ -743,41 +721,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
             what,
         }
     }
-}
-
-/// Asks the kernel to start reading `bytes` in, so that a source that is a
-/// memory-mapped file still on disk arrives while the window before it is
-/// encoded and written, instead of stalling the encoding threads on page
-/// faults. Advice only: the contents and the mapping are unchanged, memory
-/// that is not file-backed is unaffected, errors are ignored. Linux only
-/// (checked there); elsewhere the faults read the source as before.
-fn read_ahead(bytes: &[u8]) {
-    #[cfg(target_os = "linux")]
-    if !bytes.is_empty() {
-        static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let page = *PAGE.get_or_init(|| {
-            // SAFETY: sysconf only reads a system constant.
-            let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-            usize::try_from(size).unwrap_or(4096)
-        });
-        let start = bytes.as_ptr() as usize;
-        let lo = start - start % page.max(1);
-        // SAFETY: MADV_WILLNEED is a hint: it starts reads of the pages of
-        // `bytes` (from the page holding its first byte) and changes neither
-        // their contents nor their mapping, so nothing this process relies
-        // on can change under it; the range lies in mapped memory `bytes`
-        // borrows, except the part of its first page before it, which is
-        // mapped with it.
-        unsafe {
-            libc::madvise(
-                lo as *mut libc::c_void,
-                start + bytes.len() - lo,
-                libc::MADV_WILLNEED,
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = bytes;
 }
 
 /// Encodes every record in parallel into one arena laid out like the source
