@@ -232,11 +232,15 @@ where
     if let Some(payload) = lock(&panicked).take() {
         panic::resume_unwind(payload);
     }
-    let mut errors = errors
+    first_error(errors)
+}
+
+/// The error of the lowest numbered part among `errors`, if any.
+fn first_error(errors: Mutex<Vec<(usize, crate::Error)>>) -> Result<()> {
+    let errors = errors
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    errors.sort_by_key(|(part, _)| *part);
-    match errors.into_iter().next() {
+    match errors.into_iter().min_by_key(|(part, _)| *part) {
         Some((_, e)) => Err(e),
         None => Ok(()),
     }
@@ -294,14 +298,7 @@ where
         }
         run();
     });
-    let mut errors = errors
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    errors.sort_by_key(|(i, _)| *i);
-    match errors.into_iter().next() {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
+    first_error(errors)
 }
 
 /// The parts of one [`for_ranges`] call, shared with the pool helpers.
@@ -431,6 +428,41 @@ mod tests {
                 }),
                 None => Ok(()),
             }
+        })
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            crate::Error::IndexOutOfRange { index: 30, .. }
+        ));
+    }
+
+    #[test]
+    fn io_items_run_once_each_with_a_state_per_thread_and_the_lowest_error_wins() {
+        for (n, bytes) in [(1usize, u64::MAX), (7, u64::MAX), (500, u64::MAX), (500, 0)] {
+            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+            let states = AtomicU64::new(0);
+            for_io_items(n, bytes, |seen: &mut Vec<usize>, i| {
+                if seen.is_empty() {
+                    states.fetch_add(1, Ordering::Relaxed);
+                }
+                // A thread's state persists across the items it claims, in order.
+                assert!(seen.last().is_none_or(|&last| last < i));
+                seen.push(i);
+                hits[i].fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n={n}");
+            assert!(states.load(Ordering::Relaxed) <= (IO_THREADS.max(threads()) * 4) as u64);
+        }
+        let err = for_io_items(100, u64::MAX, |(): &mut (), i| {
+            if i == 30 || i == 80 {
+                return Err(crate::Error::IndexOutOfRange {
+                    index: i as u64,
+                    len: 0,
+                });
+            }
+            Ok(())
         })
         .unwrap_err();
         assert!(matches!(
