@@ -25,7 +25,10 @@ pub(crate) struct Records<'a> {
 /// refuses to resize an array that has other references. As with every
 /// read the binding makes with the GIL released, another Python thread
 /// writing into the same arrays meanwhile gets no guarantee of which bytes
-/// are stored.
+/// are stored; and unlike the binding's typed array arguments these are not
+/// registered with rust-numpy's borrow tracking, so an array that is at the
+/// same time the destination of a gather on another thread is not refused
+/// (its bytes are then whatever the gather had written when they were read).
 pub(crate) fn records<'a>(
     items: &'a [Bound<'_, PyAny>],
     dtype: &Bound<'_, PyArrayDescr>,
@@ -41,7 +44,9 @@ pub(crate) fn records<'a>(
             return None;
         }
         let own = array.dtype();
-        if !own.is(dtype) && !own.is_equiv_to(dtype) {
+        // Equivalent dtypes have equal item sizes in NumPy; checked anyway,
+        // since the length below (and so the slice) rests on it.
+        if (!own.is(dtype) && !own.is_equiv_to(dtype)) || own.itemsize() as u64 != itemsize {
             return None;
         }
         let mut len = itemsize;

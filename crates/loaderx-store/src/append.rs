@@ -511,10 +511,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // from disk is read once, by the writing threads, overlapping I/O
         // with the copies), not in a pass of their own before.
         let crc_on_write = v2 && codec == CodecId::Raw;
-        let mut arena = self
+        // The handle's arena, reused from window to window, unless this
+        // window is one record larger than a window: that one gets an arena
+        // of its own, freed with it.
+        let mut own = Vec::new();
+        let mut kept = self
             .append_arena
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let arena = if sub_total <= WINDOW {
+            &mut *kept
+        } else {
+            &mut own
+        };
         let (slots, encoded) = encode_all(
             codec,
             encode,
@@ -522,7 +531,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             sub_src,
             &sub,
             sub_total,
-            &mut arena,
+            arena,
         )?;
         let arena = &*arena;
         let (mut locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start, v2)?;
@@ -705,9 +714,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             buf.clear();
             for i in a..b {
-                let bytes = payload(i);
-                checksum(i, bytes);
-                buf.extend_from_slice(bytes);
+                // Checksummed as copied, so the CRC is of the bytes written
+                // even if the source changes meanwhile.
+                let at = buf.len();
+                buf.extend_from_slice(payload(i));
+                checksum(i, &buf[at..]);
             }
             self.write_chunk(loc.chunk_id, loc.offset, buf)
         })

@@ -277,27 +277,42 @@ where
     }
     let next = AtomicUsize::new(0);
     let errors: Mutex<Vec<(usize, crate::Error)>> = Mutex::new(Vec::new());
+    let panicked: Mutex<Option<Box<dyn std::any::Any + Send>>> = Mutex::new(None);
+    // Never unwinds: errors and the first panic are parked for the caller,
+    // and once something panicked the items left are not started.
     let run = || {
         let mut state = T::default();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
+            if i >= n || lock(&panicked).is_some() {
                 break;
             }
-            if let Err(e) = work(&mut state, i) {
-                lock(&errors).push((i, e));
+            match panic::catch_unwind(AssertUnwindSafe(|| work(&mut state, i))) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => lock(&errors).push((i, e)),
+                Err(payload) => {
+                    lock(&panicked).get_or_insert(payload);
+                }
             }
         }
     };
     std::thread::scope(|scope| {
-        for _ in 1..threads {
-            scope.spawn(|| {
-                block_interrupts();
-                run();
-            });
+        for k in 1..threads {
+            let helper = std::thread::Builder::new()
+                .name(format!("loaderx-io-{k}"))
+                .spawn_scoped(scope, || {
+                    block_interrupts();
+                    run();
+                });
+            if helper.is_err() {
+                break; // No thread to be had: the ones running share the rest.
+            }
         }
         run();
     });
+    if let Some(payload) = lock(&panicked).take() {
+        panic::resume_unwind(payload);
+    }
     first_error(errors)
 }
 
@@ -469,6 +484,22 @@ mod tests {
             err,
             crate::Error::IndexOutOfRange { index: 30, .. }
         ));
+    }
+
+    #[test]
+    fn a_panic_in_an_io_item_reaches_the_caller_as_it_was() {
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            for_io_items(64, u64::MAX, |(): &mut (), i| {
+                assert!(i != 10, "boom at 10");
+                Ok(())
+            })
+        }))
+        .unwrap_err();
+        let message = caught
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| caught.downcast_ref::<String>().map(String::as_str));
+        assert_eq!(message, Some("boom at 10"));
     }
 
     #[test]

@@ -79,9 +79,10 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     pub(crate) append_lock: Mutex<()>,
     /// The arena compressed appends encode into, kept from one append to
     /// the next so its pages are faulted in once per writing session, not
-    /// once per append window (at most one window, 64 MiB; measured: a
-    /// zstd append of 574 MiB spent 10% of its time in the kernel on
-    /// fresh pages). [`sync`](Self::sync) frees it, and so does closing.
+    /// once per append window (at most one window, 64 MiB: a window of one
+    /// larger record uses an arena of its own; measured: a zstd append of
+    /// 574 MiB spent 10% of its time in the kernel on fresh pages).
+    /// [`sync`](Self::sync) frees it, and so does closing.
     pub(crate) append_arena: Mutex<Vec<u8>>,
     /// Set when a write failed halfway and could not be undone in place: the
     /// bytes on disk are recovered by the next open, not by this handle.
