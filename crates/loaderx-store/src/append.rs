@@ -115,6 +115,25 @@ impl<'a> Layout<'a> {
         }
     }
 
+    /// Where record `i` lies in the buffer it is read from: its start
+    /// (`None` past `u64`), its length, and the length of that buffer.
+    fn extent(&self, i: usize, src: &[u8]) -> (Option<u64>, u64, u64) {
+        match self {
+            Layout::Fixed { item_len, .. } => {
+                let len = *item_len as u64;
+                ((i as u64).checked_mul(len), len, src.len() as u64)
+            }
+            Layout::Ragged { offsets, lens } => {
+                (Some(offsets[i]), u64::from(lens[i]), src.len() as u64)
+            }
+            // A part is a buffer of its own, the whole of it the record.
+            Layout::Parts { parts } => {
+                let len = parts[i].len() as u64;
+                (Some(0), len, len)
+            }
+        }
+    }
+
     /// Checks every record's size and source range; returns the total bytes.
     /// Empty records pass only when `allow_empty` (ragged stores: an empty
     /// token list is a record).
@@ -130,15 +149,7 @@ impl<'a> Layout<'a> {
         }
         let mut total = 0u64;
         for i in 0..self.count() {
-            let (at, len) = match self {
-                Layout::Fixed { item_len, .. } => {
-                    let at = (i as u64).checked_mul(*item_len as u64);
-                    (at, *item_len as u64)
-                }
-                Layout::Ragged { offsets, lens } => (Some(offsets[i]), u64::from(lens[i])),
-                // In bounds by construction: only the size is checked.
-                Layout::Parts { parts } => (Some(0), parts[i].len() as u64),
-            };
+            let (at, len, have) = self.extent(i, src);
             if (len == 0 && !allow_empty) || len > u64::from(limit) {
                 return Err(Error::RecordSize {
                     position: i,
@@ -147,10 +158,6 @@ impl<'a> Layout<'a> {
                 });
             }
             let end = at.and_then(|a| a.checked_add(len));
-            let have = match self {
-                Layout::Parts { .. } => len,
-                _ => src.len() as u64,
-            };
             if end.is_none_or(|end| end > have) {
                 return Err(Error::BufferTooSmall {
                     what: "source",

@@ -6,6 +6,7 @@ use loaderx_format::{CodecTag, Head, RecordLoc};
 use crate::{
     Codec, Error, Result, Store,
     parallel::{self, SharedDst},
+    runs::MAX_CHUNKS,
     storage::Storage,
 };
 
@@ -179,6 +180,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // Raw records copied from the map (not read with pread, not checked):
         // a batch of only those takes `copy_raw_runs`.
         let raw_checked = self.schema.is_some() && self.check_raw;
+        if !raw_checked
+            && idxs.len() >= PREFETCH_AT_LEAST
+            && self.gather_covered(idxs, dst, place, &head)?
+        {
+            return Ok(());
+        }
         let (indexed, mut fault) = self.batch_entries(idxs, &head, raw_checked, &mut decoded)?;
         let copy_reads_at = parallel::copy_reads_at();
         let mut all_mapped_raw = !raw_checked;
@@ -268,6 +275,108 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.check_meta_len(head)?;
         Ok((false, self.files.read_entries(idxs, head.length, decoded)?))
+    }
+
+    /// Gathers a batch of small raw records the handle's index covers
+    /// (`runs.rs`) into strided or exact places: their places computed from
+    /// the runs, their chunk files' lengths checked once per chunk, then each
+    /// chunk's map borrowed once while its records are copied. `false`, with
+    /// nothing written, when the batch is not
+    /// covered, or is placed by offsets, or anything about it would be an
+    /// error: the general path takes it then, and names what is wrong.
+    fn gather_covered(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        place: Placement<'_>,
+        head: &Head,
+    ) -> Result<bool> {
+        let stride = match place {
+            Placement::Strided(stride) | Placement::Exact(stride) => stride,
+            Placement::Offsets(_) => return Ok(false),
+        };
+        let placed = {
+            let runs = self
+                .raw_runs
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match runs.place(idxs, head) {
+                Some(placed) => placed,
+                None => return Ok(false),
+            }
+        };
+        let len = placed.len as usize;
+        let fits = match place {
+            Placement::Exact(item_len) => len == item_len,
+            _ => len <= stride,
+        };
+        let end = (idxs.len() - 1)
+            .checked_mul(stride)
+            .and_then(|at| at.checked_add(len));
+        if !fits
+            || end.is_none_or(|end| end > dst.len())
+            || u64::from(placed.len) >= parallel::copy_reads_at()
+        {
+            return Ok(false);
+        }
+        for &(chunk, _, end) in &placed.chunks {
+            if end > self.current_chunk_len(chunk)? {
+                return Ok(false);
+            }
+        }
+        let prefetch = (idxs.len() * len) as u64 <= PREFETCH_RECORDS_UP_TO;
+        let ahead = if prefetch { PREFETCH_DISTANCE } else { 0 };
+        let shared = SharedDst::new(dst);
+        parallel::for_ranges(idxs.len(), (idxs.len() * len) as u64, |range| {
+            let mine = &placed.at[range.clone()];
+            // The range's records grouped by chunk, in batch order within
+            // each (a counting sort), so each chunk's map is borrowed once:
+            // a storage may not lend two of its files at a time.
+            let mut starts = [0usize; MAX_CHUNKS + 1];
+            for &(slot, _) in mine {
+                starts[slot as usize + 1] += 1;
+            }
+            for s in 1..starts.len() {
+                starts[s] += starts[s - 1];
+            }
+            let mut order = vec![0u32; mine.len()];
+            let mut next = starts;
+            for (k, &(slot, _)) in mine.iter().enumerate() {
+                order[next[slot as usize]] = k as u32;
+                next[slot as usize] += 1;
+            }
+            for (slot, &(chunk, start, end)) in placed.chunks.iter().enumerate() {
+                let group = &order[starts[slot]..starts[slot + 1]];
+                if group.is_empty() {
+                    continue;
+                }
+                let file = crate::storage::FileId::Chunk(chunk);
+                self.files
+                    .with_bytes(file, start, (end - start) as usize, "read", |span| {
+                        let bytes = |k: u32| {
+                            let at = (mine[k as usize].1 - start) as usize;
+                            &span[at..at + len]
+                        };
+                        crate::files::prefetch(group.iter().take(ahead).map(|&k| bytes(k)));
+                        for (j, &k) in group.iter().enumerate() {
+                            if let Some(&later) = group.get(j + ahead).filter(|_| prefetch) {
+                                crate::files::prefetch(std::iter::once(bytes(later)));
+                            }
+                            // SAFETY: the last record's slot ends inside
+                            // `dst` (checked above), each record is at most
+                            // `stride` bytes, so distinct records' ranges do
+                            // not overlap, and each record belongs to one
+                            // range handed to one worker.
+                            let out = unsafe {
+                                shared.range_mut((range.start + k as usize) * stride, len)
+                            };
+                            copy_small(out, bytes(k));
+                        }
+                    })?;
+            }
+            Ok(())
+        })?;
+        Ok(true)
     }
 
     /// Copies raw records straight from the chunk maps into their places:

@@ -46,13 +46,30 @@ const STEP: u64 = 1 << 16;
 /// table does.
 const MAX_RUNS: usize = 1 << 16;
 
+/// Chunk files a covered batch may lie in for
+/// [`RawRuns::place`] to place it (a store written with the default four
+/// lanes has four).
+pub(crate) const MAX_CHUNKS: usize = 8;
+
 /// Records `first ..` (up to the next run, or the end of what is covered)
-/// lie in chunk `chunk` from byte `offset` on, `len` bytes apart.
+/// lie in chunk `chunks[slot]` from byte `offset` on, `len` bytes apart.
 #[derive(Debug, Clone, Copy)]
 struct Run {
     first: u64,
-    chunk: u32,
+    slot: u32,
     offset: u64,
+}
+
+/// Where the records of a covered batch lie ([`RawRuns::place`]).
+#[derive(Debug)]
+pub(crate) struct Placed {
+    /// The length of every record.
+    pub(crate) len: u32,
+    /// Each chunk the batch touches: its id and the span of its bytes the
+    /// batch's records lie in (`start .. end`).
+    pub(crate) chunks: Vec<(u32, u64, u64)>,
+    /// Record `idxs[i]` lies at byte `at[i].1` of chunk `chunks[at[i].0]`.
+    pub(crate) at: Vec<(u32, u64)>,
 }
 
 /// See the module docs.
@@ -61,6 +78,8 @@ pub(crate) struct RawRuns {
     /// The length of every indexed record (0 until the first is indexed).
     len: u32,
     runs: Vec<Run>,
+    /// The chunk ids runs lie in, by slot.
+    chunks: Vec<u32>,
     /// Entries `0 .. covered` are indexed.
     covered: u64,
     /// An entry that breaks the pattern was met: no more indexing.
@@ -76,6 +95,48 @@ impl RawRuns {
             && idxs.iter().all(|&i| i < self.covered)
     }
 
+    /// Where each record of `idxs` lies, when the index covers them all and
+    /// they lie in at most [`MAX_CHUNKS`] chunk files (else `None`): one
+    /// search of the runs per record, no table entry read.
+    pub(crate) fn place(&self, idxs: &[u64], head: &Head) -> Option<Placed> {
+        if self.given_up || self.len == 0 || self.covered > head.length {
+            return None;
+        }
+        let len = u64::from(self.len);
+        // Per chunk slot: the span touched, empty (start > end) until a record
+        // lies there.
+        let mut spans = [(u64::MAX, 0u64); MAX_CHUNKS];
+        let mut at = Vec::new();
+        at.try_reserve_exact(idxs.len()).ok()?;
+        for &index in idxs {
+            if index >= self.covered {
+                return None;
+            }
+            let run = self.runs[self.runs.partition_point(|r| r.first <= index) - 1];
+            let offset = run.offset + (index - run.first) * len;
+            let span = spans.get_mut(run.slot as usize)?;
+            *span = (span.0.min(offset), span.1.max(offset + len));
+            at.push((run.slot, offset));
+        }
+        // Renumber the slots to the chunks this batch touches.
+        let mut renumbered = [0u32; MAX_CHUNKS];
+        let mut chunks = Vec::new();
+        for (slot, &(start, end)) in spans.iter().enumerate() {
+            if start < end {
+                renumbered[slot] = chunks.len() as u32;
+                chunks.push((self.chunks[slot], start, end));
+            }
+        }
+        for (slot, _) in &mut at {
+            *slot = renumbered[*slot as usize];
+        }
+        Some(Placed {
+            len: self.len,
+            chunks,
+            at,
+        })
+    }
+
     /// Whether a gather should index the next step.
     pub(crate) fn wants_more(&self, head: &Head) -> bool {
         !self.given_up && self.covered < head.length
@@ -86,13 +147,14 @@ impl RawRuns {
         let k = self.runs.partition_point(|r| r.first <= index) - 1;
         let run = self.runs[k];
         let offset = run.offset + (index - run.first) * u64::from(self.len);
+        let chunk_id = self.chunks[run.slot as usize];
         RecordLoc {
             // Each covered record's offset is its entry's (checked when it
             // was indexed), a u32.
             offset: offset as u32,
             phys_length: self.len,
             logic_length: self.len,
-            chunk_id: run.chunk,
+            chunk_id,
             codec: CodecTag::RAW,
             crc: 0,
         }
@@ -112,7 +174,7 @@ impl RawRuns {
         }
         self.len = loc.logic_length;
         let follows = self.runs.last().is_some_and(|r| {
-            r.chunk == loc.chunk_id
+            self.chunks[r.slot as usize] == loc.chunk_id
                 && r.offset + (index - r.first) * u64::from(self.len) == u64::from(loc.offset)
         });
         if !follows {
@@ -120,9 +182,17 @@ impl RawRuns {
                 self.given_up = true;
                 return;
             }
+            let slot = self
+                .chunks
+                .iter()
+                .position(|&c| c == loc.chunk_id)
+                .unwrap_or_else(|| {
+                    self.chunks.push(loc.chunk_id);
+                    self.chunks.len() - 1
+                });
             self.runs.push(Run {
                 first: index,
-                chunk: loc.chunk_id,
+                slot: slot as u32,
                 offset: u64::from(loc.offset),
             });
         }

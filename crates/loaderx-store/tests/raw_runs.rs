@@ -277,3 +277,82 @@ fn an_indexed_handle_keeps_the_entries_it_checked() {
         .unwrap_err();
     assert!(err.to_string().contains("10"), "{err}");
 }
+
+#[test]
+fn an_indexed_batch_that_cannot_be_gathered_writes_nothing_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
+    {
+        let store: Store =
+            Store::create_v2(&path, &labels_schema(CodecTag::RAW), OpenOptions::default()).unwrap();
+        append_labels(&store, 0..4000);
+    }
+    let store: Store = Store::open_read_only(&path).unwrap();
+    let all: Vec<u64> = (0..4000).collect();
+    let mut out = vec![0u8; all.len() * LEN];
+    store.gather_exact(&all, &mut out, LEN).unwrap();
+    store.gather_exact(&all, &mut out, LEN).unwrap();
+
+    let batch: Vec<u64> = (0..64).map(|k| (k * 61) % 4000).collect();
+    let untouched = |out: &[u8]| out.iter().all(|&b| b == 0x5A);
+    let mut out = vec![0x5Au8; batch.len() * LEN];
+    let err = store.gather_exact(&batch, &mut out, 4).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::RecordLength {
+                index: 0,
+                position: 0,
+                expected: 4,
+                found: 8,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = store.gather(&batch, &mut out, 4).unwrap_err();
+    assert!(
+        matches!(err, Error::BufferTooSmall { position: 0, .. }),
+        "{err}"
+    );
+    let short = out.len() - 1;
+    let err = store
+        .gather_exact(&batch, &mut out[..short], LEN)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BufferTooSmall { position: 63, .. }),
+        "{err}"
+    );
+    let mut past = batch.clone();
+    past[40] = 4000;
+    let err = store.gather_exact(&past, &mut out, LEN).unwrap_err();
+    assert!(
+        matches!(err, Error::IndexOutOfRange { index: 4000, .. }),
+        "{err}"
+    );
+    assert!(untouched(&out));
+
+    // A chunk file cut short behind the handle's back (Windows refuses to
+    // truncate a mapped file, so this part runs on Unix only): an error
+    // naming a record past the new end, not a SIGBUS, and nothing written.
+    #[cfg(unix)]
+    {
+        let chunk = path.join("0.zr");
+        let len = fs::metadata(&chunk).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&chunk)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        let err = store.gather_exact(&all, &mut vec![0x5Au8; all.len() * LEN][..], LEN);
+        let err = err.unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { .. }) && err.to_string().contains("past the end"),
+            "{err}"
+        );
+        let mut out = vec![0x5Au8; all.len() * LEN];
+        assert!(store.gather_exact(&all, &mut out, LEN).is_err());
+        assert!(untouched(&out));
+    }
+}
