@@ -1332,6 +1332,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["loaders"] = loader_section(pythons, result["missing"], data_dir, args)
     for w in workers.values():
         w.quit()
+    if not args.keep_stores:
+        # The stores of a publication run take tens of GiB; the generated
+        # sources (a few GiB) are what a rerun would reuse.
+        shutil.rmtree(data_dir / "stores", ignore_errors=True)
+        shutil.rmtree(data_dir / "loader", ignore_errors=True)
     return result
 
 
@@ -1494,6 +1499,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--missing", action="append", default=[], metavar="IMPL=REASON",
                         help="a contender venv (field, v054, v240) that could not be made, and why")
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--keep-stores", action="store_true",
+                        help="keep the stores written (tens of GiB at scale 1); the sources are always kept")
     parser.add_argument("--json", dest="json_out", default=None)
     parser.add_argument("--workloads", nargs="+", default=None, choices=list(WORKLOADS),
                         help="store section: only these workloads (a partial run, for looking into one)")

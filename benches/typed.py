@@ -674,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not run 2.4.0; record REASON in the results instead")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="where stores are written (default: <target>/bench-typed)")
+    parser.add_argument("--keep-stores", action="store_true",
+                        help="keep the stores each contender wrote (several GiB at full size)")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the run's JSON here")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -694,7 +696,13 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     info = machine()
-    result = run(args)
+    try:
+        result = run(args)
+    finally:
+        if not args.keep_stores:
+            # The open-time store is built once and kept (it is slow to build).
+            for impl in ("ours", "original"):
+                shutil.rmtree(args.data_dir / impl, ignore_errors=True)
     try:
         info["load_1min_end"] = round(os.getloadavg()[0], 2)
     except OSError:

@@ -14,6 +14,8 @@
 //! reported missing with pip's reason), then its PNG figures
 //! (`docs/img/field-*.png`). `store` and `loader`: one half of `field`,
 //! printed and kept under `<target>/bench-field/`, the docs untouched.
+//! Both scripts remove the stores they wrote when they end (tens of GiB at
+//! scale 1) and keep only their generated sources.
 //! `smoke`: what `cargo xtask test` runs (below). `LOADERX_BENCH_SCALE=F`
 //! multiplies field.py's record counts (default 1: the publication run,
 //! about 2 GiB of sources; 0.1 for a quick look, its tables say so).

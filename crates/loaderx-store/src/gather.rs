@@ -21,12 +21,24 @@ const PREFETCH_AT_LEAST: usize = 8;
 /// their own first lines out of the cache before they are copied.
 const PREFETCH_RECORDS_UP_TO: u64 = 512 << 10;
 
-/// How many records ahead of the copy `copy_raw_runs` asks for lines.
+/// How many records ahead of the copy `copy_from_spans` asks for lines.
 const PREFETCH_DISTANCE: usize = 16;
 
 /// Chunks a batch of raw records may lie in for `copy_raw_runs` to borrow
 /// each chunk's map once (finding a record's chunk is a linear search).
+/// At least [`MAX_CHUNKS`], which `gather_covered` passes on.
 const MAX_SPANS: usize = 32;
+const _: () = assert!(MAX_CHUNKS <= MAX_SPANS);
+
+/// One record for [`Store::copy_from_spans`]: `len` bytes at byte `offset`
+/// of the chunk in span `slot`, copied to byte `at` of the destination.
+#[derive(Debug, Clone, Copy)]
+struct SmallCopy {
+    slot: u32,
+    offset: u64,
+    at: usize,
+    len: usize,
+}
 
 /// `dst.copy_from_slice(src)`, without a call into `memcpy` for the sizes
 /// of scalar records (a label is one 8-byte load and store).
@@ -170,13 +182,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let oom = |bytes: usize| Error::OutOfMemory {
             bytes: bytes as u64,
         };
-        let mut locs: Vec<(usize, RecordLoc)> = Vec::new();
-        locs.try_reserve_exact(idxs.len())
-            .map_err(|_| oom(idxs.len() * std::mem::size_of::<(usize, RecordLoc)>()))?;
-        let mut decoded: Vec<RecordLoc> = Vec::new();
-        decoded
-            .try_reserve_exact(idxs.len())
-            .map_err(|_| oom(idxs.len() * std::mem::size_of::<RecordLoc>()))?;
         // Raw records copied from the map (not read with pread, not checked):
         // a batch of only those takes `copy_raw_runs`.
         let raw_checked = self.schema.is_some() && self.check_raw;
@@ -186,6 +191,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
         {
             return Ok(());
         }
+        let mut locs: Vec<(usize, RecordLoc)> = Vec::new();
+        locs.try_reserve_exact(idxs.len())
+            .map_err(|_| oom(idxs.len() * std::mem::size_of::<(usize, RecordLoc)>()))?;
+        let mut decoded: Vec<RecordLoc> = Vec::new();
+        decoded
+            .try_reserve_exact(idxs.len())
+            .map_err(|_| oom(idxs.len() * std::mem::size_of::<RecordLoc>()))?;
         let (indexed, mut fault) = self.batch_entries(idxs, &head, raw_checked, &mut decoded)?;
         let copy_reads_at = parallel::copy_reads_at();
         let mut all_mapped_raw = !raw_checked;
@@ -279,11 +291,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Gathers a batch of small raw records the handle's index covers
     /// (`runs.rs`) into strided or exact places: their places computed from
-    /// the runs, their chunk files' lengths checked once per chunk, then each
-    /// chunk's map borrowed once while its records are copied. `false`, with
-    /// nothing written, when the batch is not
-    /// covered, or is placed by offsets, or anything about it would be an
-    /// error: the general path takes it then, and names what is wrong.
+    /// the runs, their chunk files' lengths checked once per chunk, then
+    /// copied chunk by chunk ([`copy_from_spans`](Self::copy_from_spans)).
+    /// `false`, with nothing written, when the batch is not covered, or is
+    /// placed by offsets, or anything the general path checks would refuse
+    /// it (the general path takes it then, and names what is wrong). An
+    /// error from borrowing a chunk's map is returned as the general path
+    /// would return it.
     fn gather_covered(
         &self,
         idxs: &[u64],
@@ -320,61 +334,29 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Ok(false);
         }
         for &(chunk, _, end) in &placed.chunks {
-            if end > self.current_chunk_len(chunk)? {
+            if !self.current_chunk_len(chunk).is_ok_and(|held| end <= held) {
                 return Ok(false);
             }
         }
         let prefetch = (idxs.len() * len) as u64 <= PREFETCH_RECORDS_UP_TO;
-        let ahead = if prefetch { PREFETCH_DISTANCE } else { 0 };
         let shared = SharedDst::new(dst);
         parallel::for_ranges(idxs.len(), (idxs.len() * len) as u64, |range| {
-            let mine = &placed.at[range.clone()];
-            // The range's records grouped by chunk, in batch order within
-            // each (a counting sort), so each chunk's map is borrowed once:
-            // a storage may not lend two of its files at a time.
-            let mut starts = [0usize; MAX_CHUNKS + 1];
-            for &(slot, _) in mine {
-                starts[slot as usize + 1] += 1;
-            }
-            for s in 1..starts.len() {
-                starts[s] += starts[s - 1];
-            }
-            let mut order = vec![0u32; mine.len()];
-            let mut next = starts;
-            for (k, &(slot, _)) in mine.iter().enumerate() {
-                order[next[slot as usize]] = k as u32;
-                next[slot as usize] += 1;
-            }
-            for (slot, &(chunk, start, end)) in placed.chunks.iter().enumerate() {
-                let group = &order[starts[slot]..starts[slot + 1]];
-                if group.is_empty() {
-                    continue;
+            let first = range.start;
+            let rec = |k: usize| {
+                let (slot, offset) = placed.at[first + k];
+                SmallCopy {
+                    slot,
+                    offset,
+                    at: (first + k) * stride,
+                    len,
                 }
-                let file = crate::storage::FileId::Chunk(chunk);
-                self.files
-                    .with_bytes(file, start, (end - start) as usize, "read", |span| {
-                        let bytes = |k: u32| {
-                            let at = (mine[k as usize].1 - start) as usize;
-                            &span[at..at + len]
-                        };
-                        crate::files::prefetch(group.iter().take(ahead).map(|&k| bytes(k)));
-                        for (j, &k) in group.iter().enumerate() {
-                            if let Some(&later) = group.get(j + ahead).filter(|_| prefetch) {
-                                crate::files::prefetch(std::iter::once(bytes(later)));
-                            }
-                            // SAFETY: the last record's slot ends inside
-                            // `dst` (checked above), each record is at most
-                            // `stride` bytes, so distinct records' ranges do
-                            // not overlap, and each record belongs to one
-                            // range handed to one worker.
-                            let out = unsafe {
-                                shared.range_mut((range.start + k as usize) * stride, len)
-                            };
-                            copy_small(out, bytes(k));
-                        }
-                    })?;
-            }
-            Ok(())
+            };
+            // SAFETY: the last record's slot ends inside `dst` (checked
+            // above) and each record is at most `stride` bytes, so distinct
+            // records' ranges lie inside it and do not overlap; each record
+            // belongs to one range handed to one worker; each lies inside
+            // its chunk's span (`place`).
+            unsafe { self.copy_from_spans(&placed.chunks, range.len(), rec, &shared, prefetch) }
         })?;
         Ok(true)
     }
@@ -382,10 +364,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Copies raw records straight from the chunk maps into their places:
     /// one borrow of each chunk's map for all of the batch's records in it
     /// (a store written with several lanes spreads a batch over as many
-    /// chunks), their lines prefetched a few records ahead of the copy when
-    /// `prefetch`. The same bytes as decoding each record with the raw
-    /// codec, without its per-record dispatch; only for validated raw
-    /// records that are neither read with pread nor checked.
+    /// chunks). The same bytes as decoding each record with the raw codec,
+    /// without its per-record dispatch; only for validated raw records that
+    /// are neither read with pread nor checked.
     fn copy_raw_runs(
         &self,
         locs: &[(usize, RecordLoc)],
@@ -405,33 +386,88 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 return self.copy_raw_each(locs, dst);
             }
         }
-        let mut mine: Vec<&(usize, RecordLoc)> = Vec::with_capacity(locs.len());
-        for (chunk, lo, hi) in chunks {
-            mine.clear();
-            mine.extend(locs.iter().filter(|(_, l)| l.chunk_id == chunk));
+        let rec = |k: usize| {
+            let (at, l) = &locs[k];
+            SmallCopy {
+                slot: chunks.iter().position(|c| c.0 == l.chunk_id).unwrap_or(0) as u32,
+                offset: u64::from(l.offset),
+                at: *at,
+                // Raw records are as long stored as decoded (validated).
+                len: l.phys_length as usize,
+            }
+        };
+        // SAFETY: as in `gather_placed`: `at + logic_length` lies inside the
+        // destination, distinct records' ranges do not overlap, and each
+        // record belongs to one range handed to one worker; each record lies
+        // inside the span found for its chunk above.
+        unsafe { self.copy_from_spans(&chunks, locs.len(), rec, dst, prefetch) }
+    }
+
+    /// Copies records `0 .. n`, record `k` being `rec(k)`, from the chunk
+    /// maps into `dst`: grouped by chunk (a counting sort; batch order
+    /// within each), so each chunk's map — span `chunks[slot]` as (id,
+    /// start, end) — is borrowed once (a storage may not lend two of its
+    /// files at a time), and with each record's lines prefetched a fixed
+    /// distance ahead of its copy when `prefetch`: enough misses in flight
+    /// to overlap them, without asking for lines so early that they are gone
+    /// again.
+    ///
+    /// # Safety
+    /// Every record's destination `at .. at + len` lies inside `dst`, no two
+    /// records' destinations overlap, and no other thread writes to them
+    /// while this runs; every record lies inside its chunk's span, and
+    /// `chunks` has at most [`MAX_SPANS`] entries.
+    unsafe fn copy_from_spans(
+        &self,
+        chunks: &[(u32, u64, u64)],
+        n: usize,
+        rec: impl Fn(usize) -> SmallCopy,
+        dst: &SharedDst,
+        prefetch: bool,
+    ) -> Result<()> {
+        let mut starts = [0usize; MAX_SPANS + 1];
+        for k in 0..n {
+            starts[rec(k).slot as usize + 1] += 1;
+        }
+        for s in 1..starts.len() {
+            starts[s] += starts[s - 1];
+        }
+        let mut order: Vec<u32> = Vec::new();
+        order.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            bytes: (n * std::mem::size_of::<u32>()) as u64,
+        })?;
+        order.resize(n, 0);
+        let mut next = starts;
+        for k in 0..n {
+            let slot = rec(k).slot as usize;
+            order[next[slot]] = k as u32;
+            next[slot] += 1;
+        }
+        let ahead = if prefetch { PREFETCH_DISTANCE } else { 0 };
+        for (slot, &(chunk, start, end)) in chunks.iter().enumerate() {
+            let group = &order[starts[slot]..starts[slot + 1]];
+            if group.is_empty() {
+                continue;
+            }
             let file = crate::storage::FileId::Chunk(chunk);
             self.files
-                .with_bytes(file, lo, (hi - lo) as usize, "read", |span| {
-                    let bytes = |l: &RecordLoc| {
-                        let at = (u64::from(l.offset) - lo) as usize;
-                        &span[at..at + l.phys_length as usize]
+                .with_bytes(file, start, (end - start) as usize, "read", |span| {
+                    let bytes = |r: &SmallCopy| {
+                        let at = (r.offset - start) as usize;
+                        &span[at..at + r.len]
                     };
-                    // Prefetched a fixed distance ahead of the copy: enough
-                    // misses in flight to overlap them, without asking for
-                    // lines so early that they are gone again.
-                    let ahead = if prefetch { PREFETCH_DISTANCE } else { 0 };
-                    crate::files::prefetch(mine.iter().take(ahead).map(|(_, l)| bytes(l)));
-                    for (k, (at, loc)) in mine.iter().enumerate() {
-                        if let Some((_, next)) = mine.get(k + ahead).filter(|_| prefetch) {
-                            crate::files::prefetch(std::iter::once(bytes(next)));
+                    crate::files::prefetch(
+                        group.iter().take(ahead).map(|&k| bytes(&rec(k as usize))),
+                    );
+                    for (j, &k) in group.iter().enumerate() {
+                        if let Some(&later) = group.get(j + ahead).filter(|_| prefetch) {
+                            crate::files::prefetch(std::iter::once(bytes(&rec(later as usize))));
                         }
-                        // SAFETY: as in `gather_placed`: `at + logic_length`
-                        // lies inside the destination, distinct records'
-                        // ranges do not overlap, and each record belongs to
-                        // one range handed to one worker. Raw records are as
-                        // long stored as decoded (validated).
-                        let out = unsafe { dst.range_mut(*at, loc.logic_length as usize) };
-                        copy_small(out, bytes(loc));
+                        let r = rec(k as usize);
+                        // SAFETY: in bounds, disjoint and this thread's alone
+                        // (the function's contract).
+                        let out = unsafe { dst.range_mut(r.at, r.len) };
+                        copy_small(out, bytes(&r));
                     }
                 })?;
         }

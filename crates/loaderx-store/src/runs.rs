@@ -46,9 +46,8 @@ const STEP: u64 = 1 << 16;
 /// table does.
 const MAX_RUNS: usize = 1 << 16;
 
-/// Chunk files a covered batch may lie in for
-/// [`RawRuns::place`] to place it (a store written with the default four
-/// lanes has four).
+/// Chunk files a covered batch may touch for [`RawRuns::place`] to place
+/// it (a store written with the default four lanes fills four at a time).
 pub(crate) const MAX_CHUNKS: usize = 8;
 
 /// Records `first ..` (up to the next run, or the end of what is covered)
@@ -103,9 +102,12 @@ impl RawRuns {
             return None;
         }
         let len = u64::from(self.len);
-        // Per chunk slot: the span touched, empty (start > end) until a record
-        // lies there.
+        // The chunks this batch touches, numbered in the order it meets
+        // them: each one's slot in the index and the span of its bytes the
+        // batch's records lie in.
+        let mut slots = [0u32; MAX_CHUNKS];
         let mut spans = [(u64::MAX, 0u64); MAX_CHUNKS];
+        let mut touched = 0;
         let mut at = Vec::new();
         at.try_reserve_exact(idxs.len()).ok()?;
         for &index in idxs {
@@ -114,22 +116,22 @@ impl RawRuns {
             }
             let run = self.runs[self.runs.partition_point(|r| r.first <= index) - 1];
             let offset = run.offset + (index - run.first) * len;
-            let span = spans.get_mut(run.slot as usize)?;
+            let b = match slots[..touched].iter().position(|&s| s == run.slot) {
+                Some(b) => b,
+                None if touched < MAX_CHUNKS => {
+                    slots[touched] = run.slot;
+                    touched += 1;
+                    touched - 1
+                }
+                None => return None,
+            };
+            let span = &mut spans[b];
             *span = (span.0.min(offset), span.1.max(offset + len));
-            at.push((run.slot, offset));
+            at.push((b as u32, offset));
         }
-        // Renumber the slots to the chunks this batch touches.
-        let mut renumbered = [0u32; MAX_CHUNKS];
-        let mut chunks = Vec::new();
-        for (slot, &(start, end)) in spans.iter().enumerate() {
-            if start < end {
-                renumbered[slot] = chunks.len() as u32;
-                chunks.push((self.chunks[slot], start, end));
-            }
-        }
-        for (slot, _) in &mut at {
-            *slot = renumbered[*slot as usize];
-        }
+        let chunks = (0..touched)
+            .map(|b| (self.chunks[slots[b] as usize], spans[b].0, spans[b].1))
+            .collect();
         Some(Placed {
             len: self.len,
             chunks,
