@@ -409,6 +409,54 @@ impl Store {
             .map(Some)
     }
 
+    /// `records`, when they are what [`append_arrays`](Self::append_arrays)
+    /// takes, copied back to back into new arrays: `(data, offsets, lens,
+    /// dims)` as [`append_shaped`](Self::append_shaped) takes them; `None`,
+    /// with nothing copied, when one is not. The copy is the caller's own:
+    /// the arrays may change as soon as this returns (a writer that writes
+    /// behind its caller packs with it).
+    #[staticmethod]
+    #[allow(clippy::type_complexity)]
+    fn pack_arrays<'py>(
+        py: Python<'py>,
+        records: Vec<Bound<'py, PyAny>>,
+        dtype: &Bound<'py, numpy::PyArrayDescr>,
+        ndim: usize,
+    ) -> PyResult<
+        Option<(
+            Bound<'py, PyArray1<u8>>,
+            Bound<'py, PyArray1<u64>>,
+            Bound<'py, PyArray1<u64>>,
+            Bound<'py, PyArray1<u32>>,
+        )>,
+    > {
+        let limit = u64::from(loaderx_store::format::v2::MAX_RECORD_LEN_V2);
+        let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit) else {
+            return Ok(None);
+        };
+        let total: usize = arrays.parts.iter().map(|p| p.len()).sum();
+        let mut data = Vec::new();
+        data.try_reserve_exact(total).map_err(|_| {
+            pyo3::exceptions::PyMemoryError::new_err(format!(
+                "cannot allocate {total} bytes to pack {} records",
+                arrays.parts.len()
+            ))
+        })?;
+        let mut offsets = Vec::with_capacity(arrays.parts.len());
+        let mut lens = Vec::with_capacity(arrays.parts.len());
+        for part in &arrays.parts {
+            offsets.push(data.len() as u64);
+            lens.push(part.len() as u64);
+            data.extend_from_slice(part);
+        }
+        Ok(Some((
+            PyArray1::from_vec(py, data),
+            PyArray1::from_vec(py, offsets),
+            PyArray1::from_vec(py, lens),
+            PyArray1::from_vec(py, arrays.dims),
+        )))
+    }
+
     /// Dense records `idxs`, back to back in one new `uint8` array (from
     /// this handle's output pool when at least `POOLED_OUTPUT_BYTES`).
     fn gather_dense<'py>(

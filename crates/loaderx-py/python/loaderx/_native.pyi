@@ -68,6 +68,18 @@ class Store:
     def append_arrays(
         self, records: Sequence[Any], dtype: np.dtype[Any], ndim: int
     ) -> int | None: ...
+    @staticmethod
+    def pack_arrays(
+        records: Sequence[Any], dtype: np.dtype[Any], ndim: int
+    ) -> (
+        tuple[
+            npt.NDArray[np.uint8],
+            npt.NDArray[np.uint64],
+            npt.NDArray[np.uint64],
+            npt.NDArray[np.uint32],
+        ]
+        | None
+    ): ...
     def append_shaped(
         self,
         src: npt.NDArray[np.uint8],

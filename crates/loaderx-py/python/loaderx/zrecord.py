@@ -63,6 +63,13 @@ MAX_ITEM_LEN: int = int(_native.MAX_ITEM_LEN)
 #: overlaps with writing the previous block).
 WRITE_CHUNK_BYTES = 64 << 20
 
+#: A writer (from ``create``) of a compressing codec writes an append of at
+#: least this many bytes behind its caller: the records are copied, the call
+#: returns, and they are encoded and written on a helper thread while the
+#: caller prepares the next ones. Smaller appends, raw and image stores, and
+#: handles opened ``writable=True`` write before returning.
+WRITE_BEHIND_AT_LEAST = 64 << 10
+
 _T = TypeVar("_T", bound="_Container")
 
 
@@ -292,6 +299,13 @@ class _Container(_Closing):
         self._writable = writable
         self._editable = editable
         self._check_raw = False
+        # Write-behind (`_submit`): the write in flight, its error, and a
+        # buffer of a finished one for the next copy.
+        self._behind_lock = threading.Lock()
+        self._behind: threading.Thread | None = None
+        self._behind_failure: list[BaseException] = []
+        self._behind_buffer: np.ndarray | None = None
+        self._spare: np.ndarray | None = None
         #: Whether records are encoded images (codec ``jpeg`` or ``png``).
         self.is_image: bool = self.codec in IMAGE_CODECS
         #: JPEG quality of appended arrays (``jpeg`` stores).
@@ -356,10 +370,12 @@ class _Container(_Closing):
 
     # --- the handle -------------------------------------------------------------------
 
-    def _live(self) -> _native.Store:
+    def _live(self, settle: bool = True) -> _native.Store:
         store = self._store
         if store is None:
             raise ValueError(f"operation on a closed {type(self).__name__} ({self.path})")
+        if settle:
+            self._settle()
         return store
 
     def _reading(self) -> _native.Store:
@@ -371,8 +387,8 @@ class _Container(_Closing):
             )
         return store
 
-    def _appending(self) -> _native.Store:
-        store = self._live()
+    def _appending(self, settle: bool = True) -> _native.Store:
+        store = self._live(settle)
         if not self._writable:
             raise io.UnsupportedOperation(
                 f"this {type(self).__name__} at {self.path} is a reader: append through the "
@@ -426,13 +442,87 @@ class _Container(_Closing):
         waits for the calls in flight."""
         store = getattr(self, "_store", None)
         if store is not None:
-            self._store = None
-            store.close()
+            try:
+                self._settle()
+            finally:
+                self._store = None
+                self._spare = None
+                store.close()
 
     def sync(self) -> None:
         """Make everything appended so far durable and visible to handles
         opened from now on (``close()`` does it too)."""
         self._appending().sync()
+
+    # --- write-behind -----------------------------------------------------------------
+
+    def _writes_behind(self, nbytes: int) -> bool:
+        """Whether an append of `nbytes` is written behind the caller."""
+        return (
+            not self._readable
+            and self.codec != "raw"
+            and not self.is_image
+            and nbytes >= WRITE_BEHIND_AT_LEAST
+        )
+
+    def _submit(
+        self,
+        write: Callable[..., Any],
+        *args: Any,
+        records: int,
+        buffer: np.ndarray | None = None,
+    ) -> None:
+        """``write(*args)`` on a helper thread, once the write before it has
+        finished (raising that one's error instead). `args` must be this
+        handle's own copies: the caller goes on as soon as this returns.
+        `buffer`, from :meth:`_owned`, is recycled once the write is done."""
+        with self._behind_lock:
+            self._settle_locked()
+            failure: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    write(*args)
+                except BaseException as exc:  # noqa: BLE001 - raised by `_settle`
+                    failure.append(exc)
+                    if hasattr(exc, "add_note"):
+                        exc.add_note(
+                            f"raised by an append of {records} records to {self.path} that was "
+                            f"written behind the call (none of them was stored; the records "
+                            f"appended before them were)"
+                        )
+
+            worker = threading.Thread(target=run, name="loaderx-write-behind")
+            worker.start()
+            self._behind, self._behind_failure = worker, failure
+            self._behind_buffer = buffer
+
+    def _settle(self) -> None:
+        """Waits for the write in flight, if any; raises its error."""
+        if self._behind is not None:
+            with self._behind_lock:
+                self._settle_locked()
+
+    def _settle_locked(self) -> None:
+        worker, failure = self._behind, self._behind_failure
+        if worker is None:
+            return
+        worker.join()
+        self._behind, self._behind_failure = None, []
+        buffer, self._behind_buffer = self._behind_buffer, None
+        if failure:
+            raise failure[0]
+        self._spare = buffer
+
+    def _owned(self, block: np.ndarray) -> np.ndarray:
+        """A copy of `block` for a write behind the caller, into the buffer
+        of a finished write when it is the same size (no fresh pages)."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.nbytes == block.nbytes:
+            out = spare.view(block.dtype).reshape(block.shape)
+            np.copyto(out, block)
+            return out
+        return np.array(block, order="C", copy=True)
 
     # --- indices ----------------------------------------------------------------------
 
@@ -643,8 +733,11 @@ class Dense(_Container):
     def append(self, array: np.ndarray) -> None:
         """Add one record per slice of `array` along axis 0; its dtype and
         ``shape[1:]`` must be ``dtype`` and ``item_shape`` exactly. The array
-        is written from its own memory (no copy when C-contiguous)."""
-        store = self._appending()
+        is written from its own memory (no copy when C-contiguous), or, by a
+        writer of a compressing codec, copied and written behind the call
+        (``WRITE_BEHIND_AT_LEAST``): a write error is then raised by the next
+        call on the writer (``append``, ``len``, ``sync`` or ``close``)."""
+        store = self._appending(settle=False)
         if not isinstance(array, np.ndarray):
             raise TypeError(f"append takes a NumPy array, got {type(array).__name__}")
         if array.dtype != self.dtype:
@@ -660,6 +753,16 @@ class Dense(_Container):
             )
         step = max(1, WRITE_CHUNK_BYTES // self._item_len)
         no_dims = np.zeros(0, dtype=np.uint32)
+        if self._writes_behind(array.nbytes):
+            for start in range(0, array.shape[0], step):
+                block = array[start : start + step]
+                owned = self._owned(block)
+                _release_pages(array, block)
+                flat = owned.reshape(-1).view(np.uint8)
+                self._submit(store.append_dense, flat, owned.shape[0], records=owned.shape[0],
+                             buffer=owned)
+            return
+        self._settle()
         for start in range(0, array.shape[0], step):
             block = array[start : start + step]
             if not block.flags.c_contiguous:
@@ -847,33 +950,61 @@ class Ragged(_Container):
         A list or tuple is checked whole before anything is written, so a bad
         record leaves the store unchanged; from any other iterable, records
         are checked block by block (about ``WRITE_CHUNK_BYTES`` each) and the
-        blocks before a bad record stay appended."""
-        store = self._appending()
+        blocks before a bad record stay appended.
+
+        A writer of a compressing codec copies the records and writes them
+        behind the call (``WRITE_BEHIND_AT_LEAST``): a write error is then
+        raised by the next call on the writer (``append``, ``len``, ``sync``
+        or ``close``)."""
+        store = self._appending(settle=False)
         if isinstance(records, np.ndarray) and records.dtype != np.object_:
             raise TypeError(
                 "append takes an iterable of arrays (one per record), got one array; "
                 "wrap it in a list to store it as one record"
             )
+        behind = self._writes_behind(WRITE_BEHIND_AT_LEAST)
         if isinstance(records, (list, tuple)) and not self.is_image:
             # Every record a C-contiguous array of this dtype and rank: each is
-            # written from its own memory, checked in one native pass. Else
-            # (None: nothing written) the checks below name the culprit.
-            if store.append_arrays(records, self.dtype, self.ndim) is not None:
-                return
+            # written from its own memory (or, behind the call, copied),
+            # checked in one native pass. Else (None: nothing written) the
+            # checks below name the culprit.
+            if behind:
+                packed = _native.Store.pack_arrays(records, self.dtype, self.ndim)
+                if packed is not None:
+                    self._write_packed(store, packed)
+                    return
+            else:
+                self._settle()
+                if store.append_arrays(records, self.dtype, self.ndim) is not None:
+                    return
         if isinstance(records, (Sequence, np.ndarray)) and not isinstance(records, (str, bytes)):
             checked = [self._check(pos, r) for pos, r in enumerate(records)]
             if sum(r.nbytes for r in checked) <= WRITE_CHUNK_BYTES:
                 if checked:
-                    self._write_shaped(store, self._pack(checked))
+                    self._write_packed(store, self._pack(checked))
                 return
             blocks = self._blocks(checked, checked=True)
         else:
             blocks = self._blocks(records, checked=False)
+        if behind:
+            for block in blocks:
+                self._write_packed(store, self._pack(block))
+            return
+        self._settle()
 
         def write(packed: tuple[np.ndarray, ...]) -> None:
             self._write_shaped(store, packed)
 
         _pipelined((self._pack(b) for b in blocks), write)
+
+    def _write_packed(self, store: _native.Store, packed: tuple[np.ndarray, ...]) -> None:
+        """Writes records packed into arrays of their own: behind the call
+        when large enough (see `_writes_behind`), else now."""
+        if self._writes_behind(packed[0].nbytes):
+            self._submit(self._write_shaped, store, packed, records=packed[1].size)
+        else:
+            self._settle()
+            self._write_shaped(store, packed)
 
     def _write_shaped(self, store: _native.Store, packed: tuple[np.ndarray, ...]) -> None:
         if self.is_image:
@@ -1157,6 +1288,7 @@ __all__ = [
     "MAX_NDIM",
     "MAX_SHARDS",
     "Ragged",
+    "WRITE_BEHIND_AT_LEAST",
     "WRITE_CHUNK_BYTES",
     "ZrecordError",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_NDIM",
     "MAX_SHARDS",
     "Ragged",
+    "WRITE_BEHIND_AT_LEAST",
     "WRITE_CHUNK_BYTES",
     "ZrecordError",
 ]
@@ -31,6 +32,7 @@ MAX_NDIM: int
 MAX_SHARDS: int
 MAX_ITEM_LEN: int
 WRITE_CHUNK_BYTES: Final[int]
+WRITE_BEHIND_AT_LEAST: Final[int]
 IMAGE_CODECS: tuple[str, ...]
 DEFAULT_QUALITY: int
 

@@ -1,0 +1,144 @@
+"""Writers of compressing codecs write large appends behind the call: the
+records are copied, ``append`` returns, and they are encoded on a helper
+thread. What the caller may rely on: the bytes stored are the ones passed
+(even if the caller changes its arrays right after), ``len`` and ``close``
+see every append, and a write that fails is raised by the next call on the
+writer, with the store holding exactly the appends before it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from loaderx import zrecord
+from loaderx.zrecord import Dense, Ragged
+
+COMPRESSING = ["zstd", "lz4", "flate"]
+
+
+def _big_enough(nbytes: int) -> None:
+    assert nbytes >= zrecord.WRITE_BEHIND_AT_LEAST, "the test must take the write-behind path"
+
+
+@pytest.mark.parametrize("codec", COMPRESSING)
+def test_dense_appends_store_the_bytes_passed_even_when_the_caller_reuses_its_array(
+    tmp_path, codec
+):
+    rng = np.random.default_rng(1)
+    buf = np.empty((64, 32, 32), dtype=np.uint16)
+    _big_enough(buf.nbytes)
+    expected = []
+    with Dense.create(tmp_path / "d", np.uint16, (32, 32), codec=codec) as w:
+        for k in range(6):
+            buf[:] = rng.integers(0, 50, buf.shape, dtype=np.uint16)
+            expected.append(buf.copy())
+            w.append(buf)
+            # The caller reuses its buffer at once: the writer took a copy.
+            buf[:] = 0xFFFF
+            assert len(w) == 64 * (k + 1)
+    with Dense.open(tmp_path / "d") as r:
+        np.testing.assert_array_equal(r[:], np.concatenate(expected))
+
+
+@pytest.mark.parametrize("codec", COMPRESSING)
+def test_ragged_appends_store_the_bytes_passed_even_when_the_caller_changes_its_arrays(
+    tmp_path, codec
+):
+    rng = np.random.default_rng(2)
+    expected: list[np.ndarray] = []
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec=codec) as w:
+        for k in range(5):
+            batch = [
+                rng.integers(0, 1000, int(rng.integers(16, 600)), dtype=np.int32)
+                for _ in range(100)
+            ]
+            _big_enough(sum(a.nbytes for a in batch))
+            expected.extend(a.copy() for a in batch)
+            w.append(batch)
+            for a in batch:
+                a[:] = -1
+            # A tuple and a generator take the same path.
+            extra = tuple(rng.integers(0, 9, 300, dtype=np.int32) for _ in range(60))
+            expected.extend(a.copy() for a in extra)
+            w.append(extra if k % 2 else (a for a in extra))
+            for a in extra:
+                a[:] = -1
+        assert len(w) == len(expected)
+    with Ragged.open(tmp_path / "r") as r:
+        got = r[:]
+        assert len(got) == len(expected)
+        for i, (g, e) in enumerate(zip(got, expected)):
+            np.testing.assert_array_equal(g, e, err_msg=f"record {i}")
+
+
+def test_a_bad_record_is_refused_by_its_own_call_with_the_store_unchanged(tmp_path):
+    good = [np.arange(40_000, dtype=np.int32)]
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd") as w:
+        w.append(good)
+        with pytest.raises(ValueError, match="record 1"):
+            w.append([np.arange(40_000, dtype=np.int32), np.zeros(5, dtype=np.float32)])
+        assert len(w) == 1
+    with Ragged.open(tmp_path / "r") as r:
+        assert len(r) == 1
+        np.testing.assert_array_equal(r[0], good[0])
+
+
+FAILING_WRITER = textwrap.dedent(
+    """
+    import resource, signal, sys
+    import numpy as np
+    from loaderx.zrecord import Dense, ZrecordError
+
+    # Writes past a 384 KiB file-size limit fail with EFBIG (the signal that
+    # would kill the process is ignored): a real I/O error, on the helper
+    # thread. Each append is 256 KiB of incompressible records: the first
+    # fits, the second fails.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    path, by = sys.argv[1], sys.argv[2]
+    w = Dense.create(path, np.uint8, (4096,), codec="zstd", data_shards=1)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (384 << 10, resource.RLIM_INFINITY))
+    rng = np.random.default_rng(0)
+    w.append(rng.integers(0, 256, (64, 4096), dtype=np.uint8))
+    w.append(rng.integers(0, 256, (64, 4096), dtype=np.uint8))
+    try:
+        if by == "append":
+            w.append(rng.integers(0, 256, (64, 4096), dtype=np.uint8))
+        elif by == "len":
+            len(w)
+        else:
+            w.close()
+    except ZrecordError as exc:
+        print("raised", exc.code, "|".join(getattr(exc, "__notes__", [])))
+    else:
+        print("raised nothing")
+    # The error was raised once; the writer goes on and closes cleanly.
+    w.close()
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.parametrize("by", ["append", "len", "close"])
+def test_a_failed_write_behind_is_raised_by_the_next_call_and_the_store_keeps_the_appends_before_it(
+    tmp_path, by
+):
+    path = tmp_path / "d"
+    out = subprocess.run(
+        [sys.executable, "-c", FAILING_WRITER, str(path), by],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("raised "), out.stdout
+    assert "written behind the call" in out.stdout, out.stdout
+    assert "none of them was stored" in out.stdout, out.stdout
+    # The first append whole, nothing of the second (or of a third).
+    with Dense.open(path) as r:
+        assert len(r) == 64
+        first = np.random.default_rng(0).integers(0, 256, (64, 4096), dtype=np.uint8)
+        np.testing.assert_array_equal(r[:], first)
