@@ -59,6 +59,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -1168,18 +1169,30 @@ def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
     """Runs a loader process that prints one JSON line when it is ready
     (with ``pss_before``, or ``missing`` and why it cannot run) and one with
     its results, sampling the PSS and RSS of its process tree in between."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    first = json.loads(proc.stdout.readline() or '{"missing": "the loader process exited at start"}')
-    if "missing" in first:
+    # In a process group of its own, killed whole once the loader process
+    # has ended: a PyTorch spawn loader's workers can outlive it (their
+    # shutdown aborts in some rounds) and would hold memory and CPU through
+    # the rounds after.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline() or '{"missing": "the loader process exited at start"}')
+        if "missing" in first:
+            proc.wait()
+            return {"missing": first["missing"]}
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        line = proc.stdout.readline()
+        sampler.stop.set()
+        sampler.join()
+        code = proc.wait()
+    finally:
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         proc.wait()
-        return {"missing": first["missing"]}
-    sampler = TreeSampler(proc.pid)
-    sampler.start()
-    line = proc.stdout.readline()
-    sampler.stop.set()
-    sampler.join()
-    code = proc.wait()
     if not line:
         raise SystemExit(f"{what} exited with {code} before reporting")
     return {**json.loads(line), "peak_pss": sampler.peak_pss, "peak_rss": sampler.peak_rss,
