@@ -91,24 +91,35 @@ FAILING_WRITER = textwrap.dedent(
     """
     import resource, signal, sys
     import numpy as np
-    from loaderx.zrecord import Dense, ZrecordError
+    from loaderx.zrecord import Dense, Ragged, ZrecordError
 
     # Writes past a 384 KiB file-size limit fail with EFBIG (the signal that
     # would kill the process is ignored): a real I/O error, on the helper
     # thread. Each append is 256 KiB of incompressible records: the first
     # fits, the second fails.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    path, by = sys.argv[1], sys.argv[2]
-    w = Dense.create(path, np.uint8, (4096,), codec="zstd", data_shards=1)
+    path, kind, by = sys.argv[1], sys.argv[2], sys.argv[3]
+    if kind == "dense":
+        w = Dense.create(path, np.uint8, (4096,), codec="zstd", data_shards=1)
+        batch = lambda a: a
+    else:
+        w = Ragged.create(path, np.uint8, 1, codec="zstd", data_shards=1)
+        batch = list
     resource.setrlimit(resource.RLIMIT_FSIZE, (384 << 10, resource.RLIM_INFINITY))
     rng = np.random.default_rng(0)
-    w.append(rng.integers(0, 256, (64, 4096), dtype=np.uint8))
-    w.append(rng.integers(0, 256, (64, 4096), dtype=np.uint8))
+    w.append(batch(rng.integers(0, 256, (64, 4096), dtype=np.uint8)))
+    w.append(batch(rng.integers(0, 256, (64, 4096), dtype=np.uint8)))
+    if by == "exit":
+        # Never closed: the interpreter's exit closes it, with no call
+        # left to raise the error.
+        sys.exit(0)
     try:
         if by == "append":
-            w.append(rng.integers(0, 256, (64, 4096), dtype=np.uint8))
+            w.append(batch(rng.integers(0, 256, (64, 4096), dtype=np.uint8)))
         elif by == "len":
             len(w)
+        elif by == "sync":
+            w.sync()
         else:
             w.close()
     except ZrecordError as exc:
@@ -121,14 +132,29 @@ FAILING_WRITER = textwrap.dedent(
 )
 
 
+def _first_records(kind: str, path) -> None:
+    """The store at `path` holds the first append of FAILING_WRITER whole
+    and nothing after it."""
+    first = np.random.default_rng(0).integers(0, 256, (64, 4096), dtype=np.uint8)
+    if kind == "dense":
+        with Dense.open(path) as r:
+            assert len(r) == 64
+            np.testing.assert_array_equal(r[:], first)
+    else:
+        with Ragged.open(path) as r:
+            assert len(r) == 64
+            np.testing.assert_array_equal(np.stack(r[:]), first)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
-@pytest.mark.parametrize("by", ["append", "len", "close"])
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+@pytest.mark.parametrize("by", ["append", "len", "sync", "close"])
 def test_a_failed_write_behind_is_raised_by_the_next_call_and_the_store_keeps_the_appends_before_it(
-    tmp_path, by
+    tmp_path, kind, by
 ):
     path = tmp_path / "d"
     out = subprocess.run(
-        [sys.executable, "-c", FAILING_WRITER, str(path), by],
+        [sys.executable, "-c", FAILING_WRITER, str(path), kind, by],
         capture_output=True,
         text=True,
         timeout=120,
@@ -137,8 +163,66 @@ def test_a_failed_write_behind_is_raised_by_the_next_call_and_the_store_keeps_th
     assert out.stdout.startswith("raised "), out.stdout
     assert "written behind the call" in out.stdout, out.stdout
     assert "none of them was stored" in out.stdout, out.stdout
-    # The first append whole, nothing of the second (or of a third).
-    with Dense.open(path) as r:
-        assert len(r) == 64
-        first = np.random.default_rng(0).integers(0, 256, (64, 4096), dtype=np.uint8)
-        np.testing.assert_array_equal(r[:], first)
+    _first_records(kind, path)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_failed_write_behind_of_a_writer_never_closed_is_printed_at_exit(tmp_path):
+    path = tmp_path / "d"
+    out = subprocess.run(
+        [sys.executable, "-c", FAILING_WRITER, str(path), "ragged", "exit"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "was not closed and a write behind its last append failed" in out.stderr, out.stderr
+    assert str(path) in out.stderr
+    _first_records("ragged", path)
+
+
+def test_appends_of_every_size_land_in_order_while_blocks_are_in_flight(tmp_path, monkeypatch):
+    # Blocks of 96 KiB: one append of many blocks recycles the buffers of
+    # the writes before while later ones are in flight; small appends in
+    # between are written at once, after the write in flight.
+    monkeypatch.setattr(zrecord, "WRITE_CHUNK_BYTES", 96 << 10)
+    rng = np.random.default_rng(3)
+    expected = []
+    with Dense.create(tmp_path / "d", np.int64, (64,), codec="zstd") as w:
+        for n in (700, 3, 1000, 1, 260, 5, 999):
+            a = rng.integers(0, 1000, (n, 64), dtype=np.int64)
+            expected.append(a.copy())
+            w.append(a)
+            a[:] = -1
+    with Dense.open(tmp_path / "d") as r:
+        np.testing.assert_array_equal(r[:], np.concatenate(expected))
+
+    expected_r: list[np.ndarray] = []
+    with Ragged.create(tmp_path / "r", np.int64, 1, codec="lz4") as w:
+        for n in (400, 2, 900, 1, 30):
+            recs = [rng.integers(0, 99, int(rng.integers(0, 200)), dtype=np.int64) for _ in range(n)]
+            expected_r.extend(x.copy() for x in recs)
+            w.append(recs)
+            for x in recs:
+                x[:] = -1
+    with Ragged.open(tmp_path / "r") as r:
+        got = r[:]
+        assert len(got) == len(expected_r)
+        for i, (g, e) in enumerate(zip(got, expected_r)):
+            np.testing.assert_array_equal(g, e, err_msg=f"record {i}")
+
+
+def test_a_list_over_one_block_is_checked_whole_before_any_of_it_is_written(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(zrecord, "WRITE_CHUNK_BYTES", 128 << 10)
+    recs = [np.full(1000, k, dtype=np.int32) for k in range(200)]
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd") as w:
+        with pytest.raises(ValueError, match="record 199"):
+            w.append(recs[:199] + [np.zeros((2, 2), dtype=np.int32)])
+        assert len(w) == 0
+        w.append(recs)
+        assert len(w) == 200
+    with Ragged.open(tmp_path / "r") as r:
+        for k, rec in enumerate(r[:]):
+            np.testing.assert_array_equal(rec, recs[k])

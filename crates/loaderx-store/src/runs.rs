@@ -211,9 +211,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let Ok(mut runs) = self.raw_runs.try_write() else {
             return;
         };
-        if runs.covered > head.length {
-            *runs = RawRuns::default();
-        }
+        // An index past `head.length` was built by a gather that took a
+        // later head (appends on another thread): the entries below this
+        // head are the same, so there is nothing to add from this one.
+        // Only `delete` and `compact` change entries in place, and they
+        // forget the index.
         if !runs.wants_more(head) {
             return;
         }

@@ -59,8 +59,8 @@ class _Closing:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - nothing useful to do in a finalizer
-            pass
+        except Exception as exc:  # noqa: BLE001 - nothing useful to do in a finalizer
+            _report_unraised(self, exc)
 
 
 # Open handles (Zrecord and the typed containers), closed (so their pending
@@ -74,8 +74,26 @@ def _close_open_stores() -> None:
     for handle in list(_OPEN):
         try:
             handle.close()
-        except Exception:  # noqa: BLE001 - exiting anyway
-            pass
+        except Exception as exc:  # noqa: BLE001 - exiting anyway
+            _report_unraised(handle, exc)
+
+
+def _report_unraised(handle: object, exc: BaseException) -> None:
+    """Says on stderr that a write made behind an append failed when no
+    call was left to raise it (the writer was never closed explicitly):
+    the records of that append are not in the store."""
+    notes = getattr(exc, "__notes__", None) or []
+    if any(_BEHIND_NOTE in note for note in notes):
+        where = getattr(handle, "path", "?")
+        sys.stderr.write(
+            f"loaderx: the writer of {where} was not closed and a write behind its last "
+            f"append failed: {type(exc).__name__}: {exc} ({notes[-1]})\n"
+        )
+
+
+#: Part of the note added to an error raised by a write made behind an
+#: append (`zrecord`), by which it is recognised.
+_BEHIND_NOTE = "written behind the call"
 
 
 class ZrecordError(RuntimeError):

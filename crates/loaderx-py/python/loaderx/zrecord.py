@@ -35,6 +35,7 @@ import numpy as np
 
 from . import _native
 from ._zrecord import (
+    _BEHIND_NOTE,
     _INDEX_OUT_OF_RANGE,
     _OPEN,
     _RECORD_SIZE,
@@ -478,6 +479,9 @@ class _Container(_Closing):
         `buffer`, from :meth:`_owned`, is recycled once the write is done."""
         with self._behind_lock:
             self._settle_locked()
+            if self._store is None:
+                # Closed by another thread since this append's checks.
+                raise ValueError(f"operation on a closed {type(self).__name__} ({self.path})")
             failure: list[BaseException] = []
 
             def run() -> None:
@@ -488,7 +492,7 @@ class _Container(_Closing):
                     if hasattr(exc, "add_note"):
                         exc.add_note(
                             f"raised by an append of {records} records to {self.path} that was "
-                            f"written behind the call (none of them was stored; the records "
+                            f"{_BEHIND_NOTE} (none of them was stored; the records "
                             f"appended before them were)"
                         )
 
@@ -517,7 +521,8 @@ class _Container(_Closing):
     def _owned(self, block: np.ndarray) -> np.ndarray:
         """A copy of `block` for a write behind the caller, into the buffer
         of a finished write when it is the same size (no fresh pages)."""
-        spare, self._spare = self._spare, None
+        with self._behind_lock:
+            spare, self._spare = self._spare, None
         if spare is not None and spare.nbytes == block.nbytes:
             out = spare.view(block.dtype).reshape(block.shape)
             np.copyto(out, block)
@@ -945,7 +950,7 @@ class Ragged(_Container):
 
     def append(self, records: Iterable[np.ndarray]) -> None:
         """Add each array of `records` as one record: dtype ``dtype``, ``ndim``
-        axes of any lengths, at least one element.
+        axes of any lengths (an empty record is stored like any other).
 
         A list or tuple is checked whole before anything is written, so a bad
         record leaves the store unchanged; from any other iterable, records
@@ -965,15 +970,17 @@ class Ragged(_Container):
         behind = self._writes_behind(WRITE_BEHIND_AT_LEAST)
         if isinstance(records, (list, tuple)) and not self.is_image:
             # Every record a C-contiguous array of this dtype and rank: each is
-            # written from its own memory (or, behind the call, copied),
-            # checked in one native pass. Else (None: nothing written) the
-            # checks below name the culprit.
-            if behind:
+            # written from its own memory, or, behind the call, copied into
+            # one buffer (a list of at most one block), checked in one native
+            # pass. Else (None: nothing written) the checks below name the
+            # culprit, and a larger list is packed block by block.
+            size = sum(r.nbytes for r in records if isinstance(r, np.ndarray)) if behind else 0
+            if self._writes_behind(size) and size <= WRITE_CHUNK_BYTES:
                 packed = _native.Store.pack_arrays(records, self.dtype, self.ndim)
                 if packed is not None:
                     self._write_packed(store, packed)
                     return
-            else:
+            elif not behind or size < WRITE_BEHIND_AT_LEAST:
                 self._settle()
                 if store.append_arrays(records, self.dtype, self.ndim) is not None:
                     return
