@@ -226,3 +226,30 @@ def test_a_list_over_one_block_is_checked_whole_before_any_of_it_is_written(
     with Ragged.open(tmp_path / "r") as r:
         for k, rec in enumerate(r[:]):
             np.testing.assert_array_equal(rec, recs[k])
+
+
+@pytest.mark.parametrize("codec", COMPRESSING)
+def test_append_flat_stores_the_values_passed_even_when_the_caller_reuses_its_buffer(
+    tmp_path, codec
+):
+    rng = np.random.default_rng(4)
+    flat = np.empty(40_000, dtype=np.int32)
+    expected: list[np.ndarray] = []
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec=codec) as w:
+        for _ in range(4):
+            flat[:] = rng.integers(0, 500, flat.size, dtype=np.int32)
+            cuts = np.sort(rng.integers(0, flat.size, 99))
+            offsets = np.concatenate([[0], cuts, [flat.size]])
+            _big_enough(flat.nbytes)
+            expected.extend(flat[a:b].copy() for a, b in zip(offsets, offsets[1:]))
+            w.append_flat(flat, offsets)
+            flat[:] = -1
+            # A small list append in between lands after it, in order.
+            small = [np.arange(3, dtype=np.int32)]
+            expected.extend(x.copy() for x in small)
+            w.append(small)
+    with Ragged.open(tmp_path / "r") as r:
+        got = r[:]
+        assert len(got) == len(expected)
+        for i, (g, e) in enumerate(zip(got, expected)):
+            np.testing.assert_array_equal(g, e, err_msg=f"record {i}")

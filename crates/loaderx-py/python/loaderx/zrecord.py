@@ -1028,8 +1028,10 @@ class Ragged(_Container):
         element offsets into the 1-D ``dtype`` array `flat`; `shapes`:
         ``(n, ndim)``, may be left out when ``ndim == 1``). One native call
         for the whole batch, no per-record arrays: the fast path for Arrow
-        list columns. Everything is checked before anything is written."""
-        store = self._appending()
+        list columns. Everything is checked before anything is written. A
+        writer of a compressing codec copies the values and writes them
+        behind the call, as :meth:`append` does."""
+        store = self._appending(settle=False)
         if not isinstance(flat, np.ndarray) or flat.ndim != 1:
             raise TypeError("flat must be a 1-D NumPy array")
         if flat.dtype != self.dtype:
@@ -1073,12 +1075,22 @@ class Ragged(_Container):
                 f"{MAX_ITEM_LEN}-byte record limit",
             )
         start, stop = int(bounds[0]), int(bounds[-1])
-        data = np.ascontiguousarray(flat[start:stop]).view(np.uint8)
+        nbytes = (stop - start) * itemsize
+        behind = self._writes_behind(nbytes) and nbytes <= WRITE_CHUNK_BYTES
+        # Behind the call: a copy of the values (the caller's buffer may
+        # change as soon as this returns); the other arrays are new anyway.
+        values = flat[start:stop]
+        data = (np.array(values, copy=True) if behind else np.ascontiguousarray(values)).view(
+            np.uint8
+        )
         byte_offsets = ((bounds[:-1] - start) * itemsize).astype(np.uint64)
         byte_lens = (lens * itemsize).astype(np.uint64)
-        self._write_shaped(
-            store, (data, byte_offsets, byte_lens, dims.astype(np.uint32).reshape(-1))
-        )
+        packed = (data, byte_offsets, byte_lens, dims.astype(np.uint32).reshape(-1))
+        if behind:
+            self._submit(self._write_shaped, store, packed, records=n)
+        else:
+            self._settle()
+            self._write_shaped(store, packed)
 
     # --- reading ----------------------------------------------------------------------
 
