@@ -17,8 +17,9 @@ pub(crate) struct Records<'a> {
 
 /// Every item of `items` as bytes in place, when each is a C-contiguous
 /// NumPy array of exactly `dtype` (byte order included) with `ndim` axes,
-/// each axis and its bytes at most `max_len`; `None` as soon as one is not
-/// (the caller then checks them one by one and names the culprit).
+/// each axis and its bytes at most `max_len`, and not empty unless `empty`;
+/// `None` as soon as one is not (the caller then checks them one by one and
+/// names the culprit).
 ///
 /// The slices borrow `items`: each `Bound` holds a reference to its array,
 /// so neither the array nor the memory it views can be freed, and NumPy
@@ -34,6 +35,7 @@ pub(crate) fn records<'a>(
     dtype: &Bound<'_, PyArrayDescr>,
     ndim: usize,
     max_len: u64,
+    empty: bool,
 ) -> Option<Records<'a>> {
     let mut parts = Vec::with_capacity(items.len());
     let mut dims = Vec::with_capacity(items.len().checked_mul(ndim)?);
@@ -54,7 +56,7 @@ pub(crate) fn records<'a>(
             dims.push(u32::try_from(d).ok()?);
             len = len.checked_mul(d as u64)?;
         }
-        if len > max_len {
+        if len > max_len || (len == 0 && !empty) {
             return None;
         }
         parts.push(bytes_of(array, len as usize));

@@ -12,6 +12,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
 static ZRECORD_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static CLOSED_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `{code: (name, meaning)}` for every [`ErrorCode`]: the table
 /// `ZrecordError` is built from (`loaderx._native.ERROR_CODES`).
@@ -44,9 +45,18 @@ pub(crate) fn sampler_error(err: loaderx_sampler::Error) -> PyErr {
     PyValueError::new_err(err.to_string())
 }
 
-/// An operation on a store that was closed.
-pub(crate) fn closed(path: &str) -> PyErr {
-    PyValueError::new_err(format!("operation on a closed store ({path})"))
+/// An operation on a store that was closed: `loaderx._zrecord.ClosedError`,
+/// a `ValueError` (as for a closed file) that is also a `RuntimeError`
+/// (what loaderx 2.x raises).
+pub(crate) fn closed(py: Python<'_>, path: &str) -> PyErr {
+    let message = format!("operation on a closed store ({path})");
+    let made = CLOSED_ERROR
+        .import(py, "loaderx._zrecord", "ClosedError")
+        .and_then(|class| class.call1((message,)));
+    match made {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(import_failed) => import_failed,
+    }
 }
 
 /// An array argument that is not contiguous (the Python layer normally

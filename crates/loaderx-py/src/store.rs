@@ -171,14 +171,14 @@ impl Handle {
         F: FnOnce(&Engine) -> loaderx_store::Result<T> + Send,
     {
         if self.closed.load(Ordering::Acquire) {
-            return Err(closed(&self.path));
+            return Err(closed(py, &self.path));
         }
         let outcome = py.detach(|| {
             let guard = self.engine.read().unwrap_or_else(PoisonError::into_inner);
             guard.as_ref().map(f)
         });
         match outcome {
-            None => Err(closed(&self.path)),
+            None => Err(closed(py, &self.path)),
             Some(result) => result.map_err(|err| store_error(py, err)),
         }
     }
@@ -190,7 +190,7 @@ impl Handle {
         F: FnOnce(&mut Engine) -> loaderx_store::Result<T> + Send,
     {
         if self.closed.load(Ordering::Acquire) {
-            return Err(closed(&self.path));
+            return Err(closed(py, &self.path));
         }
         let forked = self.forked();
         let outcome = py.detach(|| {
@@ -215,7 +215,7 @@ impl Handle {
                     self.path
                 ),
             )),
-            Ok(None) => Err(closed(&self.path)),
+            Ok(None) => Err(closed(py, &self.path)),
             Ok(Some(result)) => result.map_err(|err| store_error(py, err)),
         }
     }
@@ -389,18 +389,20 @@ impl Store {
 
     /// Appends the NumPy arrays `records` to a ragged store, each written
     /// from its own memory, when every one is a C-contiguous array of
-    /// `dtype` with `ndim` axes and at most `MAX_ITEM_LEN` bytes; returns the
-    /// index of the first, or `None` with nothing written when one is not
-    /// (the caller then checks them one by one and names the culprit).
+    /// `dtype` with `ndim` axes and at most `MAX_ITEM_LEN` bytes, and none is
+    /// empty unless `empty`; returns the index of the first, or `None` with
+    /// nothing written when one is not (the caller then checks them one by
+    /// one and names the culprit).
     fn append_arrays(
         &self,
         py: Python<'_>,
         records: Vec<Bound<'_, PyAny>>,
         dtype: &Bound<'_, numpy::PyArrayDescr>,
         ndim: usize,
+        empty: bool,
     ) -> PyResult<Option<u64>> {
         let limit = u64::from(loaderx_store::format::v2::MAX_RECORD_LEN_V2);
-        let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit) else {
+        let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit, empty) else {
             return Ok(None);
         };
         let (parts, dims) = (&arrays.parts, &arrays.dims);
@@ -422,6 +424,7 @@ impl Store {
         records: Vec<Bound<'py, PyAny>>,
         dtype: &Bound<'py, numpy::PyArrayDescr>,
         ndim: usize,
+        empty: bool,
     ) -> PyResult<
         Option<(
             Bound<'py, PyArray1<u8>>,
@@ -431,7 +434,7 @@ impl Store {
         )>,
     > {
         let limit = u64::from(loaderx_store::format::v2::MAX_RECORD_LEN_V2);
-        let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit) else {
+        let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit, empty) else {
             return Ok(None);
         };
         let total: usize = arrays.parts.iter().map(|p| p.len()).sum();

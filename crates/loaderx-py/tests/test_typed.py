@@ -353,6 +353,10 @@ def test_out_of_range_and_bad_indices(dense: Any, ragged: Any) -> None:
             with pytest.raises(ZrecordError) as err:
                 c[bad]
             assert err.value.code == -3, bad
+            # ...and an IndexError, as loaderx 2.x and Python sequences raise.
+            assert isinstance(err.value, IndexError) and isinstance(err.value, RuntimeError)
+            with pytest.raises(IndexError):
+                c.__getitems__(bad if not isinstance(bad, int) else [bad])
         with pytest.raises(IndexError, match="mask"):
             c[np.ones(19, dtype=bool)]
         with pytest.raises(TypeError):
@@ -458,10 +462,14 @@ def test_writer_does_not_read_and_reader_does_not_append(tmp_path: Path) -> None
     for read in (lambda: w[0], lambda: w[[0, 1]], lambda: w.__getitems__([0])):
         with pytest.raises(io.UnsupportedOperation, match="writer"):
             read()
+        with pytest.raises(RuntimeError, match="writer"):  # what loaderx 2.x raises
+            read()
     w.close()
     r = Dense.open(tmp_path / "d")
     assert not r.writer
     with pytest.raises(io.UnsupportedOperation, match="reader"):
+        r.append(data)
+    with pytest.raises(RuntimeError, match="reader"):
         r.append(data)
     for op in (lambda: r.delete([0]), r.compact):
         with pytest.raises(io.UnsupportedOperation, match="writable=True"):
@@ -477,6 +485,19 @@ def test_writer_does_not_read_and_reader_does_not_append(tmp_path: Path) -> None
         rr.append([np.ones(3, np.int32)])
 
 
+def test_the_2x_attributes(tmp_path: Path) -> None:
+    data = compressible(8, (2, 4))
+    with Dense.create(tmp_path / "d", data.dtype, (2, 4), codec="zstd") as w:
+        assert (w.ndim, w.item_shape, w.has_dict()) == (2, (2, 4), False)
+        w.append(data)
+    with Dense.open(tmp_path / "d") as ds:
+        assert (ds.ndim, ds.item_shape, ds.has_dict()) == (2, (2, 4), False)
+    with Ragged.create(
+        tmp_path / "r", np.int32, 3, codec="zstd_dict", dict_bytes=dictionary()
+    ) as w:
+        assert w.ndim == 3 and w.has_dict()
+
+
 def test_closed_handles_refuse_everything(tmp_path: Path) -> None:
     write_dense(tmp_path / "d", compressible(3, (2,)))
     ds = Dense.open(tmp_path / "d")
@@ -485,6 +506,13 @@ def test_closed_handles_refuse_everything(tmp_path: Path) -> None:
     assert ds.closed
     for op in (lambda: len(ds), lambda: ds[0], ds.verify, ds.stats):
         with pytest.raises(ValueError, match="closed"):
+            op()
+        with pytest.raises(RuntimeError, match="closed"):  # what loaderx 2.x raises
+            op()
+    w = Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd")
+    w.close()
+    for op in (lambda: len(w), lambda: w.append([np.ones(2, np.int32)])):
+        with pytest.raises(RuntimeError, match="closed"):
             op()
 
 
@@ -599,14 +627,20 @@ def test_dense_append_wrong_dtype_or_shape(tmp_path: Path) -> None:
         with pytest.raises(TypeError, match="NumPy array"):
             w.append([[[0.0] * 4] * 3])  # type: ignore[arg-type]
         assert len(w) == 2
+        with pytest.raises(ValueError, match="at least one record"):
+            w.append(np.zeros((0, 3, 4), np.float32))
+        assert len(w) == 2
     with Dense.create(tmp_path / "s", np.int64, (), codec="raw") as w:
-        with pytest.raises(ValueError, match="found \\(\\)"):
-            w.append(np.array(3, np.int64))
         with pytest.raises(ValueError, match="found \\(2, 1\\)"):
             w.append(np.zeros((2, 1), np.int64))
         assert len(w) == 0
+        # A 0-d array on a scalar store is one record (as loaderx 2.x takes it).
+        w.append(np.array(3, np.int64))
+        assert len(w) == 1
     with Dense.open(tmp_path / "d") as ds:
         assert len(ds) == 2
+    with Dense.open(tmp_path / "s") as ds:
+        assert ds[:].tolist() == [3]
 
 
 def test_ragged_bad_records_change_nothing(tmp_path: Path) -> None:
@@ -615,7 +649,12 @@ def test_ragged_bad_records_change_nothing(tmp_path: Path) -> None:
     write_ragged(path, good, codec="flate")
     before = image(path)
     bad_batches: list[tuple[list[Any], type, str]] = [
-        (good + [np.zeros((0, 3), np.float32), np.zeros((3,), np.float32)], ValueError, "record 3"),
+        (
+            good + [np.zeros((0, 3), np.float32), np.zeros((3,), np.float32)],
+            ValueError,
+            "record 2: empty records are not stored — a record must be non-empty",
+        ),
+        (good + [np.ones((1, 3), np.float32), np.zeros((3,), np.float32)], ValueError, "record 3"),
         (good + [np.zeros((3,), np.float32)], ValueError, "record 2.*2 dimensions, found 1"),
         (good + [np.zeros((2, 2), np.float64)], ValueError, "record 2.*<f4.*found <f8"),
         (good + [[[1.0]]], TypeError, "record 2 is a list"),
@@ -627,11 +666,29 @@ def test_ragged_bad_records_change_nothing(tmp_path: Path) -> None:
             if exc is ZrecordError:
                 assert err.value.code == -4  # type: ignore[attr-defined]
             assert len(rg) == 2
-        with pytest.raises(TypeError, match="one array"):
-            rg.append(np.ones((2, 2), np.float32))  # type: ignore[arg-type]
+        # An array is the iterable of its rows: here rows of rank 1, refused.
+        with pytest.raises(ValueError, match="record 0.*2 dimensions, found 1"):
+            rg.append(np.ones((2, 2), np.float32))
+        with pytest.raises(TypeError, match="0-d"):
+            rg.append(np.ones((), np.float32))
+        for nothing in ([], (), iter([])):
+            with pytest.raises(ValueError, match="at least one record"):
+                rg.append(nothing)
+        assert len(rg) == 2
     assert_same_image(before, image(path))
     with Ragged.open(path) as rg:
         assert_same_records(rg[:], good)
+
+
+def test_ragged_append_of_an_array_appends_its_rows(tmp_path: Path) -> None:
+    # As loaderx 2.x: an array is an iterable of arrays, one record per row.
+    grid = np.arange(2 * 3 * 4, dtype=np.int16).reshape(2, 3, 4)
+    with Ragged.create(tmp_path / "r", np.int16, 2, codec="zstd") as w:
+        w.append(grid)
+        w.append(grid[:, :2, ::2])
+        assert len(w) == 4
+    with Ragged.open(tmp_path / "r") as rg:
+        assert_same_records(rg[:], [grid[0], grid[1], grid[0, :2, ::2], grid[1, :2, ::2]])
 
 
 def test_create_refuses_bad_arguments(tmp_path: Path) -> None:
@@ -694,7 +751,18 @@ def test_create_refuses_a_path_holding_a_store(tmp_path: Path) -> None:
     ):
         with pytest.raises(FileExistsError, match=str(path.name)):
             make()
+        with pytest.raises(RuntimeError, match=str(path.name)):  # what loaderx 2.x raises
+            make()
     assert_same_image(before, image(path))
+    # A directory with other files in it is not taken over either; an empty
+    # one is.
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="other files"):
+        Dense.create(tmp_path / "busy", np.int32, (3,), codec="raw")
+    assert os.listdir(tmp_path / "busy") == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    Dense.create(tmp_path / "empty", np.int32, (3,), codec="raw").close()
     with Zrecord(tmp_path / "v1") as zr:
         zr.append(np.zeros(8, np.uint8), 1, 8)
     with pytest.raises(FileExistsError):
@@ -717,14 +785,19 @@ def test_open_refuses_the_wrong_store(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         Dense.open(tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
+    (tmp_path / "empty").mkdir()
+    for cls in (Dense, Ragged):
+        with pytest.raises(FileNotFoundError, match="no .* container"):
+            cls.open(tmp_path / "empty")
+    assert os.listdir(tmp_path / "empty") == []
 
 
 def test_ragged_append_takes_any_arrays_of_its_dtype_and_rank(
     tmp_path: Path, rng: np.random.Generator
 ) -> None:
     # Contiguous arrays are written in place; views with strides, arrays
-    # of an equivalent dtype object, 0-size axes and read-only memory maps
-    # all go in too, and come back as they were.
+    # of an equivalent dtype object and read-only memory maps all go in
+    # too, and come back as they were.
     base = values(rng, np.int32, (40, 30))
     np.save(tmp_path / "m.npy", base)
     mapped = np.load(tmp_path / "m.npy", mmap_mode="r")
@@ -733,7 +806,6 @@ def test_ragged_append_takes_any_arrays_of_its_dtype_and_rank(
         base[::2, ::3],
         np.asfortranarray(base[:5, :4]),
         base[5:6].astype(np.dtype("=i4")),
-        np.zeros((0, 7), np.int32),
         mapped[10:20],
         base.T[:2],
     ]
@@ -897,14 +969,15 @@ def test_dataloader_over_multi_axis_ragged(tmp_path: Path, rng: np.random.Genera
 def test_empty_ragged_records_round_trip(tmp_path: Path, codec: str) -> None:
     from loaderx.dataloader import DataLoader
 
+    # append_flat stores empty records (append refuses them, as 2.x does).
     tokens = [np.arange(n, dtype=np.int32) for n in (3, 0, 5, 0, 0, 7, 1, 0)]
     grid = [np.ones((2, 3), np.float32), np.zeros((0, 3), np.float32), np.zeros((4, 0), np.float32)]
     with Ragged.create(tmp_path / "t", np.int32, 1, codec=codec) as w:
-        w.append(tokens[:4])
+        w.append_flat(np.concatenate(tokens[:4]), [0, 3, 3, 8, 8])
         flat = np.concatenate(tokens[4:])
         w.append_flat(flat, [0, 0, 7, 8, 8])
     with Ragged.create(tmp_path / "g", np.float32, 2, codec=codec) as w:
-        w.append(grid)
+        w.append_flat(np.ones(6, np.float32), [0, 6, 6, 6], [[2, 3], [0, 3], [4, 0]])
     with Ragged.open(tmp_path / "t") as rg, Ragged.open(tmp_path / "g") as g2:
         assert len(rg) == 8
         assert_same_records(rg[:], tokens)
@@ -920,6 +993,37 @@ def test_empty_ragged_records_round_trip(tmp_path: Path, codec: str) -> None:
             for _ in range(4):
                 batch = next(loader)
                 assert_same_records(batch["t"], [tokens[i] for i in batch["id"]])
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+@pytest.mark.parametrize("form", ["list", "tuple", "generator", "large list"])
+def test_append_refuses_empty_records_and_writes_nothing(
+    tmp_path: Path, codec: str, form: str
+) -> None:
+    # The 2.x contract: a zero-size record is refused (ValueError), and
+    # nothing of the batch is stored. "large list" is big enough to be
+    # written behind the call by a compressing writer.
+    size = (zrecord.WRITE_BEHIND_AT_LEAST // 4 + 1) if form == "large list" else 5
+    good = [np.arange(size, dtype=np.int32), np.arange(3, dtype=np.int32)]
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec=codec) as w:
+        w.append(good)
+        for empty in (np.zeros(0, np.int32), np.zeros((0,), np.int32)[::2]):
+            batch = [*good, empty, good[1]]
+            records: Any = {
+                "list": batch,
+                "large list": batch,
+                "tuple": tuple(batch),
+                "generator": (r for r in batch),
+            }[form]
+            with pytest.raises(ValueError, match="record 2: empty records are not stored"):
+                w.append(records)
+            assert len(w) == 2
+    with Ragged.create(tmp_path / "g", np.uint8, 3, codec=codec) as w:
+        with pytest.raises(ValueError, match=r"record 0: .*found shape \(3, 0, 2\)"):
+            w.append([np.zeros((3, 0, 2), np.uint8)])
+        assert len(w) == 0
+    with Ragged.open(tmp_path / "r") as rg:
+        assert_same_records(rg[:], good)
 
 
 # --- train_dict ----------------------------------------------------------------------
@@ -942,6 +1046,13 @@ def test_train_dict_from_every_source(tmp_path: Path) -> None:
                 dict_bytes=d,
             ) as w:
                 w.append(data)
+
+
+def test_train_dict_also_writes_to_path(tmp_path: Path) -> None:
+    data = compressible(500, (32,))
+    trained = train_dict(data, 1024, path=tmp_path / "tokens.dict")
+    assert (tmp_path / "tokens.dict").read_bytes() == trained
+    assert train_dict(data, 1024, path=str(tmp_path / "again.dict")) == trained
 
 
 def test_train_dict_bounds_its_sample() -> None:

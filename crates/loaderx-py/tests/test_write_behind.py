@@ -200,7 +200,7 @@ def test_appends_of_every_size_land_in_order_while_blocks_are_in_flight(tmp_path
     expected_r: list[np.ndarray] = []
     with Ragged.create(tmp_path / "r", np.int64, 1, codec="lz4") as w:
         for n in (400, 2, 900, 1, 30):
-            recs = [rng.integers(0, 99, int(rng.integers(0, 200)), dtype=np.int64) for _ in range(n)]
+            recs = [rng.integers(0, 99, int(rng.integers(1, 200)), dtype=np.int64) for _ in range(n)]
             expected_r.extend(x.copy() for x in recs)
             w.append(recs)
             for x in recs:

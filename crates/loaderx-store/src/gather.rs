@@ -373,23 +373,34 @@ impl<C: Codec, S: Storage> Store<C, S> {
         dst: &SharedDst,
         prefetch: bool,
     ) -> Result<()> {
-        // The chunks the records lie in, each with the span they cover.
+        // The chunks the records lie in, each with the span they cover, and
+        // each record's chunk (its slot in `chunks`).
         let mut chunks: Vec<(u32, u64, u64)> = Vec::new();
+        let mut slots: Vec<u32> = Vec::new();
+        slots
+            .try_reserve_exact(locs.len())
+            .map_err(|_| Error::OutOfMemory {
+                bytes: (locs.len() * std::mem::size_of::<u32>()) as u64,
+            })?;
         for (_, l) in locs {
             let (lo, hi) = (u64::from(l.offset), l.end());
-            if let Some(c) = chunks.iter_mut().find(|c| c.0 == l.chunk_id) {
+            let slot = if let Some(slot) = chunks.iter().position(|c| c.0 == l.chunk_id) {
+                let c = &mut chunks[slot];
                 (c.1, c.2) = (c.1.min(lo), c.2.max(hi));
+                slot
             } else if chunks.len() < MAX_SPANS {
                 chunks.push((l.chunk_id, lo, hi));
+                chunks.len() - 1
             } else {
                 // Records spread over many chunks: one borrow per record.
                 return self.copy_raw_each(locs, dst);
-            }
+            };
+            slots.push(slot as u32);
         }
         let rec = |k: usize| {
             let (at, l) = &locs[k];
             SmallCopy {
-                slot: chunks.iter().position(|c| c.0 == l.chunk_id).unwrap_or(0) as u32,
+                slot: slots[k],
                 offset: u64::from(l.offset),
                 at: *at,
                 // Raw records are as long stored as decoded (validated).

@@ -6,7 +6,11 @@
 
 mod common;
 
-use std::{collections::HashMap, fs};
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+};
 
 use loaderx_store::{
     CodecId, Error, OpenOptions, Store,
@@ -193,6 +197,15 @@ fn stores_that_break_the_pattern_keep_the_table_path() {
     check_gathers(&checking, &expected);
 }
 
+/// A raw labels store at `dir/labels` holding labels `0 .. n`, closed.
+fn raw_labels_store(dir: &Path, n: u64) -> PathBuf {
+    let path = dir.join("labels");
+    let store: Store =
+        Store::create_v2(&path, &labels_schema(CodecTag::RAW), OpenOptions::default()).unwrap();
+    append_labels(&store, 0..n);
+    path
+}
+
 /// Byte offset of table entry `index` in a v2 `meta.zr`, and the entry's length.
 fn entry_at(meta: &[u8], index: u64) -> (usize, usize) {
     let table = loaderx_store::format::v2::table_offset(u32::from_le_bytes(
@@ -205,12 +218,7 @@ fn entry_at(meta: &[u8], index: u64) -> (usize, usize) {
 #[test]
 fn damaged_entries_are_reported_by_the_gather_that_reads_them() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("labels");
-    {
-        let store: Store =
-            Store::create_v2(&path, &labels_schema(CodecTag::RAW), OpenOptions::default()).unwrap();
-        append_labels(&store, 0..2000);
-    }
+    let path = raw_labels_store(dir.path(), 2000);
     let mut meta = fs::read(path.join("meta.zr")).unwrap();
     let (at, _) = entry_at(&meta, 1500);
     meta[at + 5] ^= 0x10;
@@ -245,12 +253,7 @@ fn an_indexed_handle_keeps_the_entries_it_checked() {
     // later (the table rewritten behind the handle's back) is therefore not
     // seen by this handle — and a new handle reports it.
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("labels");
-    {
-        let store: Store =
-            Store::create_v2(&path, &labels_schema(CodecTag::RAW), OpenOptions::default()).unwrap();
-        append_labels(&store, 0..1000);
-    }
+    let path = raw_labels_store(dir.path(), 1000);
     let store: Store = Store::open_read_only(&path).unwrap();
     let all: Vec<u64> = (0..1000).collect();
     let mut out = vec![0u8; all.len() * LEN];
@@ -281,12 +284,7 @@ fn an_indexed_handle_keeps_the_entries_it_checked() {
 #[test]
 fn an_indexed_batch_that_cannot_be_gathered_writes_nothing_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("labels");
-    {
-        let store: Store =
-            Store::create_v2(&path, &labels_schema(CodecTag::RAW), OpenOptions::default()).unwrap();
-        append_labels(&store, 0..4000);
-    }
+    let path = raw_labels_store(dir.path(), 4000);
     let store: Store = Store::open_read_only(&path).unwrap();
     let all: Vec<u64> = (0..4000).collect();
     let mut out = vec![0u8; all.len() * LEN];

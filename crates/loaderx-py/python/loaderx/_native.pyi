@@ -66,11 +66,11 @@ class Store:
     def schema(self) -> dict[str, Any] | None: ...
     def append_dense(self, src: npt.NDArray[np.uint8], n: int) -> int: ...
     def append_arrays(
-        self, records: Sequence[Any], dtype: np.dtype[Any], ndim: int
+        self, records: Sequence[Any], dtype: np.dtype[Any], ndim: int, empty: bool
     ) -> int | None: ...
     @staticmethod
     def pack_arrays(
-        records: Sequence[Any], dtype: np.dtype[Any], ndim: int
+        records: Sequence[Any], dtype: np.dtype[Any], ndim: int, empty: bool
     ) -> (
         tuple[
             npt.NDArray[np.uint8],

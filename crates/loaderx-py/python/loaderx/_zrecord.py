@@ -107,6 +107,13 @@ class ZrecordError(RuntimeError):
 
     code: int
 
+    def __new__(cls, code: int, message: str | None = None) -> ZrecordError:
+        # An index out of range is also an IndexError (what loaderx 2.x and
+        # Python sequences raise), whoever raises it.
+        if cls is ZrecordError and int(code) == _INDEX_OUT_OF_RANGE:
+            cls = ZrecordIndexError
+        return super().__new__(cls, code, message)
+
     def __init__(self, code: int, message: str | None = None) -> None:
         code = int(code)
         known = ERROR_CODES.get(code)
@@ -116,6 +123,17 @@ class ZrecordError(RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.code, str(self)))
+
+
+class ClosedError(ValueError, RuntimeError):
+    """An operation on a closed store, container, sampler or loader: a
+    ``ValueError``, as for a closed file, and a ``RuntimeError``, as loaderx
+    2.x raises."""
+
+
+class ZrecordIndexError(ZrecordError, IndexError):
+    """:class:`ZrecordError` -3, an index out of range: also an
+    ``IndexError``. ``ZrecordError(-3, ...)`` makes one."""
 
 
 def _code_table() -> str:
@@ -296,7 +314,7 @@ class Zrecord(_Closing):
     def _live(self) -> _native.Store:
         store = self._store
         if store is None:
-            raise ValueError(f"operation on a closed Zrecord ({self.path})")
+            raise ClosedError(f"operation on a closed Zrecord ({self.path})")
         return store
 
     def __len__(self) -> int:

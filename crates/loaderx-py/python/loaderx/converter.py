@@ -103,10 +103,13 @@ class _DictTrained:
 
     def append(self, records: Any) -> None:
         if isinstance(records, np.ndarray):
-            self._open(records).append(records)
+            writer = self._open(records)
+            if records.shape[0]:  # an empty batch still creates the store
+                writer.append(records)
             return
         records = list(records)
-        cast(Ragged, self._open(records)).append(records)
+        # Row i stays record i: an empty list is an empty record.
+        cast(Ragged, self._open(records))._append(records, empty=True)
 
     def append_flat(self, flat: np.ndarray, offsets: Any, shapes: Any = None) -> None:
         bounds = np.asarray(offsets, dtype=np.int64)
@@ -458,7 +461,7 @@ def _hf_split(
             if table is None:
                 break
             for col in plain:
-                count = _arrow_column(out, prefix + col, table.column(col), layouts[col], row)
+                count = _arrow_column(out, prefix + col, table.column(col), layouts[col])
             dropper.drop(table)
         if image_batches is not None:
             batch = next(image_batches, None)
@@ -793,7 +796,7 @@ def _flatten_fixed(array: Any, depth: int, where: str) -> Any:
 
 
 def _arrow_column(
-    out: _Output, name: str, column: Any, layout: tuple[str, np.dtype, Any], first_row: int
+    out: _Output, name: str, column: Any, layout: tuple[str, np.dtype, Any]
 ) -> int:
     import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -806,7 +809,9 @@ def _arrow_column(
     if kind == "dense":
         flat = _flatten_fixed(column, len(spec), name)
         values = _arrow_values(flat, dtype, name)
-        out.dense(name, dtype, spec).append(values.reshape((n, *spec)))
+        writer = out.dense(name, dtype, spec)
+        if n:  # an empty record batch (legal in Arrow IPC and Parquet) appends nothing
+            writer.append(values.reshape((n, *spec)))
         return n
     if column.null_count:
         raise ConversionError(f"column {name!r} has null rows; fill or drop them first")
@@ -814,12 +819,17 @@ def _arrow_column(
     inner = _flatten_fixed(column.values, len(spec), name)
     values = _arrow_values(inner, dtype, name)
     writer = out.ragged(name, dtype, 1 + len(spec))
+    bounds = np.asarray(offsets, dtype=np.int64)
     if not spec:
-        writer.append_flat(values, np.asarray(offsets, dtype=np.int64))
+        writer.append_flat(values, bounds)
     else:
-        sub = values.reshape(-1, *spec)
-        records = [sub[lo:hi] for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
-        writer.append(_ragged_records(records, dtype, 1 + len(spec), name, first_row))
+        # Row i holds rows bounds[i]..bounds[i + 1] of fixed-shape items;
+        # a row with none is an empty record (row i stays record i).
+        per_item = int(np.prod(spec, dtype=np.int64))
+        shapes = np.empty((n, 1 + len(spec)), dtype=np.int64)
+        shapes[:, 0] = np.diff(bounds)
+        shapes[:, 1:] = spec
+        writer.append_flat(values, bounds * per_item, shapes)
     return n
 
 
@@ -849,7 +859,7 @@ def _convert_batches(
     row = 0
     for batch in batches:
         for name in layouts:
-            _arrow_column(out, name, batch.column(name), layouts[name], row)
+            _arrow_column(out, name, batch.column(name), layouts[name])
         row += batch.num_rows
         if progress is not None:
             progress(row, total)

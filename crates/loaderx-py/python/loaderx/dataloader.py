@@ -67,7 +67,7 @@ from ._nativeengine import NativeEngine, View
 from ._pyengine import PyEngine
 from ._sampler import Sampler, resolve_world
 from ._transform import TransformStage
-from ._zrecord import _Closing
+from ._zrecord import ClosedError, _Closing
 
 _LIVE: weakref.WeakSet[DataLoader] = weakref.WeakSet()
 
@@ -297,7 +297,7 @@ class DataLoader(_Closing):
     def _live(self, op: str) -> Engine:
         engine = self._engine
         if engine is None:
-            raise ValueError(f"{op} on a closed DataLoader")
+            raise ClosedError(f"{op} on a closed DataLoader")
         return engine
 
     def __len__(self) -> int:

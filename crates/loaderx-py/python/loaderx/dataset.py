@@ -24,6 +24,7 @@ from ._zrecord import (
     _BUFFER_TOO_SMALL,
     _INDEX_OUT_OF_RANGE,
     CODECS,
+    ClosedError,
     MAX_RECORD_LEN,
     Zrecord,
     ZrecordError,
@@ -146,7 +147,7 @@ class Dataset(_Closing):
     def _live(self) -> Zrecord:
         store = self._store
         if store is None:
-            raise ValueError(f"operation on a closed Dataset ({self.path})")
+            raise ClosedError(f"operation on a closed Dataset ({self.path})")
         return store
 
     def __len__(self) -> int:

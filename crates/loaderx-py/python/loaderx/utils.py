@@ -10,6 +10,7 @@ come from there.
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Iterable
 from typing import Any, Union
 
@@ -138,6 +139,7 @@ def train_dict(
     *,
     sample_bytes: int | None = None,
     seed: int = 0,
+    path: str | os.PathLike[str] | None = None,
 ) -> bytes:
     """Train a zstd dictionary for ``codec="zstd_dict"`` from sample records.
 
@@ -152,6 +154,8 @@ def train_dict(
             picked at random from an array or a container (with `seed`), and
             taken from the start of any other iterable, which is read no
             further than that.
+        path: also write the dictionary to this file (as loaderx 2.x
+            does), replacing what is there.
 
     Returns:
         The dictionary, for ``Dense.create(..., dict_bytes=...)``.
@@ -173,7 +177,11 @@ def train_dict(
     # largest sample), naming the bound.
     sizes = np.fromiter((len(s) for s in samples), dtype=np.uint64, count=len(samples))
     flat = np.frombuffer(b"".join(samples), dtype=np.uint8)
-    return bytes(_native.train_dictionary(flat, sizes, dict_size))
+    trained = bytes(_native.train_dictionary(flat, sizes, dict_size))
+    if path is not None:
+        with open(path, "wb") as out:
+            out.write(trained)
+    return trained
 
 
 __all__ = ["DEFAULT_DICT_SIZE", "MAX_DICT_SIZE", "train_dict"]

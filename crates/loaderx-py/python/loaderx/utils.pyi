@@ -1,3 +1,4 @@
+import os
 from collections.abc import Iterable
 from typing import Any, Union
 
@@ -20,4 +21,5 @@ def train_dict(
     *,
     sample_bytes: int | None = None,
     seed: int = 0,
+    path: str | os.PathLike[str] | None = None,
 ) -> bytes: ...

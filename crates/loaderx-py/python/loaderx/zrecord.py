@@ -13,8 +13,14 @@
 ``len``, ``close``; ``close()`` publishes). ``X.open(path)`` returns a
 **reader**; ``X.open(path, writable=True)`` a handle that reads, appends,
 deletes and compacts. Reading from a writer or appending to a reader raises
-:class:`io.UnsupportedOperation` (a ``ValueError``), as a file opened in
-the other mode does.
+:class:`ContainerModeError`, an :class:`io.UnsupportedOperation` (a
+``ValueError``, as for a file opened in the other mode) that is also a
+``RuntimeError`` (what loaderx 2.x raises); an operation on a closed
+container raises :class:`ClosedError` (``ValueError`` and
+``RuntimeError`` alike), and ``create`` on a path that holds a store or
+other files :class:`ContainerExistsError` (``FileExistsError`` and
+``RuntimeError``). An index out of range raises :class:`ZrecordError` -3,
+which is also an ``IndexError``.
 
 Both are stored in format v2 (checksummed records, a schema block naming
 dtype, shape and codec) by the Rust engine: the dtype names, codec names
@@ -39,7 +45,9 @@ from ._zrecord import (
     _INDEX_OUT_OF_RANGE,
     _OPEN,
     _RECORD_SIZE,
+    ClosedError,
     ZrecordError,
+    ZrecordIndexError,
     _as_indices,
     _Closing,
 )
@@ -72,6 +80,20 @@ WRITE_CHUNK_BYTES = 64 << 20
 WRITE_BEHIND_AT_LEAST = 64 << 10
 
 _T = TypeVar("_T", bound="_Container")
+_R = TypeVar("_R")
+
+
+class ContainerModeError(io.UnsupportedOperation, RuntimeError):
+    """Reading through a writer, or appending through a reader: an
+    :class:`io.UnsupportedOperation` (a ``ValueError`` and an ``OSError``),
+    as for a file opened in the other mode, and a ``RuntimeError``, as
+    loaderx 2.x raises."""
+
+
+class ContainerExistsError(FileExistsError, RuntimeError):
+    """``create`` on a path that already holds a store, or a directory with
+    other files in it: a ``FileExistsError`` and a ``RuntimeError``, as
+    loaderx 2.x raises. Nothing at the path is changed."""
 
 
 
@@ -339,7 +361,7 @@ class _Container(_Closing):
         shown = os.fspath(path)
         if not isinstance(shown, str):
             shown = os.fsdecode(shown)
-        if not os.path.isdir(shown):
+        if not os.path.isdir(shown) or not os.listdir(shown):
             raise FileNotFoundError(f"no {cls._KIND} container at {shown}")
         store = _native.Store.open_existing(shown, bool(writable), bool(check_raw))
         opened = cls(store, shown, readable=True, writable=bool(writable), editable=bool(writable))
@@ -364,9 +386,21 @@ class _Container(_Closing):
         codec = _codec(codec)
         dictionary = _dictionary(codec, dict_bytes)
         lanes = _shards(data_shards)
-        store = _native.Store.create_typed(
-            shown, cls._KIND, found.str, list(shape), ndim, codec, dictionary, lanes
-        )
+        if (
+            os.path.isdir(shown)
+            and not os.path.exists(os.path.join(shown, "meta.zr"))
+            and os.listdir(shown)
+        ):
+            raise ContainerExistsError(
+                f"{shown} is a directory with other files in it: create a {cls.__name__} in a "
+                f"new or empty directory"
+            )
+        try:
+            store = _native.Store.create_typed(
+                shown, cls._KIND, found.str, list(shape), ndim, codec, dictionary, lanes
+            )
+        except FileExistsError as exc:
+            raise ContainerExistsError(str(exc)) from None
         return cls(store, shown, readable=False, writable=True, editable=False)
 
     # --- the handle -------------------------------------------------------------------
@@ -374,7 +408,7 @@ class _Container(_Closing):
     def _live(self, settle: bool = True) -> _native.Store:
         store = self._store
         if store is None:
-            raise ValueError(f"operation on a closed {type(self).__name__} ({self.path})")
+            raise ClosedError(f"operation on a closed {type(self).__name__} ({self.path})")
         if settle:
             self._settle()
         return store
@@ -382,7 +416,7 @@ class _Container(_Closing):
     def _reading(self) -> _native.Store:
         store = self._live()
         if not self._readable:
-            raise io.UnsupportedOperation(
+            raise ContainerModeError(
                 f"this {type(self).__name__} at {self.path} is a writer: close it and read "
                 f"with {type(self).__name__}.open(path)"
             )
@@ -391,7 +425,7 @@ class _Container(_Closing):
     def _appending(self, settle: bool = True) -> _native.Store:
         store = self._live(settle)
         if not self._writable:
-            raise io.UnsupportedOperation(
+            raise ContainerModeError(
                 f"this {type(self).__name__} at {self.path} is a reader: append through the "
                 f"writer from {type(self).__name__}.create, or open with writable=True"
             )
@@ -400,7 +434,7 @@ class _Container(_Closing):
     def _editing(self, op: str) -> _native.Store:
         store = self._live()
         if not self._editable:
-            raise io.UnsupportedOperation(
+            raise ContainerModeError(
                 f"cannot {op} {self.path}: open it with {type(self).__name__}.open(path, "
                 f"writable=True) first"
             )
@@ -481,7 +515,9 @@ class _Container(_Closing):
             self._settle_locked()
             if self._store is None:
                 # Closed by another thread since this append's checks.
-                raise ValueError(f"operation on a closed {type(self).__name__} ({self.path})")
+                raise ClosedError(
+                    f"operation on a closed {type(self).__name__} ({self.path})"
+                )
             failure: list[BaseException] = []
 
             def run() -> None:
@@ -517,6 +553,12 @@ class _Container(_Closing):
         if failure:
             raise failure[0]
         self._spare = buffer
+
+    def _write_now(self, write: Callable[..., _R], *args: Any) -> _R:
+        """``write(*args)`` before returning, once the write in flight (if
+        any) has finished, so appends land in the order they were made."""
+        self._settle()
+        return write(*args)
 
     def _owned(self, block: np.ndarray) -> np.ndarray:
         """A copy of `block` for a write behind the caller, into the buffer
@@ -654,11 +696,16 @@ class _Container(_Closing):
             "reclaimable": reclaimable,
         }
 
+    def has_dict(self) -> bool:
+        """Whether the store's records are compressed with a zstd dictionary
+        (``codec="zstd_dict"``), as in loaderx 2.x."""
+        return self.codec == "zstd_dict"
+
     def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None:
         """How the native loader gathers this container (``DataLoader``);
-        ``ValueError`` for a writer."""
+        :class:`ContainerModeError` (a ``ValueError``) for a writer."""
         if not self._readable:
-            raise ValueError(
+            raise ContainerModeError(
                 f"stream {name!r} is a {type(self).__name__} writer ({self.path}); pass a reader "
                 f"from {type(self).__name__}.open"
             )
@@ -681,6 +728,8 @@ class Dense(_Container):
     ) -> None:
         super().__init__(store, path, readable, writable, editable)
         self.item_shape: tuple[int, ...] = tuple(int(d) for d in self._schema["shape"])
+        #: The number of axes of a record (``len(item_shape)``), as in loaderx 2.x.
+        self.ndim = len(self.item_shape)
         self._item_len = int(self._schema["item_len"])
 
     @classmethod
@@ -695,8 +744,9 @@ class Dense(_Container):
         data_shards: int = 4,
         quality: int = DEFAULT_QUALITY,
     ) -> Dense:
-        """A writer for a new store at `path` (which must not hold one:
-        ``FileExistsError``). `codec` is ``"raw"``, ``"flate"``, ``"zstd"``,
+        """A writer for a new store at `path`, a new or empty directory
+        (:class:`ContainerExistsError`, a ``FileExistsError``, for a store
+        or other files there). `codec` is ``"raw"``, ``"flate"``, ``"zstd"``,
         ``"lz4"`` or ``"zstd_dict"`` (with `dict_bytes` from
         :func:`loaderx.utils.train_dict`); `data_shards` write lanes.
 
@@ -736,8 +786,9 @@ class Dense(_Container):
         return f"{self.dtype.str}{list(self.item_shape)}"
 
     def append(self, array: np.ndarray) -> None:
-        """Add one record per slice of `array` along axis 0; its dtype and
-        ``shape[1:]`` must be ``dtype`` and ``item_shape`` exactly. The array
+        """Add one record per slice of `array` along axis 0 (at least one:
+        ``ValueError`` otherwise; a 0-d array on a scalar store is one); its
+        dtype and ``shape[1:]`` must be ``dtype`` and ``item_shape`` exactly. The array
         is written from its own memory (no copy when C-contiguous), or, by a
         writer of a compressing codec, copied and written behind the call
         (``WRITE_BEHIND_AT_LEAST``): a write error is then raised by the next
@@ -745,6 +796,8 @@ class Dense(_Container):
         store = self._appending(settle=False)
         if not isinstance(array, np.ndarray):
             raise TypeError(f"append takes a NumPy array, got {type(array).__name__}")
+        if array.ndim == 0 and self.item_shape == ():
+            array = array.reshape(1)  # one scalar record, as loaderx 2.x takes it
         if array.dtype != self.dtype:
             raise ValueError(
                 f"{self.path} holds {self.dtype.str} ({self.dtype}) records, found an array of "
@@ -755,6 +808,10 @@ class Dense(_Container):
             raise ValueError(
                 f"{self.path} holds records of shape {self.item_shape}: expected an array of "
                 f"shape (n{expected}), found {tuple(array.shape)}"
+            )
+        if array.shape[0] == 0:
+            raise ValueError(
+                f"append needs at least one record: found an array of shape {tuple(array.shape)}"
             )
         step = max(1, WRITE_CHUNK_BYTES // self._item_len)
         no_dims = np.zeros(0, dtype=np.uint32)
@@ -849,8 +906,9 @@ class Ragged(_Container):
         data_shards: int = 4,
         quality: int = DEFAULT_QUALITY,
     ) -> Ragged:
-        """A writer for a new store at `path` (which must not hold one:
-        ``FileExistsError``) of arrays of `dtype` with `ndim` axes.
+        """A writer for a new store at `path`, a new or empty directory
+        (:class:`ContainerExistsError`, a ``FileExistsError``, for a store
+        or other files there), of arrays of `dtype` with `ndim` axes.
 
         Images of varying size: codec ``"jpeg"`` (at `quality`) or ``"png"``,
         ``uint8``, ``ndim=3``; each record an ``(h, w, 3)`` RGB array, or a
@@ -896,7 +954,7 @@ class Ragged(_Container):
 
     # --- writing ----------------------------------------------------------------------
 
-    def _check(self, pos: int, record: Any) -> np.ndarray:
+    def _check(self, pos: int, record: Any, empty: bool) -> np.ndarray:
         if not isinstance(record, np.ndarray):
             raise TypeError(f"record {pos} is a {type(record).__name__}, not a NumPy array")
         if record.dtype != self.dtype:
@@ -914,23 +972,34 @@ class Ragged(_Container):
                 _RECORD_SIZE,
                 f"record {pos} is {record.nbytes} bytes, over the {MAX_ITEM_LEN}-byte record limit",
             )
+        if record.size == 0 and not empty:
+            raise ValueError(
+                f"record {pos}: empty records are not stored — a record must be non-empty "
+                f"(found shape {tuple(record.shape)}; append_flat stores empty records)"
+            )
         return record
 
-    def _blocks(self, records: Iterable[Any], checked: bool) -> Iterator[list[np.ndarray]]:
+    def _blocks(
+        self, records: Iterable[Any], checked: bool, empty: bool
+    ) -> Iterator[list[np.ndarray]]:
         """Records (checked here unless `checked`) in blocks of about
         ``WRITE_CHUNK_BYTES``."""
         block: list[np.ndarray] = []
         size = 0
+        count = 0
         for pos, record in enumerate(records):
             if not checked:
-                record = self._check(pos, record)
+                record = self._check(pos, record, empty)
             block.append(record)
+            count += 1
             size += record.nbytes
             if size >= WRITE_CHUNK_BYTES:
                 yield block
                 block, size = [], 0
         if block:
             yield block
+        if count == 0 and not empty:
+            raise ValueError("append needs at least one record: the iterable yielded none")
 
     def _pack(self, block: list[np.ndarray]) -> tuple[np.ndarray, ...]:
         """One buffer holding `block` back to back, with the byte offset,
@@ -950,7 +1019,10 @@ class Ragged(_Container):
 
     def append(self, records: Iterable[np.ndarray]) -> None:
         """Add each array of `records` as one record: dtype ``dtype``, ``ndim``
-        axes of any lengths (an empty record is stored like any other).
+        axes of any lengths, at least one element (an empty array is refused
+        with ``ValueError``, as by loaderx 2.x; :meth:`append_flat` stores
+        empty records). A NumPy array is the iterable of its rows (one
+        record each), and a call with no records is a ``ValueError``.
 
         A list or tuple is checked whole before anything is written, so a bad
         record leaves the store unchanged; from any other iterable, records
@@ -961,57 +1033,80 @@ class Ragged(_Container):
         behind the call (``WRITE_BEHIND_AT_LEAST``): a write error is then
         raised by the next call on the writer (``append``, ``len``, ``sync``
         or ``close``)."""
+        self._append(records, empty=False)
+
+    def _append(self, records: Iterable[np.ndarray], empty: bool) -> None:
+        """:meth:`append`; when `empty` (the converters, which keep row ``i``
+        as record ``i``), empty records are stored and no records at all is
+        no append."""
         store = self._appending(settle=False)
-        if isinstance(records, np.ndarray) and records.dtype != np.object_:
-            raise TypeError(
-                "append takes an iterable of arrays (one per record), got one array; "
-                "wrap it in a list to store it as one record"
-            )
+        if isinstance(records, np.ndarray):
+            if records.ndim == 0:
+                raise TypeError(
+                    "append takes an iterable of arrays (one per record), got a 0-d array"
+                )
+            # Its rows, one record each (1-D: 0-d rows, refused for their
+            # rank; an object array: its items, checked as given).
+            if records.ndim > 1 or records.dtype == np.object_:
+                records = list(records)
+            else:
+                records = [np.asarray(r) for r in records]
+        if (
+            not empty
+            and isinstance(records, Sequence)
+            and not isinstance(records, (str, bytes))
+            and len(records) == 0
+        ):
+            raise ValueError("append needs at least one record: found an empty sequence")
         behind = self._writes_behind(WRITE_BEHIND_AT_LEAST)
         if isinstance(records, (list, tuple)) and not self.is_image:
-            # Every record a C-contiguous array of this dtype and rank: each is
-            # written from its own memory, or, behind the call, copied into
-            # one buffer (a list of at most one block), checked in one native
-            # pass. Else (None: nothing written) the checks below name the
-            # culprit, and a larger list is packed block by block.
+            # Every record a C-contiguous array of this dtype and rank, checked
+            # in one native pass: a small list (or any, when not written
+            # behind) is written now from the records' own memory; a list of
+            # at most one block is copied into one buffer and written behind.
+            # Else (None: nothing written) the checks below name the culprit;
+            # a larger list is packed block by block.
             size = sum(r.nbytes for r in records if isinstance(r, np.ndarray)) if behind else 0
-            if self._writes_behind(size) and size <= WRITE_CHUNK_BYTES:
-                packed = _native.Store.pack_arrays(records, self.dtype, self.ndim)
-                if packed is not None:
-                    self._write_packed(store, packed)
+            if size < WRITE_BEHIND_AT_LEAST:
+                args = (records, self.dtype, self.ndim, empty)
+                if self._write_now(store.append_arrays, *args) is not None:
                     return
-            elif not behind or size < WRITE_BEHIND_AT_LEAST:
-                self._settle()
-                if store.append_arrays(records, self.dtype, self.ndim) is not None:
+            elif behind and size <= WRITE_CHUNK_BYTES:
+                packed = _native.Store.pack_arrays(records, self.dtype, self.ndim, empty)
+                if packed is not None:
+                    self._write_packed(store, packed, behind=True)
                     return
         if isinstance(records, (Sequence, np.ndarray)) and not isinstance(records, (str, bytes)):
-            checked = [self._check(pos, r) for pos, r in enumerate(records)]
+            checked = [self._check(pos, r, empty) for pos, r in enumerate(records)]
             if sum(r.nbytes for r in checked) <= WRITE_CHUNK_BYTES:
                 if checked:
                     self._write_packed(store, self._pack(checked))
                 return
-            blocks = self._blocks(checked, checked=True)
+            blocks = self._blocks(checked, checked=True, empty=empty)
         else:
-            blocks = self._blocks(records, checked=False)
+            blocks = self._blocks(records, checked=False, empty=empty)
         if behind:
             for block in blocks:
                 self._write_packed(store, self._pack(block))
             return
-        self._settle()
 
         def write(packed: tuple[np.ndarray, ...]) -> None:
             self._write_shaped(store, packed)
 
-        _pipelined((self._pack(b) for b in blocks), write)
+        self._write_now(_pipelined, (self._pack(b) for b in blocks), write)
 
-    def _write_packed(self, store: _native.Store, packed: tuple[np.ndarray, ...]) -> None:
-        """Writes records packed into arrays of their own: behind the call
-        when large enough (see `_writes_behind`), else now."""
-        if self._writes_behind(packed[0].nbytes):
+    def _write_packed(
+        self, store: _native.Store, packed: tuple[np.ndarray, ...], behind: bool | None = None
+    ) -> None:
+        """Writes records packed into arrays this handle owns: behind the
+        call when `behind` (by default: when large enough, see
+        `_writes_behind`), else now."""
+        if behind is None:
+            behind = self._writes_behind(packed[0].nbytes)
+        if behind:
             self._submit(self._write_shaped, store, packed, records=packed[1].size)
         else:
-            self._settle()
-            self._write_shaped(store, packed)
+            self._write_now(self._write_shaped, store, packed)
 
     def _write_shaped(self, store: _native.Store, packed: tuple[np.ndarray, ...]) -> None:
         if self.is_image:
@@ -1076,9 +1171,10 @@ class Ragged(_Container):
             )
         start, stop = int(bounds[0]), int(bounds[-1])
         nbytes = (stop - start) * itemsize
+        # Behind the call (at most one block, so the copy stays bounded): a
+        # copy of the values, as the caller's buffer may change as soon as
+        # this returns; the other arrays are new anyway.
         behind = self._writes_behind(nbytes) and nbytes <= WRITE_CHUNK_BYTES
-        # Behind the call: a copy of the values (the caller's buffer may
-        # change as soon as this returns); the other arrays are new anyway.
         values = flat[start:stop]
         data = (np.array(values, copy=True) if behind else np.ascontiguousarray(values)).view(
             np.uint8
@@ -1086,11 +1182,7 @@ class Ragged(_Container):
         byte_offsets = ((bounds[:-1] - start) * itemsize).astype(np.uint64)
         byte_lens = (lens * itemsize).astype(np.uint64)
         packed = (data, byte_offsets, byte_lens, dims.astype(np.uint32).reshape(-1))
-        if behind:
-            self._submit(self._write_shaped, store, packed, records=n)
-        else:
-            self._settle()
-            self._write_shaped(store, packed)
+        self._write_packed(store, packed, behind)
 
     # --- reading ----------------------------------------------------------------------
 
@@ -1297,6 +1389,9 @@ class FlatRagged:
 
 __all__ = [
     "CODECS",
+    "ClosedError",
+    "ContainerExistsError",
+    "ContainerModeError",
     "DEFAULT_QUALITY",
     "DTYPES",
     "Dense",
@@ -1310,4 +1405,5 @@ __all__ = [
     "WRITE_BEHIND_AT_LEAST",
     "WRITE_CHUNK_BYTES",
     "ZrecordError",
+    "ZrecordIndexError",
 ]

@@ -1,3 +1,4 @@
+import io
 import os
 from collections.abc import Iterable, Iterator
 from types import TracebackType
@@ -8,9 +9,14 @@ import numpy.typing as npt
 
 from . import _native
 from ._zrecord import ZrecordError as ZrecordError
+from ._zrecord import ClosedError as ClosedError
+from ._zrecord import ZrecordIndexError as ZrecordIndexError
 
 __all__ = [
     "CODECS",
+    "ClosedError",
+    "ContainerExistsError",
+    "ContainerModeError",
     "DEFAULT_QUALITY",
     "DTYPES",
     "Dense",
@@ -24,6 +30,7 @@ __all__ = [
     "WRITE_BEHIND_AT_LEAST",
     "WRITE_CHUNK_BYTES",
     "ZrecordError",
+    "ZrecordIndexError",
 ]
 
 DTYPES: tuple[str, ...]
@@ -35,6 +42,9 @@ WRITE_CHUNK_BYTES: Final[int]
 WRITE_BEHIND_AT_LEAST: Final[int]
 IMAGE_CODECS: tuple[str, ...]
 DEFAULT_QUALITY: int
+
+class ContainerModeError(io.UnsupportedOperation, RuntimeError): ...
+class ContainerExistsError(FileExistsError, RuntimeError): ...
 
 class _Container:
     path: str
@@ -59,11 +69,13 @@ class _Container:
     def delete(self, idxs: npt.ArrayLike) -> None: ...
     def compact(self) -> None: ...
     def stats(self) -> dict[str, int]: ...
+    def has_dict(self) -> bool: ...
     def native_stream(self, name: str) -> tuple[str, _native.Store, int] | None: ...
     def __del__(self) -> None: ...
 
 class Dense(_Container):
     item_shape: tuple[int, ...]
+    ndim: int
     @classmethod
     def create(
         cls,
@@ -128,6 +140,7 @@ class Ragged(_Container):
         layout: str = "hwc",
     ) -> Any: ...
     def append(self, records: Iterable[npt.NDArray[Any]]) -> None: ...
+    def _append(self, records: Iterable[npt.NDArray[Any]], empty: bool) -> None: ...
     def append_flat(
         self, flat: npt.NDArray[Any], offsets: npt.ArrayLike, shapes: npt.ArrayLike | None = None
     ) -> None: ...

@@ -24,6 +24,7 @@ from types import TracebackType
 import numpy as np
 
 from . import _sampler
+from ._zrecord import ClosedError
 from ._sampler import resolve_world
 
 
@@ -52,7 +53,7 @@ class Sampler(_sampler.Sampler):
 
     def _check_open(self, op: str) -> None:
         if self.closed:
-            raise ValueError(f"{op} on a closed Sampler")
+            raise ClosedError(f"{op} on a closed Sampler")
 
     def next(self) -> np.ndarray:
         """This rank's share of the next batch: a fresh uint64 array."""
