@@ -809,9 +809,9 @@ def _arrow_column(
     if kind == "dense":
         flat = _flatten_fixed(column, len(spec), name)
         values = _arrow_values(flat, dtype, name)
-        writer = out.dense(name, dtype, spec)
+        dense = out.dense(name, dtype, spec)
         if n:  # an empty record batch (legal in Arrow IPC and Parquet) appends nothing
-            writer.append(values.reshape((n, *spec)))
+            dense.append(values.reshape((n, *spec)))
         return n
     if column.null_count:
         raise ConversionError(f"column {name!r} has null rows; fill or drop them first")
