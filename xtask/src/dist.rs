@@ -376,10 +376,59 @@ fn build_wheel(ws: &Workspace, venv: &Venv, dist: &Path, wheel: &Wheel) -> Outco
             "x86_64-w64-mingw32-gcc",
         );
     }
+    if triple == "aarch64-pc-windows-gnullvm" && args.contains(&"--zig") {
+        // maturin's zig build for Windows GNU targets exports the wrong
+        // module initialiser; tools/zig_exports.py says how it is mended.
+        match zig_exports_wrapper(ws, venv) {
+            Ok(zig) => {
+                cmd.env("CARGO_ZIGBUILD_PYTHON_PATH", zig);
+            }
+            Err(f) => return Outcome::NotBuilt(f.reason),
+        }
+    }
     if let Err(f) = steps::run(&format!("maturin build wheel {}", wheel.name), &mut cmd) {
         return Outcome::NotBuilt(format!("build failed ({})", f.reason));
     }
     move_single(&out, dist, ".whl")
+}
+
+/// An executable for maturin to run zig with (as `WRAPPER -m ziglang ...`,
+/// the way it runs the `ziglang` package with a Python): it runs
+/// `tools/zig_exports.py` with the venv's Python. Written into the target dir.
+fn zig_exports_wrapper(ws: &Workspace, venv: &Venv) -> Result<PathBuf, Failure> {
+    let script = ws
+        .root
+        .join("crates")
+        .join("loaderx-py")
+        .join("tools")
+        .join("zig_exports.py");
+    let wrapper = ws.target_dir().join("dist-work").join("zig-exports");
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    let text = format!(
+        "#!/bin/sh\nexec {} {} \"$@\"\n",
+        quote(&venv.python),
+        quote(&script)
+    );
+    if !cfg!(unix) {
+        return Err(Failure::new(
+            "zig wrapper",
+            "the Windows arm64 wheel is cross-built from Linux or macOS (its zig wrapper is a shell script)",
+        ));
+    }
+    let failed = |e: std::io::Error| {
+        Failure::new(
+            "zig wrapper",
+            format!("cannot write {}: {e}", wrapper.display()),
+        )
+    };
+    fs::create_dir_all(wrapper.parent().unwrap_or(Path::new("."))).map_err(failed)?;
+    fs::write(&wrapper, text).map_err(failed)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).map_err(failed)?;
+    }
+    Ok(wrapper)
 }
 
 fn build_sdist(ws: &Workspace, venv: &Venv, dist: &Path) -> Outcome {

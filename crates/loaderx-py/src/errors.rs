@@ -26,12 +26,24 @@ pub(crate) fn error_codes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 /// `ZrecordError(code, message)`.
 pub(crate) fn zrecord_error(py: Python<'_>, code: ErrorCode, message: String) -> PyErr {
-    let made = ZRECORD_ERROR
-        .import(py, "loaderx._zrecord", "ZrecordError")
-        .and_then(|class| class.call1((code.value(), message)));
-    match made {
+    python_error(py, &ZRECORD_ERROR, "ZrecordError", (code.value(), message))
+}
+
+/// An instance of the exception class `name` of `loaderx._zrecord`, made
+/// from `args` (the class is imported once, into `class`); if the import or
+/// the call fails, that failure.
+fn python_error<'py, A: pyo3::call::PyCallArgs<'py>>(
+    py: Python<'py>,
+    class: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+    args: A,
+) -> PyErr {
+    match class
+        .import(py, "loaderx._zrecord", name)
+        .and_then(|class| class.call1(args))
+    {
         Ok(instance) => PyErr::from_value(instance),
-        Err(import_failed) => import_failed,
+        Err(failed) => failed,
     }
 }
 
@@ -50,13 +62,7 @@ pub(crate) fn sampler_error(err: loaderx_sampler::Error) -> PyErr {
 /// (what loaderx 2.x raises).
 pub(crate) fn closed(py: Python<'_>, path: &str) -> PyErr {
     let message = format!("operation on a closed store ({path})");
-    let made = CLOSED_ERROR
-        .import(py, "loaderx._zrecord", "ClosedError")
-        .and_then(|class| class.call1((message,)));
-    match made {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(import_failed) => import_failed,
-    }
+    python_error(py, &CLOSED_ERROR, "ClosedError", (message,))
 }
 
 /// An array argument that is not contiguous (the Python layer normally

@@ -146,8 +146,8 @@ def elf_info(data: bytes) -> tuple[str, list[str], tuple[int, ...] | None]:
     return ELF_MACHINES.get(machine, f"elf-machine-{machine}"), needed, glibc
 
 
-def pe_info(data: bytes) -> tuple[str, list[str]]:
-    """(arch, imported DLL names) of a PE32+ file."""
+def pe_info(data: bytes) -> tuple[str, list[str], list[str]]:
+    """(arch, imported DLL names, exported names) of a PE32+ file."""
     if data[:2] != b"MZ":
         raise ValueError("not a PE file (no MZ header)")
     pe = struct.unpack_from("<I", data, 0x3C)[0]
@@ -158,6 +158,8 @@ def pe_info(data: bytes) -> tuple[str, list[str]]:
     opt = pe + 24
     if struct.unpack_from("<H", data, opt)[0] != 0x20B:
         raise ValueError("not a PE32+ (64-bit) image")
+    # Data directories 0 (exports) and 1 (imports): (RVA, size) pairs.
+    export_rva = struct.unpack_from("<I", data, opt + 112)[0]
     import_rva = struct.unpack_from("<I", data, opt + 112 + 8)[0]
     sections = []
     for i in range(nsections):
@@ -181,7 +183,14 @@ def pe_info(data: bytes) -> tuple[str, list[str]]:
             n = at(name_rva)
             dlls.append(data[n:data.index(b"\0", n)].decode())
             d += 20
-    return PE_MACHINES.get(machine, f"pe-machine-{machine:#x}"), dlls
+    exports = []
+    if export_rva:
+        e = at(export_rva)
+        count, names_rva = struct.unpack_from("<I4xI", data, e + 24)
+        for i in range(count):
+            n = at(struct.unpack_from("<I", data, at(names_rva) + 4 * i)[0])
+            exports.append(data[n:data.index(b"\0", n)].decode())
+    return PE_MACHINES.get(machine, f"pe-machine-{machine:#x}"), dlls, exports
 
 
 def macho_info(data: bytes) -> tuple[str, list[str]]:
@@ -304,13 +313,16 @@ def check_binary(name: str, family: str, arch: str, data: bytes, problems: Probl
             problems.add(name, f"needs shared libraries outside its tag: {bad}")
         print(f"  {name}: ELF {got}, needs {needed}, max GLIBC {glibc}")
     elif family == "windows":
-        got, dlls = pe_info(data)
+        got, dlls, exports = pe_info(data)
         if got != arch:
             problems.add(name, f"native module is {got}, tag says {arch}")
+        # What Python calls to import `loaderx._native`.
+        if "PyInit__native" not in exports:
+            problems.add(name, f"does not export PyInit__native (exports {exports})")
         bad = [d for d in dlls if d.lower() not in WINDOWS_SYSTEM_DLLS and not d.lower().startswith("api-ms-win-")]
         if bad:
             problems.add(name, f"imports DLLs Windows does not have: {bad}")
-        print(f"  {name}: PE {got}, imports {dlls}")
+        print(f"  {name}: PE {got}, imports {dlls}, exports {exports}")
     else:
         got, dylibs = macho_info(data)
         if got != arch:

@@ -17,23 +17,33 @@
 #[cfg(any(test, all(windows, target_arch = "aarch64", target_env = "gnu")))]
 mod sliced;
 
-/// CRC-32/ISCSI is CRC32C: reflected polynomial 0x1EDC6F41, initial value and
-/// final XOR 0xFFFFFFFF.
+#[cfg(all(windows, target_arch = "aarch64", target_env = "gnu"))]
+use sliced as imp;
+
+/// `crc-fast` behind the same two calls as `sliced`.
 #[cfg(not(all(windows, target_arch = "aarch64", target_env = "gnu")))]
-const ALGORITHM: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc32Iscsi;
+mod imp {
+    /// CRC-32/ISCSI is CRC32C: reflected polynomial 0x1EDC6F41, initial
+    /// value and final XOR 0xFFFFFFFF.
+    const ALGORITHM: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc32Iscsi;
+
+    pub(super) fn checksum(bytes: &[u8]) -> u32 {
+        // A 32-bit CRC in a u64: the high half is always zero.
+        crc_fast::checksum(ALGORITHM, bytes) as u32
+    }
+
+    pub(super) fn append(crc: u32, bytes: &[u8]) -> u32 {
+        // The running state is the finished CRC before its final XOR.
+        let mut digest = crc_fast::Digest::new_with_init_state(ALGORITHM, u64::from(!crc));
+        digest.update(bytes);
+        digest.finalize() as u32
+    }
+}
 
 /// The CRC32C of `bytes`.
 #[must_use]
 pub fn crc32c(bytes: &[u8]) -> u32 {
-    #[cfg(not(all(windows, target_arch = "aarch64", target_env = "gnu")))]
-    {
-        // A 32-bit CRC in a u64: the high half is always zero.
-        crc_fast::checksum(ALGORITHM, bytes) as u32
-    }
-    #[cfg(all(windows, target_arch = "aarch64", target_env = "gnu"))]
-    {
-        sliced::append(0, bytes)
-    }
+    imp::checksum(bytes)
 }
 
 /// The CRC32C of the bytes `crc` covers followed by `bytes`, so a checksum
@@ -41,17 +51,7 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 /// crc32c(a ++ b)`, and `crc32c_append(0, b) == crc32c(b)`.
 #[must_use]
 pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
-    #[cfg(not(all(windows, target_arch = "aarch64", target_env = "gnu")))]
-    {
-        // The running state is the finished CRC before its final XOR.
-        let mut digest = crc_fast::Digest::new_with_init_state(ALGORITHM, u64::from(!crc));
-        digest.update(bytes);
-        digest.finalize() as u32
-    }
-    #[cfg(all(windows, target_arch = "aarch64", target_env = "gnu"))]
-    {
-        sliced::append(crc, bytes)
-    }
+    imp::append(crc, bytes)
 }
 
 #[cfg(test)]
@@ -112,7 +112,7 @@ mod tests {
         let data: Vec<u8> = (0..5000u32)
             .map(|i| (i.wrapping_mul(2_246_822_519) >> 11) as u8)
             .collect();
-        assert_eq!(sliced::append(0, b"123456789"), 0xE306_9283);
+        assert_eq!(sliced::checksum(b"123456789"), 0xE306_9283);
         for start in 0..9 {
             for len in [0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4000] {
                 let piece = &data[start..start + len];

@@ -41,6 +41,11 @@ const fn tables() -> [[u32; 256]; 8] {
     t
 }
 
+/// The CRC32C of `bytes`.
+pub(super) fn checksum(bytes: &[u8]) -> u32 {
+    append(0, bytes)
+}
+
 /// The CRC32C of the bytes `crc` covers followed by `bytes` (`crc` 0 for
 /// none).
 pub(super) fn append(crc: u32, bytes: &[u8]) -> u32 {
