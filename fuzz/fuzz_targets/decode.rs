@@ -13,9 +13,10 @@
 //! crate's `fuzz_dictionary`) a success must also name that dictionary, and
 //! zstd's own decoder, given the same dictionary another way, must produce
 //! exactly the same bytes. The bytes are then used as a record: each codec's
-//! encoding of them must decode to them exactly. Bytes that start with the
-//! zstd dictionary magic are also offered to `ZstdDictionary::new`, which
-//! must refuse them cleanly or load a dictionary that round-trips records.
+//! encoding of them must decode to them exactly. The bytes are also offered
+//! to `ZstdDictionary::new`, which must refuse them cleanly or load a
+//! dictionary that round-trips records: a trained one (the bytes start with
+//! the zstd dictionary magic) with an id, any other bytes as raw content.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -179,12 +180,16 @@ fuzz_target!(|data: &[u8]| {
     let mut dst = vec![0u8; len];
     assert!(CodecId::ZstdDict.decode(bytes, &mut dst).is_err());
 
-    // Dictionary bytes as read from a schema block: refused, or usable.
-    if bytes.starts_with(&0xEC30_A437_u32.to_le_bytes())
-        && let Ok(dict) = ZstdDictionary::new(bytes)
-    {
+    // Dictionary bytes as read from a schema block: refused, or usable —
+    // a trained dictionary (the magic) with an id, any other bytes as raw
+    // content without one.
+    if let Ok(dict) = ZstdDictionary::new(bytes) {
         assert_eq!(dict.bytes(), bytes);
-        assert_ne!(dict.id(), 0, "a loaded dictionary has an id");
+        assert_eq!(
+            dict.id() != 0,
+            bytes.starts_with(&0xEC30_A437_u32.to_le_bytes()),
+            "only a trained dictionary has an id"
+        );
         let record: Vec<u8> = (0..600u32).map(|i| (i % 7 * 3 + i / 50) as u8).collect();
         check_round_trip(Dec::Dict(&dict), &record);
     }

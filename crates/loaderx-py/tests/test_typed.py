@@ -254,6 +254,23 @@ def test_zstd_dict_compresses_small_records_better_than_zstd(
         assert with_dict.stats()["live_bytes"] < plain.stats()["live_bytes"] // 2
 
 
+def test_zstd_dict_takes_raw_content_as_a_dictionary(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    # Bytes that are not a trained dictionary are raw content (as zstd and
+    # loaderx 2.x take them): the vocabulary itself serves as one.
+    vocab = rng.integers(0, 256, size=(40, 16), dtype=np.uint8)
+    data = vocab[rng.integers(0, 40, size=(3000, 8))].reshape(3000, 128)
+    write_dense(tmp_path / "plain", data, codec="zstd")
+    write_dense(tmp_path / "raw", data, codec="zstd_dict", dict_bytes=vocab.tobytes())
+    with Dense.open(tmp_path / "plain") as plain, Dense.open(tmp_path / "raw") as with_dict:
+        assert with_dict.has_dict()
+        np.testing.assert_array_equal(with_dict[:], data)
+        np.testing.assert_array_equal(with_dict[[5, 2999, 0]], data[[5, 2999, 0]])
+        with_dict.verify()
+        assert with_dict.stats()["live_bytes"] < plain.stats()["live_bytes"] // 2
+
+
 # --- indexing ------------------------------------------------------------------------
 
 

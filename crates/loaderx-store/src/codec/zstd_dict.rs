@@ -62,14 +62,20 @@ impl fmt::Debug for ZstdDictionary {
 }
 
 impl ZstdDictionary {
-    /// Checks that `bytes` are a zstd dictionary (the [`DICT_MAGIC`], a
-    /// non-zero id, entropy tables zstd can load), keeps a copy, and prepares
+    /// Checks that `bytes` are a zstd dictionary, keeps a copy, and prepares
     /// it for compression at the plain zstd codec's level (`ZSTD_LEVEL`, 3)
     /// and for decompression.
     ///
+    /// Bytes that start with the [`DICT_MAGIC`] are a dictionary as zstd's
+    /// trainer makes it: a non-zero id and entropy tables zstd can load.
+    /// Any other bytes are a *raw-content* dictionary, as zstd (and loaderx
+    /// 2.x) take them: content that records are likely to repeat, with no
+    /// id ([`id`](Self::id) is 0) and no tables.
+    ///
     /// # Errors
-    /// When `bytes` are empty, longer than [`MAX_DICT_SIZE`], do not start with
-    /// the zstd dictionary magic, carry id 0, or hold tables zstd cannot load.
+    /// When `bytes` are empty, longer than [`MAX_DICT_SIZE`], or start with
+    /// the magic and then carry id 0, end before the id, or hold tables zstd
+    /// cannot load.
     pub fn new(bytes: &[u8]) -> Result<ZstdDictionary, DecodeError> {
         if bytes.is_empty() {
             return Err(DecodeError::new("zstd dictionary is empty"));
@@ -80,30 +86,34 @@ impl ZstdDictionary {
                 bytes.len()
             )));
         }
-        if bytes.len() < 8 || bytes[..4] != DICT_MAGIC {
-            let head = &bytes[..bytes.len().min(4)];
-            return Err(DecodeError::new(format!(
-                "not a zstd dictionary: {} bytes starting with {head:02x?}, expected the magic {DICT_MAGIC:02x?} and an id",
-                bytes.len()
-            )));
-        }
-        let Some(id) = zstd_safe::get_dict_id_from_dict(bytes) else {
-            return Err(DecodeError::new(
-                "zstd dictionary has id 0, which zstd reserves for \"no dictionary\"",
-            ));
+        let id = if bytes.starts_with(&DICT_MAGIC) {
+            if bytes.len() < 8 {
+                return Err(DecodeError::new(format!(
+                    "zstd dictionary of {} bytes ends before its id (the magic {DICT_MAGIC:02x?} and an id take 8)",
+                    bytes.len()
+                )));
+            }
+            let Some(id) = zstd_safe::get_dict_id_from_dict(bytes) else {
+                return Err(DecodeError::new(
+                    "zstd dictionary has id 0, which zstd reserves for \"no dictionary\"",
+                ));
+            };
+            id.get()
+        } else {
+            0
         };
         let corrupt = || {
             DecodeError::new(format!(
-                "zstd could not load dictionary {} ({} bytes): its entropy tables are corrupt",
-                id.get(),
+                "zstd could not load dictionary {id} ({} bytes): its entropy tables are corrupt",
                 bytes.len()
             ))
         };
+        // zstd tells the two kinds apart by the magic, as above.
         let cdict = CDict::try_create(bytes, ZSTD_LEVEL).ok_or_else(corrupt)?;
         let ddict = DDict::try_create(bytes).ok_or_else(corrupt)?;
         Ok(ZstdDictionary {
             bytes: bytes.into(),
-            id: id.get(),
+            id,
             cdict,
             ddict,
         })
@@ -115,7 +125,8 @@ impl ZstdDictionary {
         &self.bytes
     }
 
-    /// The dictionary id, which every frame made with it names (never 0).
+    /// The dictionary id, which every frame made with it names; 0 for a
+    /// raw-content dictionary, whose frames name none.
     #[must_use]
     pub fn id(&self) -> u32 {
         self.id
@@ -142,7 +153,8 @@ impl ZstdDictionary {
     /// [`Codec::decode`](super::Codec::decode).
     ///
     /// # Errors
-    /// When `src` is not a zstd frame, names another dictionary or none,
+    /// When `src` is not a zstd frame, names another dictionary or none (for
+    /// a raw-content dictionary: names any),
     /// declares or decodes to a size other than `dst.len()`, or is corrupt.
     pub fn decode(&self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
         match zstd_safe::get_frame_content_size(src) {
@@ -160,21 +172,20 @@ impl ZstdDictionary {
             }
             Ok(_) => {}
         }
-        match zstd_safe::get_dict_id_from_frame(src) {
-            Some(id) if id.get() == self.id => {}
-            Some(id) => {
-                return Err(DecodeError::new(format!(
-                    "zstd frame was made with dictionary {}, this store's dictionary is {}",
-                    id.get(),
-                    self.id
-                )));
-            }
-            None => {
-                return Err(DecodeError::new(format!(
-                    "zstd frame names no dictionary, expected dictionary {}",
-                    self.id
-                )));
-            }
+        let named = zstd_safe::get_dict_id_from_frame(src).map_or(0, std::num::NonZero::get);
+        if named != self.id {
+            let name = |id: u32| match id {
+                0 => "no dictionary (or raw content)".to_string(),
+                id => format!("dictionary {id}"),
+            };
+            return Err(DecodeError::new(format!(
+                "zstd frame names {}, this store's dictionary is {}",
+                name(named),
+                match self.id {
+                    0 => "raw content".to_string(),
+                    id => id.to_string(),
+                }
+            )));
         }
         DCTX.with(|cell| {
             let mut slot = cell.borrow_mut();
@@ -457,10 +468,9 @@ mod tests {
         zero_id[4..8].fill(0);
         let mut bad_tables = good.clone();
         bad_tables[8..200].fill(0xff);
-        let cases: [(&[u8], &str); 6] = [
+        let cases: [(&[u8], &str); 5] = [
             (&[], "empty"),
-            (b"hello, world", "not a zstd dictionary"),
-            (&good[8..], "not a zstd dictionary"),
+            (&good[..6], "ends before its id"),
             (&zero_id, "id 0"),
             (&bad_tables, "corrupt"),
             (&good[..40], "corrupt"),
@@ -483,6 +493,38 @@ mod tests {
             dict.id(),
             u32::from_le_bytes(good[4..8].try_into().unwrap())
         );
+    }
+
+    /// Bytes without the magic are raw content, as zstd takes them: frames
+    /// made with them name no dictionary, round-trip, and are refused by a
+    /// trained dictionary (and the other way round).
+    #[test]
+    fn raw_content_dictionaries_round_trip_and_are_told_apart() {
+        let content = token_records(40, 200).concat();
+        let raw = ZstdDictionary::new(&content[..4096]).unwrap();
+        assert_eq!(raw.id(), 0);
+        assert_eq!(raw.bytes(), &content[..4096]);
+        let tiny = ZstdDictionary::new(b"hello, world").unwrap();
+        let trained = train_on(&token_records(41, 1500), 16 * 1024);
+        for record in token_records(42, 50) {
+            for dict in [&raw, &tiny] {
+                let mut packed = vec![0u8; record.len() + 64];
+                let n = dict.encode(&record, &mut packed).unwrap();
+                packed.truncate(n);
+                assert!(zstd_safe::get_dict_id_from_frame(&packed).is_none());
+                let mut out = vec![0u8; record.len()];
+                dict.decode(&packed, &mut out).unwrap();
+                assert_eq!(out, record);
+                let err = trained.decode(&packed, &mut out).unwrap_err();
+                assert!(err.reason.contains("names no dictionary"), "{err}");
+            }
+            let mut packed = vec![0u8; record.len() + 64];
+            let n = trained.encode(&record, &mut packed).unwrap();
+            packed.truncate(n);
+            let mut out = vec![0u8; record.len()];
+            let err = raw.decode(&packed, &mut out).unwrap_err();
+            assert!(err.reason.contains("raw content"), "{err}");
+        }
     }
 
     #[test]
