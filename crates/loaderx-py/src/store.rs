@@ -345,6 +345,11 @@ impl Store {
         self.handle.shared(py, |engine| Ok(engine.format_version()))
     }
 
+    /// The write lanes (`data_shards` at creation; 1 for format v1).
+    fn lanes(&self, py: Python<'_>) -> PyResult<u8> {
+        self.handle.shared(py, |engine| Ok(engine.lanes()))
+    }
+
     /// The schema of a typed store (`kind`, `dtype`, `shape`, `ndim`,
     /// `codec`, `item_len`), or `None` for a format v1 store.
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {

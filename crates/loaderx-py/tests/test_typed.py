@@ -144,6 +144,7 @@ def test_documented_usage_runs_as_written(tmp_path: Path) -> None:
     assert_same_records(batch, [tokens[3], tokens[20]])
 
     lab = Dense.open(tmp_path / "labels")
+    assert (ds.data_shards, lab.data_shards, rg.data_shards) == (4, 2, 4)
     streams = {"image": ds, "label": lab, "tokens": rg}
     with DataLoader(streams, transform_workers=2, batch_size=32, seed=7) as loader:
         for _ in range(3):

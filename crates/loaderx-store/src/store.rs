@@ -159,6 +159,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if self.schema.is_some() { 2 } else { 1 }
     }
 
+    /// The write lanes: how many chunk sequences appends spread records
+    /// over (chosen at creation; 1 for a format v1 store).
+    pub fn lanes(&self) -> u8 {
+        self.head().lanes
+    }
+
     /// The schema of a format v2 store (`None` for v1).
     pub fn schema(&self) -> Option<&Schema> {
         self.schema.as_ref()

@@ -317,6 +317,8 @@ class _Container(_Closing):
         self.path = path
         self.dtype: np.dtype = np.dtype(schema["dtype"])
         self.codec: str = schema["codec"]
+        #: Write lanes chosen at creation (``data_shards``), as in loaderx 2.x.
+        self.data_shards: int = store.lanes()
         self._schema = schema
         self._readable = readable
         self._writable = writable

@@ -50,6 +50,7 @@ class _Container:
     path: str
     dtype: np.dtype[Any]
     codec: str
+    data_shards: int
     is_image: bool
     quality: int
     def __init__(
