@@ -16,7 +16,8 @@ impl CodecTag {
     pub const ZSTD: CodecTag = CodecTag(2);
     /// One LZ4 block, no frame (not readable by loaderx 0.5.x).
     pub const LZ4: CodecTag = CodecTag(3);
-    /// zstd with the store's trained dictionary (format v2 only).
+    /// zstd with the store's dictionary, trained or raw content (format v2
+    /// only).
     pub const ZSTD_DICT: CodecTag = CodecTag(4);
     /// A JPEG file, decoding to 8-bit RGB (format v2 only; `uint8` images;
     /// listed in the store's codec table).

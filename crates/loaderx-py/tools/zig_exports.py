@@ -9,9 +9,9 @@ followed by the whole module path (`PyInit_loaderx._native`), while the
 module defines, and Python looks up, `PyInit__native`; zig keeps only that
 `.def` file, so the link fails or the DLL exports a name Python never calls.
 `cargo xtask dist` gives maturin, as the Python that runs zig
-(CARGO_ZIGBUILD_PYTHON_PATH), a wrapper that runs this script, which passes a corrected copy of such a `.def` file to the real zig
-(`python -m ziglang`, from the same environment) and every other argument
-unchanged. `check_dist.py` checks the wheel's DLL exports `PyInit__native`.
+(CARGO_ZIGBUILD_PYTHON_PATH), a wrapper that runs this script, which
+passes a corrected copy of such a `.def` file to the real zig (`python -m
+ziglang`, from the same environment) and every other argument unchanged. `check_dist.py` checks the wheel's DLL exports `PyInit__native`.
 """
 
 from __future__ import annotations

@@ -189,6 +189,7 @@ fn a_late_writer_catches_up_in_format_v2_and_before_a_delete() {
     drop(late);
     let store: Store<Deflate> = Store::open(&path).unwrap();
     assert_eq!(store.len(), 6);
+    assert_eq!(store.lanes(), 3);
     let mut buf = vec![0u8; 600];
     store.gather(&[0, 1, 2, 3, 4, 5], &mut buf, 100).unwrap();
     assert!(buf[..500].iter().all(|&b| b == 1));

@@ -543,7 +543,7 @@ fn the_dictionary_is_refused_when_damaged_at_creation() {
     // The zstd dictionary magic and an id, then entropy tables that are
     // garbage (bytes without the magic would be a raw-content dictionary).
     let damaged: Vec<u8> = [
-        &0xEC30_A437_u32.to_le_bytes()[..],
+        &loaderx_store::DICT_MAGIC[..],
         &7u32.to_le_bytes(),
         &[0xff; 100],
     ]

@@ -3,9 +3,9 @@
 
 use std::fmt;
 
-/// The four bytes every zstd dictionary starts with (`0xEC30A437`,
-/// little-endian). Bytes without them would be taken by zstd as a "raw
-/// content" dictionary, which carries no id; this codec refuses those.
+/// The four bytes every trained zstd dictionary starts with (`0xEC30A437`,
+/// little-endian). zstd takes bytes without them as a "raw content"
+/// dictionary, which carries no id; this codec does too.
 pub const DICT_MAGIC: [u8; 4] = 0xEC30_A437_u32.to_le_bytes();
 
 /// Default dictionary size, 110 KiB: the size zstd's own command line

@@ -179,7 +179,7 @@ pub enum CodecId {
     Zstd,
     /// An LZ4 block (tag 3).
     Lz4,
-    /// A zstd frame made with the store's trained dictionary (tag 4, format
+    /// A zstd frame made with the store's dictionary (tag 4, format
     /// v2 only). It needs the store's [`ZstdDictionary`]: the store encodes
     /// and decodes it; [`CodecId::encode`] never does, and
     /// [`CodecId::decode`] refuses.

@@ -1,4 +1,4 @@
-//! zstd with a trained dictionary, one frame per record.
+//! zstd with a dictionary (trained, or raw content), one frame per record.
 //!
 //! A store that uses this codec owns one [`ZstdDictionary`]: the dictionary
 //! bytes plus zstd's prepared forms of them (a `CDict` for compressing at
@@ -8,11 +8,14 @@
 //! dictionary, so many open stores with different dictionaries cost one
 //! context pair per thread, and no record creates one.
 //!
-//! Every frame names the id of the dictionary it was made with (zstd writes
-//! it in the frame header), and decoding refuses a frame that names another
+//! A frame made with a trained dictionary names its id (zstd writes it in
+//! the frame header), and decoding refuses a frame that names another
 //! dictionary, or none, before it touches the payload: a record compressed
 //! with one dictionary and decoded with another would otherwise come out as
-//! wrong bytes of the right size.
+//! wrong bytes of the right size. A raw-content dictionary has no id, so
+//! its frames name none and that guard cannot tell two raw dictionaries
+//! apart; a store keeps its one dictionary under the schema block's
+//! checksum, so its records meet no other.
 //!
 //! [`train_dictionary`] builds a dictionary from sample records with zstd's
 //! own trainer (`ZDICT_trainFromBuffer`, the "fast cover" algorithm).
@@ -68,17 +71,20 @@ impl ZstdDictionary {
     ///
     /// Bytes that start with the [`DICT_MAGIC`] are a dictionary as zstd's
     /// trainer makes it: a non-zero id and entropy tables zstd can load.
-    /// Any other bytes are a *raw-content* dictionary, as zstd (and loaderx
-    /// 2.x) take them: content that records are likely to repeat, with no
-    /// id ([`id`](Self::id) is 0) and no tables.
+    /// Any other bytes, at least 8 of them, are a *raw-content* dictionary,
+    /// as zstd (and loaderx 2.x) take them: content that records are likely
+    /// to repeat, with no id ([`id`](Self::id) is 0) and no tables.
     ///
     /// # Errors
-    /// When `bytes` are empty, longer than [`MAX_DICT_SIZE`], or start with
-    /// the magic and then carry id 0, end before the id, or hold tables zstd
-    /// cannot load.
+    /// When `bytes` are fewer than 8 (zstd ignores a shorter dictionary, so
+    /// it would compress nothing), longer than [`MAX_DICT_SIZE`], or start
+    /// with the magic and then carry id 0 or hold tables zstd cannot load.
     pub fn new(bytes: &[u8]) -> Result<ZstdDictionary, DecodeError> {
-        if bytes.is_empty() {
-            return Err(DecodeError::new("zstd dictionary is empty"));
+        if bytes.len() < 8 {
+            return Err(DecodeError::new(format!(
+                "zstd dictionary of {} bytes is too short: zstd ignores one under 8 bytes",
+                bytes.len()
+            )));
         }
         if bytes.len() > MAX_DICT_SIZE {
             return Err(DecodeError::new(format!(
@@ -87,12 +93,6 @@ impl ZstdDictionary {
             )));
         }
         let id = if bytes.starts_with(&DICT_MAGIC) {
-            if bytes.len() < 8 {
-                return Err(DecodeError::new(format!(
-                    "zstd dictionary of {} bytes ends before its id (the magic {DICT_MAGIC:02x?} and an id take 8)",
-                    bytes.len()
-                )));
-            }
             let Some(id) = zstd_safe::get_dict_id_from_dict(bytes) else {
                 return Err(DecodeError::new(
                     "zstd dictionary has id 0, which zstd reserves for \"no dictionary\"",
@@ -432,24 +432,27 @@ mod tests {
 
     #[test]
     fn garbage_frames_are_errors() {
-        let dict = train_on(&token_records(3, 1000), 8 * 1024);
+        let trained = train_on(&token_records(3, 1000), 8 * 1024);
+        let raw = ZstdDictionary::new(&token_records(8, 20).concat()).unwrap();
         let record = &token_records(4, 1)[0];
-        let packed = encode(&dict, record).unwrap();
-        let mut out = vec![0u8; record.len()];
-        assert!(dict.decode(&[], &mut out).is_err());
-        assert!(dict.decode(&[0xff; 64], &mut out).is_err());
-        for cut in [1, 4, 6, packed.len() / 2, packed.len() - 1] {
-            assert!(dict.decode(&packed[..cut], &mut out).is_err(), "cut {cut}");
-        }
-        let mut rng = Rng(5);
-        for _ in 0..2000 {
-            let len = rng.below(300) as usize;
-            let mut src: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            if len >= 8 && rng.below(2) == 0 {
-                // A valid header start, so the payload decoder runs too.
-                src[..8].copy_from_slice(&packed[..8]);
+        for dict in [&trained, &raw] {
+            let packed = encode(dict, record).unwrap();
+            let mut out = vec![0u8; record.len()];
+            assert!(dict.decode(&[], &mut out).is_err());
+            assert!(dict.decode(&[0xff; 64], &mut out).is_err());
+            for cut in [1, 4, 6, packed.len() / 2, packed.len() - 1] {
+                assert!(dict.decode(&packed[..cut], &mut out).is_err(), "cut {cut}");
             }
-            let _ = dict.decode(&src, &mut out);
+            let mut rng = Rng(5);
+            for _ in 0..2000 {
+                let len = rng.below(300) as usize;
+                let mut src: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                if len >= 8 && rng.below(2) == 0 {
+                    // A valid header start, so the payload decoder runs too.
+                    src[..8].copy_from_slice(&packed[..8]);
+                }
+                let _ = dict.decode(&src, &mut out);
+            }
         }
     }
 
@@ -469,8 +472,8 @@ mod tests {
         let mut bad_tables = good.clone();
         bad_tables[8..200].fill(0xff);
         let cases: [(&[u8], &str); 5] = [
-            (&[], "empty"),
-            (&good[..6], "ends before its id"),
+            (&[], "too short"),
+            (&good[..6], "too short"),
             (&zero_id, "id 0"),
             (&bad_tables, "corrupt"),
             (&good[..40], "corrupt"),
@@ -505,6 +508,7 @@ mod tests {
         assert_eq!(raw.id(), 0);
         assert_eq!(raw.bytes(), &content[..4096]);
         let tiny = ZstdDictionary::new(b"hello, world").unwrap();
+        assert!(ZstdDictionary::new(b"7 bytes").is_err());
         let trained = train_on(&token_records(41, 1500), 16 * 1024);
         for record in token_records(42, 50) {
             for dict in [&raw, &tiny] {
@@ -524,6 +528,11 @@ mod tests {
             let mut out = vec![0u8; record.len()];
             let err = raw.decode(&packed, &mut out).unwrap_err();
             assert!(err.reason.contains("raw content"), "{err}");
+            // A plain zstd frame names no dictionary either; with a raw
+            // dictionary it decodes (the content is only a window prefix).
+            let plain = zstd::bulk::compress(&record, ZSTD_LEVEL).unwrap();
+            raw.decode(&plain, &mut out).unwrap();
+            assert_eq!(out, record);
         }
     }
 
