@@ -25,6 +25,7 @@ KIB = 1 << 10
 
 LABELS = {
     ("ours", "ours"): "**loaderx** (this tree)",
+    ("ours", "ours-flat"): "**loaderx** append_flat",
     ("v054", "v054"): "loaderx 0.5.4",
     ("v240", "v240"): "loaderx 2.4.0",
     ("field", "npy"): "NumPy mmap .npy",
