@@ -396,6 +396,12 @@ fn build_wheel(ws: &Workspace, venv: &Venv, dist: &Path, wheel: &Wheel) -> Outco
 /// the way it runs the `ziglang` package with a Python): it runs
 /// `tools/zig_exports.py` with the venv's Python. Written into the target dir.
 fn zig_exports_wrapper(ws: &Workspace, venv: &Venv) -> Result<PathBuf, Failure> {
+    if !cfg!(unix) {
+        return Err(Failure::new(
+            "zig wrapper",
+            "the Windows arm64 wheel is cross-built from Linux or macOS (its zig wrapper is a shell script)",
+        ));
+    }
     let script = ws
         .root
         .join("crates")
@@ -409,12 +415,6 @@ fn zig_exports_wrapper(ws: &Workspace, venv: &Venv) -> Result<PathBuf, Failure> 
         quote(&venv.python),
         quote(&script)
     );
-    if !cfg!(unix) {
-        return Err(Failure::new(
-            "zig wrapper",
-            "the Windows arm64 wheel is cross-built from Linux or macOS (its zig wrapper is a shell script)",
-        ));
-    }
     let failed = |e: std::io::Error| {
         Failure::new(
             "zig wrapper",

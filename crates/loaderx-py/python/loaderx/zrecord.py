@@ -410,10 +410,13 @@ class _Container(_Closing):
     def _live(self, settle: bool = True) -> _native.Store:
         store = self._store
         if store is None:
-            raise ClosedError(f"operation on a closed {type(self).__name__} ({self.path})")
+            raise self._closed()
         if settle:
             self._settle()
         return store
+
+    def _closed(self) -> ClosedError:
+        return ClosedError(f"operation on a closed {type(self).__name__} ({self.path})")
 
     def _reading(self) -> _native.Store:
         store = self._live()
@@ -517,9 +520,7 @@ class _Container(_Closing):
             self._settle_locked()
             if self._store is None:
                 # Closed by another thread since this append's checks.
-                raise ClosedError(
-                    f"operation on a closed {type(self).__name__} ({self.path})"
-                )
+                raise self._closed()
             failure: list[BaseException] = []
 
             def run() -> None:
@@ -988,19 +989,18 @@ class Ragged(_Container):
         ``WRITE_CHUNK_BYTES``."""
         block: list[np.ndarray] = []
         size = 0
-        count = 0
+        pos = -1
         for pos, record in enumerate(records):
             if not checked:
                 record = self._check(pos, record, empty)
             block.append(record)
-            count += 1
             size += record.nbytes
             if size >= WRITE_CHUNK_BYTES:
                 yield block
                 block, size = [], 0
         if block:
             yield block
-        if count == 0 and not empty:
+        if pos < 0 and not empty:
             raise ValueError("append needs at least one record: the iterable yielded none")
 
     def _pack(self, block: list[np.ndarray]) -> tuple[np.ndarray, ...]:
