@@ -163,6 +163,19 @@ impl<S: Storage> Files<S> {
             .map_err(self.fail(file, op))
     }
 
+    /// Calls `f` with several ranges at once ([`Storage::with_many_bytes`];
+    /// ranges the caller checked against their files' known lengths).
+    pub(crate) fn with_many_bytes<R>(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        op: &'static str,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R> {
+        self.storage
+            .with_many_bytes(ranges, f)
+            .map_err(|(file, e)| self.fail(file, op)(e))
+    }
+
     /// Copies bytes of `file` at `offset` into `buf` without mapping them
     /// ([`Storage::copy_at`]).
     pub(crate) fn copy(

@@ -1,13 +1,15 @@
 //! Gathering records into a caller's buffer: validate everything first, then
 //! decode in parallel straight into the destination.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use loaderx_format::{CodecTag, Head, RecordLoc};
 
 use crate::{
     Codec, Error, Result, Store,
     parallel::{self, SharedDst},
     runs::MAX_CHUNKS,
-    storage::Storage,
+    storage::{FileId, Storage},
 };
 
 /// Batches at least this long touch their table entries ahead of decoding
@@ -23,6 +25,10 @@ const PREFETCH_RECORDS_UP_TO: u64 = 512 << 10;
 
 /// How many records ahead of the copy `copy_from_spans` asks for lines.
 const PREFETCH_DISTANCE: usize = 16;
+
+/// Records a covered gather finds before it copies them
+/// (`gather_covered`).
+const COPY_BLOCK: usize = 32;
 
 /// Chunks a batch of raw records may lie in for `copy_raw_runs` to borrow
 /// each chunk's map once (finding a record's chunk is a linear search).
@@ -290,9 +296,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Gathers a batch of small raw records the handle's index covers
-    /// (`runs.rs`) into strided or exact places: their places computed from
-    /// the runs, their chunk files' lengths checked once per chunk, then
-    /// copied chunk by chunk ([`copy_from_spans`](Self::copy_from_spans)).
+    /// (`runs.rs`) into strided or exact places: every chunk file the index
+    /// spans (at most [`MAX_CHUNKS`]) checked against its length now and
+    /// borrowed at once, then each record found in the runs and copied from
+    /// its chunk's map in one pass, with nothing else built per record.
     /// `false`, with nothing written, when the batch is not covered, or is
     /// placed by offsets, or anything the general path checks would refuse
     /// it (the general path takes it then, and names what is wrong). An
@@ -309,17 +316,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
             Placement::Strided(stride) | Placement::Exact(stride) => stride,
             Placement::Offsets(_) => return Ok(false),
         };
-        let placed = {
-            let runs = self
-                .raw_runs
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match runs.place(idxs, head) {
-                Some(placed) => placed,
-                None => return Ok(false),
-            }
+        let runs = self
+            .raw_runs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(len) = runs.usable(head) else {
+            return Ok(false);
         };
-        let len = placed.len as usize;
+        let len = len as usize;
         let fits = match place {
             Placement::Exact(item_len) => len == item_len,
             _ => len <= stride,
@@ -327,38 +331,72 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let end = (idxs.len() - 1)
             .checked_mul(stride)
             .and_then(|at| at.checked_add(len));
+        let covered = runs.covered();
         if !fits
             || end.is_none_or(|end| end > dst.len())
-            || u64::from(placed.len) >= parallel::copy_reads_at()
+            || len as u64 >= parallel::copy_reads_at()
+            || runs.chunks().len() > MAX_CHUNKS
+            || idxs.iter().any(|&i| i >= covered)
         {
             return Ok(false);
         }
-        for &(chunk, _, end) in &placed.chunks {
-            if !self.current_chunk_len(chunk).is_ok_and(|held| end <= held) {
+        // Each chunk up to where its indexed records end, unless the file
+        // no longer holds them (cut behind the store's back: the general
+        // path names the records lost, or reads those still there).
+        let mut ranges = [(FileId::Meta, 0, 0); MAX_CHUNKS];
+        for (range, (id, end)) in ranges.iter_mut().zip(runs.chunks()) {
+            let Ok(lent) = usize::try_from(end) else {
+                return Ok(false);
+            };
+            if !self.current_chunk_len(id).is_ok_and(|held| end <= held) {
                 return Ok(false);
             }
+            *range = (FileId::Chunk(id), 0, lent);
         }
-        let prefetch = (idxs.len() * len) as u64 <= PREFETCH_RECORDS_UP_TO;
-        let shared = SharedDst::new(dst);
-        parallel::for_ranges(idxs.len(), (idxs.len() * len) as u64, |range| {
-            let first = range.start;
-            let rec = |k: usize| {
-                let (slot, offset) = placed.at[first + k];
-                SmallCopy {
-                    slot,
-                    offset,
-                    at: (first + k) * stride,
-                    len,
+        let ranges = &ranges[..runs.chunks().len()];
+        let bytes = (idxs.len() * len) as u64;
+        let prefetch = bytes <= PREFETCH_RECORDS_UP_TO;
+        let broken = AtomicBool::new(false);
+        self.files.with_many_bytes(ranges, "read", |maps| {
+            let shared = SharedDst::new(dst);
+            parallel::for_ranges(idxs.len(), bytes, |range| {
+                // A block's records found first (and their lines asked
+                // for), then copied in a loop short enough that many of
+                // their cache misses are in flight at once.
+                let mut srcs: [&[u8]; COPY_BLOCK] = [&[]; COPY_BLOCK];
+                for start in range.clone().step_by(COPY_BLOCK) {
+                    let block = start..range.end.min(start + COPY_BLOCK);
+                    for (src, i) in srcs.iter_mut().zip(block.clone()) {
+                        let (slot, offset) = runs.find(idxs[i]);
+                        let found = usize::try_from(offset)
+                            .ok()
+                            .and_then(|at| maps[slot].get(at..at.checked_add(len)?));
+                        // Every record lies inside its chunk's indexed bytes
+                        // (indexed from its checked entry): `None` is a
+                        // broken index, left to the general path.
+                        let Some(found) = found else {
+                            broken.store(true, Ordering::Relaxed);
+                            return Ok(());
+                        };
+                        if prefetch {
+                            crate::files::prefetch(std::iter::once(found));
+                        }
+                        *src = found;
+                    }
+                    for (src, i) in srcs.iter().zip(block) {
+                        // SAFETY: the last record's slot ends inside `dst`
+                        // (checked above) and each record is at most
+                        // `stride` bytes, so distinct records' ranges lie
+                        // inside it and do not overlap; each index belongs
+                        // to one range handed to one worker.
+                        let out = unsafe { shared.range_mut(i * stride, len) };
+                        copy_small(out, src);
+                    }
                 }
-            };
-            // SAFETY: the last record's slot ends inside `dst` (checked
-            // above) and each record is at most `stride` bytes, so distinct
-            // records' ranges lie inside it and do not overlap; each record
-            // belongs to one range handed to one worker; each lies inside
-            // its chunk's span (`place`).
-            unsafe { self.copy_from_spans(&placed.chunks, range.len(), rec, &shared, prefetch) }
-        })?;
-        Ok(true)
+                Ok(())
+            })
+        })??;
+        Ok(!broken.into_inner())
     }
 
     /// Copies raw records straight from the chunk maps into their places:

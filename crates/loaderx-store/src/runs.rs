@@ -46,39 +46,33 @@ const STEP: u64 = 1 << 16;
 /// table does.
 const MAX_RUNS: usize = 1 << 16;
 
-/// Chunk files a covered batch may touch for [`RawRuns::place`] to place
-/// it (a store written with the default four lanes fills four at a time).
+/// Chunk files an index may span for a covered gather to borrow them all
+/// at once (a store written with the default four lanes fills four at a
+/// time); a gather from an index over more takes the table path.
 pub(crate) const MAX_CHUNKS: usize = 8;
-
-/// Records `first ..` (up to the next run, or the end of what is covered)
-/// lie in chunk `chunks[slot]` from byte `offset` on, `len` bytes apart.
-#[derive(Debug, Clone, Copy)]
-struct Run {
-    first: u64,
-    slot: u32,
-    offset: u64,
-}
-
-/// Where the records of a covered batch lie ([`RawRuns::place`]).
-#[derive(Debug)]
-pub(crate) struct Placed {
-    /// The length of every record.
-    pub(crate) len: u32,
-    /// Each chunk the batch touches: its id and the span of its bytes the
-    /// batch's records lie in (`start .. end`).
-    pub(crate) chunks: Vec<(u32, u64, u64)>,
-    /// Record `idxs[i]` lies at byte `at[i].1` of chunk `chunks[at[i].0]`.
-    pub(crate) at: Vec<(u32, u64)>,
-}
 
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct RawRuns {
     /// The length of every indexed record (0 until the first is indexed).
     len: u32,
-    runs: Vec<Run>,
+    /// The first record of each run, ascending (apart from the runs' places
+    /// so the search reads only these).
+    firsts: Vec<u64>,
+    /// Each run's place: records `firsts[k] ..` lie in chunk
+    /// `chunks[places[k].0]` from byte `places[k].1` on, `len` bytes apart.
+    places: Vec<(u32, u64)>,
     /// The chunk ids runs lie in, by slot.
     chunks: Vec<u32>,
+    /// Where the indexed records of each chunk (by slot) end.
+    ends: Vec<u64>,
+    /// The runs by buckets of `1 << shift` records: `buckets[b]` is the
+    /// run holding record `b << shift` (the last entry: the last run), so
+    /// the records of bucket `b` lie in runs `buckets[b] ..= buckets[b + 1]`
+    /// and a search looks among those alone — usually one, when runs are
+    /// at least a bucket long. Rebuilt after each step of indexing.
+    buckets: Vec<u32>,
+    shift: u32,
     /// Entries `0 .. covered` are indexed.
     covered: u64,
     /// An entry that breaks the pattern was met: no more indexing.
@@ -88,55 +82,60 @@ pub(crate) struct RawRuns {
 impl RawRuns {
     /// Whether records `idxs` are all covered (and the index is in use).
     pub(crate) fn covers(&self, idxs: &[u64], head: &Head) -> bool {
-        !self.given_up
-            && self.len > 0
-            && self.covered <= head.length
-            && idxs.iter().all(|&i| i < self.covered)
+        self.usable(head).is_some() && idxs.iter().all(|&i| i < self.covered)
     }
 
-    /// Where each record of `idxs` lies, when the index covers them all and
-    /// they lie in at most [`MAX_CHUNKS`] chunk files (else `None`): one
-    /// search of the runs per record, no table entry read.
-    pub(crate) fn place(&self, idxs: &[u64], head: &Head) -> Option<Placed> {
-        if self.given_up || self.len == 0 || self.covered > head.length {
-            return None;
+    /// The length of every indexed record, when the index is in use for a
+    /// gather under `head`.
+    pub(crate) fn usable(&self, head: &Head) -> Option<u32> {
+        (!self.given_up && self.len > 0 && self.covered <= head.length).then_some(self.len)
+    }
+
+    /// Entries `0 .. covered()` are indexed.
+    pub(crate) fn covered(&self) -> u64 {
+        self.covered
+    }
+
+    /// The chunks the indexed records lie in, by slot, each with where its
+    /// indexed records end.
+    pub(crate) fn chunks(&self) -> impl ExactSizeIterator<Item = (u32, u64)> + '_ {
+        self.chunks.iter().copied().zip(self.ends.iter().copied())
+    }
+
+    /// Where covered record `index` lies: its chunk's slot and its offset
+    /// there (a search among the runs of its bucket).
+    #[inline]
+    pub(crate) fn find(&self, index: u64) -> (usize, u64) {
+        let b = (index >> self.shift) as usize;
+        let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
+        let k = lo + self.firsts[lo + 1..=hi].partition_point(|&first| first <= index);
+        let (slot, offset) = self.places[k];
+        (
+            slot as usize,
+            offset + (index - self.firsts[k]) * u64::from(self.len),
+        )
+    }
+
+    /// Rebuilds [`buckets`](Self::buckets) for the runs as they are now:
+    /// four to eight buckets per run (at most 2 MiB for the most runs an
+    /// index holds).
+    fn bucket(&mut self) {
+        self.buckets.clear();
+        if self.covered == 0 {
+            return;
         }
-        let len = u64::from(self.len);
-        // The chunks this batch touches, numbered in the order it meets
-        // them: each one's slot in the index and the span of its bytes the
-        // batch's records lie in.
-        let mut slots = [0u32; MAX_CHUNKS];
-        let mut spans = [(u64::MAX, 0u64); MAX_CHUNKS];
-        let mut touched = 0;
-        let mut at = Vec::new();
-        at.try_reserve_exact(idxs.len()).ok()?;
-        for &index in idxs {
-            if index >= self.covered {
-                return None;
+        let want = (4 * self.firsts.len() as u64).max(1);
+        self.shift = (self.covered / want).checked_ilog2().unwrap_or(0);
+        let mut k = 0;
+        let last = (self.covered - 1) >> self.shift;
+        for b in 0..=last {
+            let first = b << self.shift;
+            while k + 1 < self.firsts.len() && self.firsts[k + 1] <= first {
+                k += 1;
             }
-            let run = self.runs[self.runs.partition_point(|r| r.first <= index) - 1];
-            let offset = run.offset + (index - run.first) * len;
-            let b = match slots[..touched].iter().position(|&s| s == run.slot) {
-                Some(b) => b,
-                None if touched < MAX_CHUNKS => {
-                    slots[touched] = run.slot;
-                    touched += 1;
-                    touched - 1
-                }
-                None => return None,
-            };
-            let span = &mut spans[b];
-            *span = (span.0.min(offset), span.1.max(offset + len));
-            at.push((b as u32, offset));
+            self.buckets.push(k as u32);
         }
-        let chunks = (0..touched)
-            .map(|b| (self.chunks[slots[b] as usize], spans[b].0, spans[b].1))
-            .collect();
-        Some(Placed {
-            len: self.len,
-            chunks,
-            at,
-        })
+        self.buckets.push((self.firsts.len() - 1) as u32);
     }
 
     /// Whether a gather should index the next step.
@@ -146,17 +145,14 @@ impl RawRuns {
 
     /// Where covered record `index` lies (raw, `len` bytes).
     pub(crate) fn loc(&self, index: u64) -> RecordLoc {
-        let k = self.runs.partition_point(|r| r.first <= index) - 1;
-        let run = self.runs[k];
-        let offset = run.offset + (index - run.first) * u64::from(self.len);
-        let chunk_id = self.chunks[run.slot as usize];
+        let (slot, offset) = self.find(index);
         RecordLoc {
             // Each covered record's offset is its entry's (checked when it
             // was indexed), a u32.
             offset: offset as u32,
             phys_length: self.len,
             logic_length: self.len,
-            chunk_id,
+            chunk_id: self.chunks[slot],
             codec: CodecTag::RAW,
             crc: 0,
         }
@@ -175,12 +171,16 @@ impl RawRuns {
             return;
         }
         self.len = loc.logic_length;
-        let follows = self.runs.last().is_some_and(|r| {
-            self.chunks[r.slot as usize] == loc.chunk_id
-                && r.offset + (index - r.first) * u64::from(self.len) == u64::from(loc.offset)
+        let len = u64::from(self.len);
+        let follows = self.places.last().is_some_and(|&(slot, offset)| {
+            let first = self.firsts[self.firsts.len() - 1];
+            self.chunks[slot as usize] == loc.chunk_id
+                && offset + (index - first) * len == u64::from(loc.offset)
         });
-        if !follows {
-            if self.runs.len() >= MAX_RUNS {
+        let slot = if follows {
+            self.places[self.places.len() - 1].0 as usize
+        } else {
+            if self.places.len() >= MAX_RUNS {
                 self.given_up = true;
                 return;
             }
@@ -190,14 +190,14 @@ impl RawRuns {
                 .position(|&c| c == loc.chunk_id)
                 .unwrap_or_else(|| {
                     self.chunks.push(loc.chunk_id);
+                    self.ends.push(0);
                     self.chunks.len() - 1
                 });
-            self.runs.push(Run {
-                first: index,
-                slot: slot as u32,
-                offset: u64::from(loc.offset),
-            });
-        }
+            self.firsts.push(index);
+            self.places.push((slot as u32, u64::from(loc.offset)));
+            slot
+        };
+        self.ends[slot] = self.ends[slot].max(u64::from(loc.offset) + len);
         self.covered = index + 1;
     }
 }
@@ -238,6 +238,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if fault.is_some() {
             runs.given_up = true;
         }
+        runs.bucket();
     }
 
     /// Forgets the index (the table is about to change in place).
@@ -246,5 +247,61 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .raw_runs
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = RawRuns::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs of 1 to ~5,000 records in three chunks, in an irregular order,
+    /// each a whole number of records: `find` must agree with a plain scan
+    /// of the runs for every record, whatever the bucket size came out as.
+    #[test]
+    fn find_agrees_with_a_scan_of_the_runs() {
+        let mut runs = RawRuns::default();
+        let mut state = 0x9E37_79B9u64;
+        let mut ends = [0u32; 3];
+        let mut index = 0u64;
+        let mut truth = Vec::new();
+        for r in 0..300u64 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let n = if r % 7 == 0 {
+                1 + (state >> 33) % 5_000
+            } else {
+                1 + (state >> 60)
+            };
+            let chunk = ((state >> 20) % 3) as usize;
+            for _ in 0..n {
+                let loc = RecordLoc {
+                    offset: ends[chunk],
+                    phys_length: 8,
+                    logic_length: 8,
+                    chunk_id: chunk as u32 + 10,
+                    codec: CodecTag::RAW,
+                    crc: 0,
+                };
+                truth.push((chunk, u64::from(ends[chunk])));
+                runs.push(index, &loc);
+                ends[chunk] += 8;
+                index += 1;
+            }
+            runs.bucket();
+            assert!(!runs.given_up);
+        }
+        for (i, &(chunk, offset)) in truth.iter().enumerate() {
+            let (slot, found) = runs.find(i as u64);
+            assert_eq!(
+                (runs.chunks[slot] as usize - 10, found),
+                (chunk, offset),
+                "record {i}"
+            );
+        }
+        let lent: Vec<(u32, u64)> = runs.chunks().collect();
+        for (id, end) in lent {
+            assert_eq!(end, u64::from(ends[id as usize - 10]));
+        }
     }
 }

@@ -157,6 +157,30 @@ fn gathers_read_the_same_bytes_through_rollover_lanes_appends_deletes_and_compac
 }
 
 #[test]
+fn the_in_memory_storage_lends_every_chunk_at_once_as_files_do() {
+    // A covered gather borrows all of the index's chunks at once
+    // (`Storage::with_many_bytes`); the in-memory storage of the crash
+    // tests lends them under one hold of its lock, and reads the same
+    // bytes as the files; through runs of irregular length too (appends of
+    // 1 to 200 records over 3 lanes).
+    let storage = loaderx_store::storage::MemStorage::new();
+    let store: Store<loaderx_store::Deflate, _> = Store::create_v2_in(
+        storage.clone(),
+        &labels_schema(CodecTag::RAW),
+        options(1 << 20, 3),
+    )
+    .unwrap();
+    let mut next = 0u64;
+    for k in 0..60u64 {
+        let n = 1 + (k * k * 37) % 200;
+        append_labels(&store, next..next + n);
+        next += n;
+    }
+    let expected: Vec<u64> = (0..next).collect();
+    check_gathers(&store, &expected);
+}
+
+#[test]
 fn stores_that_break_the_pattern_keep_the_table_path() {
     let dir = tempfile::tempdir().unwrap();
     // Compressed records among raw ones, and records of another length.

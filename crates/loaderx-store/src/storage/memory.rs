@@ -1,6 +1,7 @@
 //! Store files kept in memory, for tests: crash simulation and fault injection.
 
 use std::{
+    borrow::Cow,
     collections::BTreeMap,
     io,
     path::{Path, PathBuf},
@@ -318,6 +319,29 @@ impl MemStorage {
     }
 }
 
+/// `len` bytes of `file` at `offset` as it is now: borrowed, or zeros past
+/// the bytes written (a file grown by its length alone).
+fn lend(st: &State, file: FileId, offset: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
+    let mf = &st.files.get(&file).ok_or_else(|| missing(file))?.now;
+    let end = offset.saturating_add(len as u64);
+    if end > mf.len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("read past the end of {}", file.file_name()),
+        ));
+    }
+    let (start, end) = (offset as usize, end as usize);
+    if end <= mf.data.len() {
+        return Ok(Cow::Borrowed(&mf.data[start..end]));
+    }
+    let mut buf = vec![0u8; len];
+    if start < mf.data.len() {
+        let have = mf.data.len() - start;
+        buf[..have].copy_from_slice(&mf.data[start..]);
+    }
+    Ok(Cow::Owned(buf))
+}
+
 fn missing(file: FileId) -> io::Error {
     io::Error::new(
         io::ErrorKind::NotFound,
@@ -363,24 +387,23 @@ impl Storage for MemStorage {
         f: impl FnOnce(&[u8]) -> R,
     ) -> io::Result<R> {
         let st = self.lock();
-        let mf = &st.files.get(&file).ok_or_else(|| missing(file))?.now;
-        let end = offset.saturating_add(len as u64);
-        if end > mf.len {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("read past the end of {}", file.file_name()),
-            ));
-        }
-        let (start, end) = (offset as usize, end as usize);
-        if end <= mf.data.len() {
-            return Ok(f(&mf.data[start..end]));
-        }
-        let mut buf = vec![0u8; len];
-        if start < mf.data.len() {
-            let have = mf.data.len() - start;
-            buf[..have].copy_from_slice(&mf.data[start..]);
-        }
-        Ok(f(&buf))
+        Ok(f(&lend(&st, file, offset, len)?))
+    }
+
+    /// All ranges under one hold of the lock (`with_bytes` cannot be called
+    /// while it lends: it holds the lock).
+    fn with_many_bytes<R>(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, (FileId, io::Error)> {
+        let st = self.lock();
+        let lent = ranges
+            .iter()
+            .map(|&(file, offset, len)| lend(&st, file, offset, len).map_err(|e| (file, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let slices: Vec<&[u8]> = lent.iter().map(|bytes| &**bytes).collect();
+        Ok(f(&slices))
     }
 
     fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()> {
