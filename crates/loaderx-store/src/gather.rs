@@ -304,7 +304,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// placed by offsets, or anything the general path checks would refuse
     /// it (the general path takes it then, and names what is wrong). An
     /// error from borrowing a chunk's map is returned as the general path
-    /// would return it.
+    /// would return it. (`false` also for a record the index places outside
+    /// its chunk's indexed bytes, which the index's invariants rule out;
+    /// records before it may have been written then.)
     fn gather_covered(
         &self,
         idxs: &[u64],

@@ -600,10 +600,12 @@ class _Container(_Closing):
         n = len(self)
         return _as_indices(arr if arr.dtype.kind != "f" else idx, wrap=n)
 
-    def _gather(self, idx64: np.ndarray) -> Any:
+    def _gather(self, store: _native.Store, idx64: np.ndarray) -> Any:
+        """The records `idx64` from `store` (this reader's, from
+        :meth:`_reading`, taken once per call)."""
         raise NotImplementedError
 
-    def _gather_selected(self, idx: Any) -> Any:
+    def _gather_selected(self, store: _native.Store, idx: Any) -> Any:
         """``_gather`` of the records `idx` selects. An index array already
         of 64-bit integers goes to the store as it is (no conversion pass):
         the store refuses an index past the end before writing anything, and
@@ -616,11 +618,11 @@ class _Container(_Closing):
             and idx.flags.c_contiguous
         ):
             try:
-                return self._gather(idx.view(np.uint64))
+                return self._gather(store, idx.view(np.uint64))
             except ZrecordError as exc:
                 if exc.code != _INDEX_OUT_OF_RANGE:
                     raise
-        return self._gather(self._indices(idx))
+        return self._gather(store, self._indices(idx))
 
     def _index(self, idx: Any) -> int:
         """One record index, negative counting from the end."""
@@ -842,12 +844,11 @@ class Dense(_Container):
                 store.append_dense(flat, block.shape[0])
             _release_pages(array, block)
 
-    def _gather(self, idx64: np.ndarray) -> np.ndarray:
+    def _gather(self, store: _native.Store, idx64: np.ndarray) -> np.ndarray:
         # Every record checked to be exactly one item. A large batch goes
         # into a buffer this handle recycles once the array dies (no fresh
         # pages to fault in and clear per batch); a small one straight into
         # a new uninitialised array (no zero-fill pass over it first).
-        store = self._reading()
         if idx64.size * self._item_len >= _native.POOLED_OUTPUT_BYTES:
             data = store.gather_dense(idx64)
             return data.view(self.dtype).reshape((idx64.size, *self.item_shape))
@@ -858,15 +859,17 @@ class Dense(_Container):
     def __getitem__(self, idx: Any) -> Any:
         """One record for an integer (negative counts from the end); a
         stacked ``(n, *item_shape)`` array for anything else."""
-        self._reading()
+        store = self._reading()
+        # An index array first: the batch path is the hot one.
+        if type(idx) is np.ndarray and idx.ndim == 1:
+            return self._gather_selected(store, idx)
         if _is_record_index(idx):
-            return self._gather(np.array([self._index(idx)], dtype=np.uint64))[0]
-        return self._gather_selected(idx)
+            return self._gather(store, np.array([self._index(idx)], dtype=np.uint64))[0]
+        return self._gather_selected(store, idx)
 
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """The batch ``(n, *item_shape)`` at `idxs` (PyTorch's batch hook)."""
-        self._reading()
-        return self._gather_selected(idxs)
+        return self._gather_selected(self._reading(), idxs)
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
@@ -1188,8 +1191,10 @@ class Ragged(_Container):
 
     # --- reading ----------------------------------------------------------------------
 
-    def _gather(self, idx64: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        data, offsets, dims = self._reading().gather_shaped(idx64)
+    def _gather(
+        self, store: _native.Store, idx64: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        data, offsets, dims = store.gather_shaped(idx64)
         return (
             data.view(self.dtype),
             (offsets // self.dtype.itemsize).astype(np.int64),
@@ -1211,8 +1216,7 @@ class Ragged(_Container):
         ``dtype`` array holding them back to back, record ``i`` being
         ``flat[offsets[i]:offsets[i + 1]].reshape(shapes[i])`` (`offsets`
         int64, ``n + 1`` element offsets; `shapes` int64 ``(n, ndim)``)."""
-        self._reading()
-        return self._gather(self._indices(idxs))
+        return self._gather(self._reading(), self._indices(idxs))
 
     def shapes(self, idxs: Any) -> np.ndarray:
         """The shape of each record at `idxs`, ``(n, ndim)`` int64, without
@@ -1224,16 +1228,17 @@ class Ragged(_Container):
     def __getitem__(self, idx: Any) -> Any:
         """One array for an integer (negative counts from the end); a list
         of arrays, views into one allocation, for anything else."""
-        self._reading()
+        store = self._reading()
+        if type(idx) is np.ndarray and idx.ndim == 1:
+            return self._views(*self._gather_selected(store, idx))
         if _is_record_index(idx):
-            flat, offsets, shapes = self._gather(np.array([self._index(idx)], dtype=np.uint64))
-            return self._views(flat, offsets, shapes)[0]
-        return self._views(*self._gather_selected(idx))
+            one = np.array([self._index(idx)], dtype=np.uint64)
+            return self._views(*self._gather(store, one))[0]
+        return self._views(*self._gather_selected(store, idx))
 
     def __getitems__(self, idxs: Any) -> list[np.ndarray]:
         """The records at `idxs`, a list of views into one allocation."""
-        self._reading()
-        return self._views(*self._gather_selected(idxs))
+        return self._views(*self._gather_selected(self._reading(), idxs))
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
