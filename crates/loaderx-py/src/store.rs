@@ -152,10 +152,6 @@ fn record_lens(lens: &[u64]) -> loaderx_store::Result<Vec<u32>> {
     Ok(out)
 }
 
-/// Batches of at most this many bytes are gathered with the GIL held when
-/// they can be ([`Handle::shared_brief`]): 256 int64 labels take 2 KiB.
-const BRIEF_BYTES: usize = 16 << 10;
-
 impl Store {
     /// The shared handle, for building loaders over this store.
     pub(crate) fn handle(&self) -> Arc<Handle> {
@@ -181,32 +177,6 @@ impl Handle {
             let guard = self.engine.read().unwrap_or_else(PoisonError::into_inner);
             guard.as_ref().map(f)
         });
-        match outcome {
-            None => Err(closed(py, &self.path)),
-            Some(result) => result.map_err(|err| store_error(py, err)),
-        }
-    }
-
-    /// [`shared`](Self::shared) for a call of a few microseconds (a batch
-    /// of at most [`BRIEF_BYTES`]): run with the GIL held when the shared
-    /// lock is free at once, since releasing the GIL and taking it back
-    /// costs about as much as such a gather; when a writer holds the lock
-    /// (a compaction may hold it for minutes), released as `shared` does.
-    fn shared_brief<T, F>(&self, py: Python<'_>, f: F) -> PyResult<T>
-    where
-        T: Send,
-        F: FnOnce(&Engine) -> loaderx_store::Result<T> + Send,
-    {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(closed(py, &self.path));
-        }
-        let guard = match self.engine.try_read() {
-            Ok(guard) => guard,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return self.shared(py, f),
-        };
-        let outcome = guard.as_ref().map(f);
-        drop(guard);
         match outcome {
             None => Err(closed(py, &self.path)),
             Some(result) => result.map_err(|err| store_error(py, err)),
@@ -704,13 +674,8 @@ impl Store {
     ) -> PyResult<()> {
         let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
         let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
-        let brief = dst.len() <= BRIEF_BYTES;
-        let gather = |engine: &Engine| engine.gather_exact(idxs, dst, item_len);
-        if brief {
-            self.handle.shared_brief(py, gather)
-        } else {
-            self.handle.shared(py, gather)
-        }
+        self.handle
+            .shared(py, |engine| engine.gather_exact(idxs, dst, item_len))
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]`.
