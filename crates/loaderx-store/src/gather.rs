@@ -542,7 +542,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Re-checks, against the chunk files' lengths as they are now, that every
     /// record's bytes are still there: a chunk file truncated behind our back
-    /// must give an error, not a SIGBUS. One `fstat` per distinct chunk.
+    /// must give an error, not a SIGBUS. One length check
+    /// ([`Storage::current_len`]) per distinct chunk.
     pub(crate) fn check_chunks_still_hold(
         &self,
         idxs: &[u64],
