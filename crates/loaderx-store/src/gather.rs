@@ -32,9 +32,7 @@ const COPY_BLOCK: usize = 32;
 
 /// Chunks a batch of raw records may lie in for `copy_raw_runs` to borrow
 /// each chunk's map once (finding a record's chunk is a linear search).
-/// At least [`MAX_CHUNKS`], which `gather_covered` passes on.
 const MAX_SPANS: usize = 32;
-const _: () = assert!(MAX_CHUNKS <= MAX_SPANS);
 
 /// One record for [`Store::copy_from_spans`]: `len` bytes at byte `offset`
 /// of the chunk in span `slot`, copied to byte `at` of the destination.
@@ -302,9 +300,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// its chunk's map in one pass, with nothing else built per record.
     /// `false`, with nothing written, when the batch is not covered, or is
     /// placed by offsets, or anything the general path checks would refuse
-    /// it (the general path takes it then, and names what is wrong). An
-    /// error from borrowing a chunk's map is returned as the general path
-    /// would return it. (`false` also for a record the index places outside
+    /// it (the general path takes it then, and names what is wrong), and
+    /// when a chunk's map cannot be borrowed. (`false` also for a record the index places outside
     /// its chunk's indexed bytes, which the index's invariants rule out;
     /// records before it may have been written then.)
     fn gather_covered(
@@ -359,7 +356,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let bytes = (idxs.len() * len) as u64;
         let prefetch = bytes <= PREFETCH_RECORDS_UP_TO;
         let broken = AtomicBool::new(false);
-        self.files.with_many_bytes(ranges, "read", |maps| {
+        let copied = self.files.with_many_bytes(ranges, "read", |maps| {
             let shared = SharedDst::new(dst);
             parallel::for_ranges(idxs.len(), bytes, |range| {
                 // A block's records found first (and their lines asked
@@ -397,7 +394,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 }
                 Ok(())
             })
-        })??;
+        });
+        // A chunk that could not be lent may be one the batch does not
+        // touch: the general path borrows only those it does, and names
+        // the error if one of them fails.
+        let Ok(copied) = copied else {
+            return Ok(false);
+        };
+        copied?;
         Ok(!broken.into_inner())
     }
 
@@ -457,8 +461,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Copies records `0 .. n`, record `k` being `rec(k)`, from the chunk
     /// maps into `dst`: grouped by chunk (a counting sort; batch order
     /// within each), so each chunk's map — span `chunks[slot]` as (id,
-    /// start, end) — is borrowed once (a storage may not lend two of its
-    /// files at a time), and with each record's lines prefetched a fixed
+    /// start, end) — is borrowed once, and with each record's lines prefetched a fixed
     /// distance ahead of its copy when `prefetch`: enough misses in flight
     /// to overlap them, without asking for lines so early that they are gone
     /// again.

@@ -9,8 +9,8 @@
 //! indexes the table once, as *runs*: record `first + k` of a run lies at
 //! `offset + k · len` of the run's chunk, every record raw and `len` bytes.
 //! A gather whose records are all covered computes their places from the
-//! runs, and touches only the records themselves (and the chunk files'
-//! lengths, as every gather does).
+//! runs, and touches only the records themselves (and the lengths of the
+//! chunk files the index spans, as every gather checks those it reads).
 //!
 //! What the index may hold: every entry it covers was read, checked against
 //! its own checksum and validated (as a gather's entries are) when it was
@@ -48,7 +48,9 @@ const MAX_RUNS: usize = 1 << 16;
 
 /// Chunk files an index may span for a covered gather to borrow them all
 /// at once (a store written with the default four lanes fills four at a
-/// time); a gather from an index over more takes the table path.
+/// time). Over more (a store of small records past 16 GiB with four
+/// lanes), gathers take the general path, with their entries still read
+/// from the index rather than the table (`batch_entries`).
 pub(crate) const MAX_CHUNKS: usize = 8;
 
 /// See the module docs.
@@ -73,6 +75,9 @@ pub(crate) struct RawRuns {
     /// at least a bucket long. Rebuilt after each step of indexing.
     buckets: Vec<u32>,
     shift: u32,
+    /// `covered` when the buckets were last built: an indexing step cut
+    /// short by a panic leaves the index unused until the next one.
+    bucketed: u64,
     /// Entries `0 .. covered` are indexed.
     covered: u64,
     /// An entry that breaks the pattern was met: no more indexing.
@@ -88,7 +93,11 @@ impl RawRuns {
     /// The length of every indexed record, when the index is in use for a
     /// gather under `head`.
     pub(crate) fn usable(&self, head: &Head) -> Option<u32> {
-        (!self.given_up && self.len > 0 && self.covered <= head.length).then_some(self.len)
+        (!self.given_up
+            && self.len > 0
+            && self.covered <= head.length
+            && self.covered == self.bucketed)
+            .then_some(self.len)
     }
 
     /// Entries `0 .. covered()` are indexed.
@@ -121,6 +130,7 @@ impl RawRuns {
     /// index holds).
     fn bucket(&mut self) {
         self.buckets.clear();
+        self.bucketed = self.covered;
         if self.covered == 0 {
             return;
         }

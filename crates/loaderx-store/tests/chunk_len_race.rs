@@ -106,6 +106,14 @@ impl Storage for StatPause {
         self.inner.with_bytes(file, offset, len, f)
     }
 
+    fn with_many_bytes<R>(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, (FileId, io::Error)> {
+        self.inner.with_many_bytes(ranges, f)
+    }
+
     fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.inner.write_at(file, offset, bytes)
     }

@@ -248,9 +248,8 @@ fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result
 ///   against the file lengths the engine knows (measured at open, grown by
 ///   its own writes), and every gather, `lengths` call and append first
 ///   re-checks the lengths of `meta.zr` and of the chunk files it touches
-///   (`current_len`: a seek to the end on Unix), so a file cut short
-///   behind its back is reported as an error rather than read past its
-///   end;
+///   with `fstat`, so a file cut short behind its back is reported as an
+///   error rather than read past its end;
 /// * its own writes touch only bytes no reader can reach (past the committed
 ///   frontier) until they are committed, and delete and compaction need
 ///   exclusive access (`&mut Store`);
@@ -372,21 +371,8 @@ impl Storage for FileStorage {
         Ok(Some(len))
     }
 
-    /// On Unix a seek to the end (`lseek`), not a `stat`: the same length,
-    /// a lighter system call (a gather of small records makes one per
-    /// chunk file: 4 `statx` calls were 40% of a call of 8 labels).
-    /// Moving the file position is harmless: every read and write here is
-    /// positioned (checked on Linux x86-64). Elsewhere the file's metadata.
     fn current_len(&self, file: FileId) -> io::Result<u64> {
-        let file = &self.mapped(file)?.file;
-        #[cfg(unix)]
-        {
-            use std::io::Seek;
-            let mut file = file;
-            file.seek(io::SeekFrom::End(0))
-        }
-        #[cfg(not(unix))]
-        Ok(file.metadata()?.len())
+        Ok(self.mapped(file)?.file.metadata()?.len())
     }
 
     fn with_bytes<R>(

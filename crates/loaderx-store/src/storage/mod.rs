@@ -88,7 +88,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// len)`, lent as `f`'s `i`-th slice, each under the contract of
     /// [`with_bytes`](Storage::with_bytes). The default nests one
     /// `with_bytes` call per range; a storage whose `with_bytes` cannot be
-    /// called while it is lending overrides this.
+    /// called while it is lending (the in-memory one holds a lock) overrides
+    /// this, and so must a storage that wraps such a one (forward it).
     ///
     /// # Errors
     /// The first range that cannot be lent, with its I/O error.
