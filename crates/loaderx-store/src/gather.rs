@@ -356,6 +356,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let bytes = (idxs.len() * len) as u64;
         let prefetch = bytes <= PREFETCH_RECORDS_UP_TO;
         let broken = AtomicBool::new(false);
+        let finder = runs.finder();
         let copied = self.files.with_many_bytes(ranges, "read", |maps| {
             let shared = SharedDst::new(dst);
             parallel::for_ranges(idxs.len(), bytes, |range| {
@@ -366,7 +367,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 for start in range.clone().step_by(COPY_BLOCK) {
                     let block = start..range.end.min(start + COPY_BLOCK);
                     for (src, i) in srcs.iter_mut().zip(block.clone()) {
-                        let (slot, offset) = runs.find(idxs[i]);
+                        let (slot, offset) = finder.find(idxs[i]);
                         let found = usize::try_from(offset)
                             .ok()
                             .and_then(|at| maps[slot].get(at..at.checked_add(len)?));

@@ -53,6 +53,28 @@ const MAX_RUNS: usize = 1 << 16;
 /// from the index rather than the table (`batch_entries`).
 pub(crate) const MAX_CHUNKS: usize = 8;
 
+/// [`RawRuns::finder`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finder<'a> {
+    buckets: &'a [u32],
+    firsts: &'a [u64],
+    places: &'a [(u32, u64)],
+    shift: u32,
+    len: u64,
+}
+
+impl Finder<'_> {
+    /// [`RawRuns::find`].
+    #[inline]
+    pub(crate) fn find(self, index: u64) -> (usize, u64) {
+        let b = (index >> self.shift) as usize;
+        let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
+        let k = lo + self.firsts[lo + 1..=hi].partition_point(|&first| first <= index);
+        let (slot, offset) = self.places[k];
+        (slot as usize, offset + (index - self.firsts[k]) * self.len)
+    }
+}
+
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct RawRuns {
@@ -115,14 +137,20 @@ impl RawRuns {
     /// there (a search among the runs of its bucket).
     #[inline]
     pub(crate) fn find(&self, index: u64) -> (usize, u64) {
-        let b = (index >> self.shift) as usize;
-        let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
-        let k = lo + self.firsts[lo + 1..=hi].partition_point(|&first| first <= index);
-        let (slot, offset) = self.places[k];
-        (
-            slot as usize,
-            offset + (index - self.firsts[k]) * u64::from(self.len),
-        )
+        self.finder().find(index)
+    }
+
+    /// [`find`](Self::find) for a loop over many records: the index's
+    /// tables as plain slices, which the loop keeps at hand instead of
+    /// loading them from the index for every record.
+    pub(crate) fn finder(&self) -> Finder<'_> {
+        Finder {
+            buckets: &self.buckets,
+            firsts: &self.firsts,
+            places: &self.places,
+            shift: self.shift,
+            len: u64::from(self.len),
+        }
     }
 
     /// Rebuilds [`buckets`](Self::buckets) for the runs as they are now:
