@@ -1,11 +1,18 @@
 //! The memory of NumPy arrays handed over as a list (one array per record),
-//! read in place: no packing copy and no Python call per array.
+//! read in place: no packing copy and no Python call per array; and the
+//! index arrays and new output arrays of `Dense`'s one-call batch read.
 //!
 //! A list of ragged records is the 2.x API's way to append (`Ragged.append`);
 //! packing it in Python cost a few microseconds per record (checks, a
 //! reshape and a `copyto` each), more than writing the bytes.
 
-use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use std::ffi::c_int;
+
+use numpy::npyffi::{NpyTypes, get_type_object, npy_intp};
+use numpy::{
+    PY_ARRAY_API, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 /// Records read in place: each one's bytes and, record after record, its
@@ -81,4 +88,89 @@ fn bytes_of<'a>(array: &'a Bound<'_, PyUntypedArray>, len: usize) -> &'a [u8] {
             .cast_const();
         std::slice::from_raw_parts(data, len)
     }
+}
+
+/// The indices `array` holds, copied out, when it is a C-contiguous 1-D
+/// array of native-order 64-bit integers (signed ones read as unsigned: a
+/// negative index is then past any end); `None` for anything else. Read
+/// with the GIL held, so no Python thread writes the array meanwhile; the
+/// copy is what a gather then uses with the GIL released.
+pub(crate) fn word_indices(array: &Bound<'_, PyAny>) -> Option<Vec<u64>> {
+    let array = array.cast::<PyUntypedArray>().ok()?;
+    let word = array.dtype();
+    if array.ndim() != 1
+        || !array.is_c_contiguous()
+        || word.itemsize() != 8
+        || !matches!(word.kind(), b'i' | b'u')
+        || word.is_native_byteorder() != Some(true)
+    {
+        return None;
+    }
+    let bytes = bytes_of(array, array.len().checked_mul(8)?);
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|word| word.try_into().map_or(0, u64::from_ne_bytes))
+            .collect(),
+    )
+}
+
+/// The bytes of one item shaped like `proto`'s rows: its dtype's size times
+/// every axis but the first (`None` on overflow).
+pub(crate) fn row_len(proto: &Bound<'_, PyUntypedArray>) -> Option<usize> {
+    let shape = proto.shape();
+    shape
+        .get(1..)?
+        .iter()
+        .try_fold(proto.dtype().itemsize(), |len, &d| len.checked_mul(d))
+}
+
+/// A new C-contiguous array of `proto`'s dtype shaped
+/// `(rows, *proto.shape[1:])`, its bytes first written by `fill` (which
+/// must write every one of them: NumPy leaves them uninitialised). Nothing
+/// else can reach the array before this returns it.
+pub(crate) fn new_rows_like<'py>(
+    py: Python<'py>,
+    proto: &Bound<'py, PyUntypedArray>,
+    rows: usize,
+    fill: impl FnOnce(&mut [u8]) -> PyResult<()>,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    let len = row_len(proto)
+        .and_then(|row| row.checked_mul(rows))
+        .filter(|&len| isize::try_from(len).is_ok())
+        .ok_or_else(|| PyValueError::new_err(format!("a batch of {rows} rows is too large")))?;
+    let mut dims: Vec<npy_intp> = proto.shape().iter().map(|&d| d as npy_intp).collect();
+    if let Some(first) = dims.first_mut() {
+        *first = rows as npy_intp;
+    }
+    // SAFETY: `PyArray_NewFromDescr` takes the descriptor's reference
+    // (`into_dtype_ptr` makes a new one) and, with no data or strides,
+    // allocates a C-contiguous array of `dims`; a null result is the error
+    // NumPy set.
+    let out = unsafe {
+        let made = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            get_type_object(py, NpyTypes::PyArray_Type),
+            proto.dtype().into_dtype_ptr(),
+            dims.len() as c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        );
+        Bound::from_owned_ptr_or_err(py, made)?.cast_into_unchecked::<PyUntypedArray>()
+    };
+    if len > 0 {
+        // SAFETY: the new array holds `len` bytes (its dtype's size times
+        // its shape) from its data pointer, and only this function holds
+        // a reference to it.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut((*out.as_array_ptr()).fields.data.cast::<u8>(), len)
+        };
+        fill(bytes)?;
+    } else {
+        fill(&mut [])?;
+    }
+    Ok(out)
 }

@@ -31,7 +31,9 @@
 //! Unsafe code is confined to module `pool`: the loader's batch buffers and
 //! the large outputs of direct reads (anonymous mappings on Linux) and the
 //! NumPy arrays that view them while a Python object owns them; and to
-//! module `arrays`, which reads the memory of arrays handed over in a list.
+//! module `arrays`, which reads the memory of arrays handed over in a list
+//! and of index arrays, and fills the new arrays of `Dense`'s one-call
+//! batch read before NumPy hands them out.
 
 #![deny(unsafe_code)]
 

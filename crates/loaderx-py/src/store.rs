@@ -31,11 +31,12 @@ use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 
 use loaderx_loader::Source;
 use loaderx_store::{CodecId, ErrorCode, OpenOptions};
-use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
+use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyFileExistsError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use crate::arrays;
 use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
 use crate::pool::{Output, OutputKind, SharedPool, output_pool};
 use crate::typed::{self, Engine};
@@ -676,6 +677,43 @@ impl Store {
         let dst = dst.as_slice_mut().map_err(|_| not_contiguous("dst"))?;
         self.handle
             .shared(py, |engine| engine.gather_exact(idxs, dst, item_len))
+    }
+
+    /// Records `idxs` in a new array of `proto`'s dtype shaped
+    /// `(len(idxs), *proto.shape[1:])`, each record checked to be exactly
+    /// one item of it (as `gather_exact`): `Dense`'s batch read in one call,
+    /// for the small batches where the fixed cost of a call is most of the
+    /// work. `proto` is an empty `(0, *item_shape)` array of the
+    /// container's dtype. `None`, before anything is read, where this does
+    /// not apply and the caller takes its general path: an index array that
+    /// is not a C-contiguous 1-D array of native 64-bit integers, or a
+    /// batch of at least `POOLED_OUTPUT_BYTES` (the output pool's). A
+    /// negative index reads as one past the end, refused as such. The
+    /// indices are copied before the GIL is released, so a thread that
+    /// rewrites the array meanwhile cannot change them under the gather.
+    fn gather_like<'py>(
+        &self,
+        py: Python<'py>,
+        idxs: &Bound<'py, PyAny>,
+        proto: &Bound<'py, PyUntypedArray>,
+    ) -> PyResult<Option<Bound<'py, PyUntypedArray>>> {
+        let Some(item_len) = arrays::row_len(proto).filter(|&len| len > 0) else {
+            return Ok(None);
+        };
+        let Some(indices) = arrays::word_indices(idxs) else {
+            return Ok(None);
+        };
+        let fits = item_len
+            .checked_mul(indices.len())
+            .is_some_and(|len| len < crate::pool::POOLED_OUTPUT_BYTES);
+        if proto.shape().first() != Some(&0) || !fits {
+            return Ok(None);
+        }
+        let out = arrays::new_rows_like(py, proto, indices.len(), |dst| {
+            self.handle
+                .shared(py, |engine| engine.gather_exact(&indices, dst, item_len))
+        })?;
+        Ok(Some(out))
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]`.

@@ -204,3 +204,74 @@ def test_reading_large_records_does_not_map_the_store(tmp_path: Path, codec: str
             np.testing.assert_array_equal(r[idx], rows[idx])
         grown = _rss_file() - before
     assert grown < (n * big) // 8, f"file-backed resident memory grew by {grown} bytes"
+
+
+def test_small_batches_read_alike_whatever_holds_the_indices(tmp_path: Path) -> None:
+    """`Dense[idx]` answers a small batch of 64-bit indices in one native
+    call (`gather_like`); every other index form takes the general path.
+    Both give NumPy's answer, in a new array of the records' dtype."""
+    rows = np.random.default_rng(9).standard_normal((500, 2, 3)).astype(np.float32)
+    labels = np.arange(500, dtype=np.int64) * 7 - 3
+    with Dense.create(tmp_path / "f", np.float32, (2, 3), codec="raw") as w:
+        w.append(rows)
+    with Dense.create(tmp_path / "l", np.int64, (), codec="zstd") as w:
+        w.append(labels)
+    rng = np.random.default_rng(2)
+    base = rng.integers(0, 500, 64)
+    forms = {
+        "int64": base.astype(np.int64),
+        "uint64": base.astype(np.uint64),
+        "int32": base.astype(np.int32),
+        "big-endian int64": base.astype(">i8"),
+        "strided int64": np.repeat(base, 2).astype(np.int64)[::2],
+        "negative int64": base.astype(np.int64) - 500,
+        "empty int64": np.zeros(0, dtype=np.int64),
+        "list": base.tolist(),
+    }
+    with Dense.open(tmp_path / "f") as f, Dense.open(tmp_path / "l") as lab:
+        for name, idx in forms.items():
+            for reader, source in ((f, rows), (lab, labels)):
+                got = reader[idx]
+                want = source[np.asarray(idx, dtype=np.int64)]
+                assert got.dtype == source.dtype and got.shape == want.shape, name
+                assert got.flags.c_contiguous and got.flags.writeable, name
+                np.testing.assert_array_equal(got, want, err_msg=name)
+        for idx in (np.array([3, 500], dtype=np.int64), np.array([-501], dtype=np.int64)):
+            with pytest.raises(IndexError, match="out of range"):
+                f[idx]
+        # Batches are new arrays: writing one leaves the next read alone.
+        first = lab[forms["int64"]]
+        first[:] = 0
+        np.testing.assert_array_equal(lab[forms["int64"]], labels[base])
+
+
+def test_gather_like_declines_what_it_does_not_handle(tmp_path: Path) -> None:
+    """The one-call path answers `None` (the caller's general path then
+    runs) for any index array but a C-contiguous 1-D array of native
+    64-bit integers, and for batches the output pool takes."""
+    rows = np.arange(4096 * 1024, dtype=np.uint8).reshape(4096, 1024)
+    with Dense.create(tmp_path / "d", np.uint8, (1024,), codec="raw") as w:
+        w.append(rows)
+    store = _native.Store.open_existing(str(tmp_path / "d"), False)
+    try:
+        proto = np.empty((0, 1024), dtype=np.uint8)
+        idx = np.array([5, 0, 4095], dtype=np.int64)
+        got = store.gather_like(idx, proto)
+        assert got is not None and got.shape == (3, 1024) and got.dtype == np.uint8
+        np.testing.assert_array_equal(got, rows[idx])
+        declined = [
+            idx.astype(np.int32),
+            idx.astype(">u8"),
+            np.stack([idx, idx]),
+            np.repeat(idx, 2)[::2],
+            idx.tolist(),
+            np.arange(_native.POOLED_OUTPUT_BYTES // 1024, dtype=np.int64) % 4096,
+        ]
+        for bad in declined:
+            assert store.gather_like(bad, proto) is None
+        assert store.gather_like(idx, np.empty((1, 1024), dtype=np.uint8)) is None
+        # A record that is not exactly one item of the prototype is refused.
+        with pytest.raises(ZrecordError):
+            store.gather_like(idx, np.empty((0, 512), dtype=np.uint8))
+    finally:
+        store.close()

@@ -736,6 +736,8 @@ class Dense(_Container):
         #: The number of axes of a record (``len(item_shape)``), as in loaderx 2.x.
         self.ndim = len(self.item_shape)
         self._item_len = int(self._schema["item_len"])
+        # What `_native.Store.gather_like` shapes and types a batch by.
+        self._proto = np.empty((0, *self.item_shape), dtype=self.dtype)
 
     @classmethod
     def create(
@@ -860,9 +862,18 @@ class Dense(_Container):
         """One record for an integer (negative counts from the end); a
         stacked ``(n, *item_shape)`` array for anything else."""
         store = self._reading()
-        # An index array first: the batch path is the hot one.
+        # An index array first: the batch path is the hot one, and a small
+        # batch of 64-bit indices is one native call.
         if type(idx) is np.ndarray and idx.ndim == 1:
-            return self._gather_selected(store, idx)
+            try:
+                out = store.gather_like(idx, self._proto)
+            except ZrecordError as exc:
+                if exc.code != _INDEX_OUT_OF_RANGE:
+                    raise
+            else:
+                return out if out is not None else self._gather_selected(store, idx)
+            # A negative index (wrapped here) or one past the end (named).
+            return self._gather(store, self._indices(idx))
         if _is_record_index(idx):
             return self._gather(store, np.array([self._index(idx)], dtype=np.uint64))[0]
         return self._gather_selected(store, idx)
