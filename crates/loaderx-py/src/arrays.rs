@@ -116,8 +116,12 @@ pub(crate) fn word_indices(array: &Bound<'_, PyAny>) -> Option<Vec<u64>> {
 }
 
 /// The bytes of one item shaped like `proto`'s rows: its dtype's size times
-/// every axis but the first (`None` on overflow).
+/// every axis but the first (`None` on overflow, and for a dtype that holds
+/// Python objects, whose items store bytes cannot be).
 pub(crate) fn row_len(proto: &Bound<'_, PyUntypedArray>) -> Option<usize> {
+    if proto.dtype().has_object() {
+        return None;
+    }
     let shape = proto.shape();
     shape
         .get(1..)?

@@ -270,6 +270,12 @@ def test_gather_like_declines_what_it_does_not_handle(tmp_path: Path) -> None:
         for bad in declined:
             assert store.gather_like(bad, proto) is None
         assert store.gather_like(idx, np.empty((1, 1024), dtype=np.uint8)) is None
+        # Stored bytes never become Python object pointers.
+        for proto_of_objects in (
+            np.empty((0, 128), dtype=object),
+            np.empty((0, 64), dtype=[("a", object), ("b", np.int64)]),
+        ):
+            assert store.gather_like(idx, proto_of_objects) is None
         # A record that is not exactly one item of the prototype is refused.
         with pytest.raises(ZrecordError):
             store.gather_like(idx, np.empty((0, 512), dtype=np.uint8))
