@@ -92,13 +92,17 @@ fn bytes_of<'a>(array: &'a Bound<'_, PyUntypedArray>, len: usize) -> &'a [u8] {
 
 /// The indices `array` holds, copied out, when it is a C-contiguous 1-D
 /// array of native-order 64-bit integers (signed ones read as unsigned: a
-/// negative index is then past any end); `None` for anything else. Read
-/// with the GIL held, so no Python thread writes the array meanwhile; the
+/// negative index is then past any end) of at most `most` of them; `None`
+/// for anything else, before copying. Read with the GIL held, so no other
+/// Python code runs meanwhile (a native gather on another thread that
+/// writes into this very array, with the GIL released, is not ruled out:
+/// the array is not registered with rust-numpy's borrow tracking); the
 /// copy is what a gather then uses with the GIL released.
-pub(crate) fn word_indices(array: &Bound<'_, PyAny>) -> Option<Vec<u64>> {
+pub(crate) fn word_indices(array: &Bound<'_, PyAny>, most: usize) -> Option<Vec<u64>> {
     let array = array.cast::<PyUntypedArray>().ok()?;
     let word = array.dtype();
     if array.ndim() != 1
+        || array.len() > most
         || !array.is_c_contiguous()
         || word.itemsize() != 8
         || !matches!(word.kind(), b'i' | b'u')
@@ -115,11 +119,18 @@ pub(crate) fn word_indices(array: &Bound<'_, PyAny>) -> Option<Vec<u64>> {
     )
 }
 
+/// NumPy's built-in type numbers end below this (`NPY_NTYPES_LEGACY`);
+/// other dtypes (user-defined, `StringDType`) may keep pointers in their
+/// items.
+const BUILTIN_TYPES: c_int = 24;
+
 /// The bytes of one item shaped like `proto`'s rows: its dtype's size times
-/// every axis but the first (`None` on overflow, and for a dtype that holds
-/// Python objects, whose items store bytes cannot be).
+/// every axis but the first. `None` on overflow, and for a dtype whose
+/// items stored bytes cannot be: one that holds Python objects or is not
+/// one of NumPy's built-in types.
 pub(crate) fn row_len(proto: &Bound<'_, PyUntypedArray>) -> Option<usize> {
-    if proto.dtype().has_object() {
+    let dtype = proto.dtype();
+    if dtype.has_object() || !(0..BUILTIN_TYPES).contains(&dtype.num()) {
         return None;
     }
     let shape = proto.shape();
@@ -130,10 +141,15 @@ pub(crate) fn row_len(proto: &Bound<'_, PyUntypedArray>) -> Option<usize> {
 }
 
 /// A new C-contiguous array of `proto`'s dtype shaped
-/// `(rows, *proto.shape[1:])`, its bytes first written by `fill` (which
-/// must write every one of them: NumPy leaves them uninitialised). Nothing
+/// `(rows, *proto.shape[1:])`, its bytes first written by `fill`. Nothing
 /// else can reach the array before this returns it.
-pub(crate) fn new_rows_like<'py>(
+///
+/// # Safety
+///
+/// The bytes `fill` gets start uninitialised (NumPy's allocation, as for
+/// `np.empty`): when it returns `Ok` it must have written every one of
+/// them, and it must not read one it has not written.
+pub(crate) unsafe fn new_rows_like<'py>(
     py: Python<'py>,
     proto: &Bound<'py, PyUntypedArray>,
     rows: usize,
@@ -168,7 +184,8 @@ pub(crate) fn new_rows_like<'py>(
     if len > 0 {
         // SAFETY: the new array holds `len` bytes (its dtype's size times
         // its shape) from its data pointer, and only this function holds
-        // a reference to it.
+        // a reference to it; they are uninitialised, which the caller's
+        // `fill` is bound (above) to write before anything reads them.
         let bytes = unsafe {
             std::slice::from_raw_parts_mut((*out.as_array_ptr()).fields.data.cast::<u8>(), len)
         };

@@ -32,8 +32,9 @@
 //! the large outputs of direct reads (anonymous mappings on Linux) and the
 //! NumPy arrays that view them while a Python object owns them; and to
 //! module `arrays`, which reads the memory of arrays handed over in a list
-//! and of index arrays, and fills the new arrays of `Dense`'s one-call
-//! batch read before NumPy hands them out.
+//! and of index arrays, and makes the new arrays of `Dense`'s one-call
+//! batch read, which `Store::gather_like` (one `unsafe` call, bound to fill
+//! every byte) gathers into before they are handed out.
 
 #![deny(unsafe_code)]
 

@@ -684,13 +684,15 @@ impl Store {
     /// one item of it (as `gather_exact`): `Dense`'s batch read in one call,
     /// for the small batches where the fixed cost of a call is most of the
     /// work. `proto` is an empty `(0, *item_shape)` array of the
-    /// container's dtype. `None`, before anything is read, where this does
-    /// not apply and the caller takes its general path: an index array that
-    /// is not a C-contiguous 1-D array of native 64-bit integers, or a
-    /// batch of at least `POOLED_OUTPUT_BYTES` (the output pool's). A
+    /// container's dtype. `None`, before the indices are copied or anything
+    /// is gathered, where this does not apply and the caller takes its
+    /// general path: an index array that is not a C-contiguous 1-D array of
+    /// native 64-bit integers, a batch of at least `POOLED_OUTPUT_BYTES`
+    /// (the output pool's), or a `proto` that is not an empty array of
+    /// non-empty rows of a built-in dtype without Python objects. A
     /// negative index reads as one past the end, refused as such. The
-    /// indices are copied before the GIL is released, so a thread that
-    /// rewrites the array meanwhile cannot change them under the gather.
+    /// indices are copied before the GIL is released.
+    #[allow(unsafe_code)]
     fn gather_like<'py>(
         &self,
         py: Python<'py>,
@@ -700,19 +702,22 @@ impl Store {
         let Some(item_len) = arrays::row_len(proto).filter(|&len| len > 0) else {
             return Ok(None);
         };
-        let Some(indices) = arrays::word_indices(idxs) else {
-            return Ok(None);
-        };
-        let fits = item_len
-            .checked_mul(indices.len())
-            .is_some_and(|len| len < crate::pool::POOLED_OUTPUT_BYTES);
-        if proto.shape().first() != Some(&0) || !fits {
+        if proto.shape().first() != Some(&0) {
             return Ok(None);
         }
-        let out = arrays::new_rows_like(py, proto, indices.len(), |dst| {
-            self.handle
-                .shared(py, |engine| engine.gather_exact(&indices, dst, item_len))
-        })?;
+        let most = (crate::pool::POOLED_OUTPUT_BYTES - 1) / item_len;
+        let Some(indices) = arrays::word_indices(idxs, most) else {
+            return Ok(None);
+        };
+        // SAFETY: `gather_exact` writes all `indices.len() * item_len`
+        // bytes of `dst` when it succeeds (every record checked to be
+        // exactly `item_len` bytes before any is copied) and reads none.
+        let out = unsafe {
+            arrays::new_rows_like(py, proto, indices.len(), |dst| {
+                self.handle
+                    .shared(py, |engine| engine.gather_exact(&indices, dst, item_len))
+            })?
+        };
         Ok(Some(out))
     }
 

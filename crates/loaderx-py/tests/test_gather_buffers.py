@@ -243,6 +243,14 @@ def test_small_batches_read_alike_whatever_holds_the_indices(tmp_path: Path) -> 
         first = lab[forms["int64"]]
         first[:] = 0
         np.testing.assert_array_equal(lab[forms["int64"]], labels[base])
+    # Image stores decode on this path too (PNG: lossless).
+    pictures = rng.integers(0, 256, (20, 8, 8, 3), dtype=np.uint8)
+    with Dense.create(tmp_path / "png", np.uint8, (8, 8, 3), codec="png") as w:
+        w.append(pictures)
+    with Dense.open(tmp_path / "png") as png:
+        idx = np.array([19, 0, 7, 7], dtype=np.int64)
+        np.testing.assert_array_equal(png[idx], pictures[idx])
+        np.testing.assert_array_equal(png[idx.tolist()], pictures[idx])
 
 
 def test_gather_like_declines_what_it_does_not_handle(tmp_path: Path) -> None:
@@ -271,10 +279,14 @@ def test_gather_like_declines_what_it_does_not_handle(tmp_path: Path) -> None:
             assert store.gather_like(bad, proto) is None
         assert store.gather_like(idx, np.empty((1, 1024), dtype=np.uint8)) is None
         # Stored bytes never become Python object pointers.
-        for proto_of_objects in (
+        protos_of_objects = [
             np.empty((0, 128), dtype=object),
             np.empty((0, 64), dtype=[("a", object), ("b", np.int64)]),
-        ):
+        ]
+        strings = getattr(getattr(np, "dtypes", None), "StringDType", None)
+        if strings is not None:  # NumPy 2: items that point to their strings
+            protos_of_objects.append(np.empty((0, 64), dtype=strings()))
+        for proto_of_objects in protos_of_objects:
             assert store.gather_like(idx, proto_of_objects) is None
         # A record that is not exactly one item of the prototype is refused.
         with pytest.raises(ZrecordError):
