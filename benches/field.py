@@ -21,7 +21,9 @@ every contender reads the same bytes whatever its NumPy), then:
 
 * store section: every (workload, contender, codec) is written
   ``WRITE_ROUNDS`` times, the page cache dropped before each write
-  (``sync; echo 3 > /proc/sys/vm/drop_caches``), timed until the writer is
+  (``sync; echo 3 > /proc/sys/vm/drop_caches``) with the source held in
+  memory (every page touched through the worker's own map first, which
+  the drop leaves alone), timed until the writer is
   closed and ``os.sync()`` has returned (durable, whatever the contender's
   own fsync policy); then gathered, workload by workload (one workload's
   stores fit in the page cache, all of them do not): batches of 256 random
@@ -30,7 +32,10 @@ every contender reads the same bytes whatever its NumPy), then:
   the contents of one batch checked against the source. Jobs are alternated round by round
   (order rotated each round) and the medians kept; p95 is over every batch
   of every round. The in-memory ceiling (the same batches gathered from an
-  array in memory, split over every core) runs in the same rounds.
+  array in memory, split over every core) runs in the same rounds. Each
+  timed gather also records the CPU time the other workers and the whole
+  machine used meanwhile, and the hypervisor's steal, so a run shows
+  whether anything ran beside the job it timed.
 * loader section: every loader contender runs in a fresh process per
   round (batch 256, 4 workers, prefetch 4 where the loader has one), over
   the ``img224`` images with an ``int64`` label that is the record's index
@@ -261,6 +266,17 @@ class Workload:
 
     def records(self, start: int, stop: int) -> list[np.ndarray]:
         return [np.ascontiguousarray(self.record(i)) for i in range(start, stop)]
+
+    def map_in(self) -> None:
+        """Touches every page of the source through this process's map.
+        Pages a process has mapped survive ``drop_caches``, so after this the
+        write that follows reads its input from memory whoever wrote before
+        it: without it only the first writer of each worker paid for reading
+        the source from disk (and the other workers' writes then found it
+        cached through their own maps)."""
+        arr = self.arr if self.kind == "dense" else self.flat
+        flat = arr.reshape(-1).view(np.uint8)
+        int(flat[::4096].sum())
 
     def check(self, idx: np.ndarray, got: Any, who: str) -> None:
         """Raise unless ``got`` holds the records at ``idx``."""
@@ -849,6 +865,7 @@ class Worker:
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
+        w.map_in()
         dropped = drop_page_cache() if drop_cache else False
         t0 = time.perf_counter()
         c.write(path, w, codec)
@@ -1273,6 +1290,28 @@ class Remote:
         self.proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (0 where /proc has none)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal ...
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / tick, (v[7] if len(v) > 7 else 0) / tick
+
+
 def rotated(items: list[Any], r: int) -> list[Any]:
     k = r % len(items) if items else 0
     return items[k:] + items[:k]
@@ -1436,9 +1475,17 @@ def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[
         for r in range(CFG["rounds"]):
             for j in rotated(gjobs, r):
                 key = (j["impl"], j["contender"], j["codec"], j["workload"])
-                gsamples.setdefault(key, []).append(
-                    workers[j["impl"]].call("gather", contender=j["contender"], workload=j["workload"],
-                                            codec=j["codec"]))
+                others = [w.proc.pid for impl, w in workers.items() if impl != j["impl"]]
+                busy0 = sum(cpu_seconds(pid) for pid in others)
+                own0 = cpu_seconds(workers[j["impl"]].proc.pid)
+                m0, st0 = machine_cpu()
+                res = workers[j["impl"]].call("gather", contender=j["contender"], workload=j["workload"],
+                                              codec=j["codec"])
+                m1, st1 = machine_cpu()
+                res["others_cpu_s"] = sum(cpu_seconds(pid) for pid in others) - busy0
+                res["own_cpu_s"] = cpu_seconds(workers[j["impl"]].proc.pid) - own0
+                res["machine_busy_s"], res["steal_s"] = m1 - m0, st1 - st0
+                gsamples.setdefault(key, []).append(res)
         for w in workers.values():
             w.call("close_all")
         log(f"  {workload}: {len(gjobs)} readers opened and checked, {CFG['rounds']} gather rounds done")
@@ -1461,6 +1508,9 @@ def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[
             row["batch_bytes"] = gs[0]["bytes"] / len(gs[0]["batch_s"])
             row["batch_records"] = gs[0]["records"] / len(gs[0]["batch_s"])
             row["rounds_batch_s"] = per
+            row["rounds_others_cpu_s"] = [g["others_cpu_s"] for g in gs]
+            row["rounds_total_s"] = [g["total_s"] for g in gs]
+            row["rounds_cpu"] = [[g["own_cpu_s"], g["machine_busy_s"], g["steal_s"]] for g in gs]
         err = next((f["error"] for f in failed if f["key"] == list(key)), None)
         if err:
             row["error"] = err

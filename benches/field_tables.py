@@ -276,7 +276,8 @@ STORE_NOTE = (
     "Controls for: the same records and the same 256-index batches for every contender; warm page cache "
     "(every store read through once, then one untimed pass of the batches); contenders alternated round by "
     "round with the order rotated, medians of the rounds; writes timed until the writer closed and `os.sync()` "
-    "returned, after the page cache was dropped. Does not control for: each store's own layout choices "
+    "returned, after the page cache was dropped (the source each writer reads is held mapped by its worker, so "
+    "dropping leaves it cached: every write reads its input from memory). Does not control for: each store's own layout choices "
     "(chunking, compression level: each library's default), disk placement on a shared VM, other tenants' load; "
     "p95 is over every batch of every round. The ceiling is the faster of its two rows (all cores, one "
     "thread), and × ceiling is against that; it copies into an output reused from batch to batch, as "
@@ -302,12 +303,30 @@ LOADER_NOTE = (
     "the store's size in PSS that the page cache holds anyway.")
 
 
+def interference_line(result: dict[str, Any]) -> str:
+    """What else ran during the timed gathers: CPU time of the other
+    workers, and time the hypervisor took from this VM (steal)."""
+    others, steal, busy = [], 0.0, 0.0
+    for r in result.get("stores", []):
+        others += r.get("rounds_others_cpu_s", [])
+        for _own, machine, st in r.get("rounds_cpu", []):
+            busy += machine
+            steal += st
+    if not others:
+        return ""
+    return (f"During the timed gathers the other workers used at most {max(others):.2f} s of CPU in any one "
+            f"job ({sum(others):.2f} s in all); the hypervisor took {steal:.1f} s (steal) beside "
+            f"{busy:.1f} s of busy CPU.")
+
+
 def report(result: dict[str, Any]) -> str:
     parts = [f"Machine: {machine_line(result)}", "", f"Versions: {versions_line(result)}", "",
              "#### Workloads", "", workloads_table(result), "", "#### Missing contenders", "",
              missing_table(result), ""]
     if result.get("stores"):
         parts += ["#### Stores", "", STORE_NOTE, ""]
+        if interference_line(result):
+            parts += [interference_line(result), ""]
         for name in result["workloads"]:
             parts += [f"##### {name}: {result['workloads'][name]['what']}", "", store_table(result, name), ""]
     if result.get("loaders"):

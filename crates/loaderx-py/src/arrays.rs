@@ -137,7 +137,7 @@ pub(crate) fn row_len(proto: &Bound<'_, PyUntypedArray>) -> Option<usize> {
     shape
         .get(1..)?
         .iter()
-        .try_fold(proto.dtype().itemsize(), |len, &d| len.checked_mul(d))
+        .try_fold(dtype.itemsize(), |len, &d| len.checked_mul(d))
 }
 
 /// A new C-contiguous array of `proto`'s dtype shaped
@@ -146,23 +146,34 @@ pub(crate) fn row_len(proto: &Bound<'_, PyUntypedArray>) -> Option<usize> {
 ///
 /// # Safety
 ///
-/// The bytes `fill` gets start uninitialised (NumPy's allocation, as for
-/// `np.empty`): when it returns `Ok` it must have written every one of
-/// them, and it must not read one it has not written.
+/// `row` must be what [`row_len`] returns for `proto` (the caller has just
+/// asked it, and this does not ask again: it is the hot path of small
+/// batches). The bytes `fill` gets start uninitialised (NumPy's
+/// allocation, as for `np.empty`): when it returns `Ok` it must have
+/// written every one of them, and it must not read one it has not written.
 pub(crate) unsafe fn new_rows_like<'py>(
     py: Python<'py>,
     proto: &Bound<'py, PyUntypedArray>,
+    row: usize,
     rows: usize,
     fill: impl FnOnce(&mut [u8]) -> PyResult<()>,
 ) -> PyResult<Bound<'py, PyUntypedArray>> {
-    let len = row_len(proto)
-        .and_then(|row| row.checked_mul(rows))
+    let too_large = || PyValueError::new_err(format!("a batch of {rows} rows is too large"));
+    let len = row
+        .checked_mul(rows)
         .filter(|&len| isize::try_from(len).is_ok())
-        .ok_or_else(|| PyValueError::new_err(format!("a batch of {rows} rows is too large")))?;
-    let mut dims: Vec<npy_intp> = proto.shape().iter().map(|&d| d as npy_intp).collect();
-    if let Some(first) = dims.first_mut() {
-        *first = rows as npy_intp;
+        .ok_or_else(too_large)?;
+    // NumPy's own limit on dimensions (NPY_MAXDIMS, 64 since NumPy 2.0).
+    let mut dims = [0 as npy_intp; 64];
+    let shape = proto.shape();
+    if shape.is_empty() || shape.len() > dims.len() {
+        return Err(too_large());
     }
+    for (d, &s) in dims.iter_mut().zip(shape) {
+        *d = s as npy_intp;
+    }
+    dims[0] = rows as npy_intp;
+    let dims = &mut dims[..shape.len()];
     // SAFETY: `PyArray_NewFromDescr` takes the descriptor's reference
     // (`into_dtype_ptr` makes a new one) and, with no data or strides,
     // allocates a C-contiguous array of `dims`; a null result is the error

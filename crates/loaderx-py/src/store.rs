@@ -709,11 +709,12 @@ impl Store {
         let Some(indices) = arrays::word_indices(idxs, most) else {
             return Ok(None);
         };
-        // SAFETY: `gather_exact` writes all `indices.len() * item_len`
-        // bytes of `dst` when it succeeds (every record checked to be
-        // exactly `item_len` bytes before any is copied) and reads none.
+        // SAFETY: `item_len` is `row_len(proto)`, asked above; and
+        // `gather_exact` writes all `indices.len() * item_len` bytes of
+        // `dst` when it succeeds (every record checked to be exactly
+        // `item_len` bytes before any is copied) and reads none.
         let out = unsafe {
-            arrays::new_rows_like(py, proto, indices.len(), |dst| {
+            arrays::new_rows_like(py, proto, item_len, indices.len(), |dst| {
                 self.handle
                     .shared(py, |engine| engine.gather_exact(&indices, dst, item_len))
             })?
