@@ -29,6 +29,7 @@ every contender reads the same bytes whatever its NumPy), then:
   stores fit in the page cache, all of them do not): batches of 256 random
   indices (the same index batches for everybody) from a warm page cache,
   each store read through and its batches gathered once before its rounds,
+  and read through again before each of its timed rounds,
   the contents of one batch checked against the source. Jobs are alternated round by round
   (order rotated each round) and the medians kept; p95 is over every batch
   of every round. The in-memory ceiling (the same batches gathered from an
@@ -888,6 +889,18 @@ class Worker:
         self.readers[f"{contender}/{codec}/{workload}"] = (gather, w)
         return {}
 
+    def warm(self, contender: str, workload: str, codec: str) -> dict[str, Any]:
+        """Reads the store through again, before each timed round: between
+        two rounds of one store, other contenders' jobs (Parquet and Arrow
+        decoding whole row groups) take gigabytes at their peaks, and the
+        kernel makes room by evicting page cache, first the pages read
+        through a file descriptor (ours, 2.4.0's, LMDB's) rather than those
+        a process maps (NumPy's memory map). Left alone, later rounds
+        measured partly cold reads for some contenders and not others."""
+        if contender != "memory":
+            read_through(self.store_path(contender, workload, codec))
+        return {}
+
     def gather(self, contender: str, workload: str, codec: str) -> dict[str, Any]:
         gather, w = self.readers[f"{contender}/{codec}/{workload}"]
         times = []
@@ -1312,6 +1325,29 @@ def machine_cpu() -> tuple[float, float]:
     return (v[0] + v[1] + v[2] + v[5] + v[6]) / tick, (v[7] if len(v) > 7 else 0) / tick
 
 
+RECLAIM_COUNTERS = ("pgscan_kswapd", "pgscan_direct", "compact_stall", "workingset_refault_file")
+
+
+def reclaim_counters() -> dict[str, int]:
+    """Memory reclaim so far (``/proc/vmstat``): pages scanned by kswapd
+    and by allocating processes, direct compactions, refaults of evicted
+    file pages; and MemFree (KiB) now."""
+    out = {k: 0 for k in RECLAIM_COUNTERS}
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k in out:
+                    out[k] = int(v)
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemFree:"):
+                    out["mem_free_kib"] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
 def rotated(items: list[Any], r: int) -> list[Any]:
     k = r % len(items) if items else 0
     return items[k:] + items[:k]
@@ -1475,13 +1511,19 @@ def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[
         for r in range(CFG["rounds"]):
             for j in rotated(gjobs, r):
                 key = (j["impl"], j["contender"], j["codec"], j["workload"])
+                workers[j["impl"]].call("warm", contender=j["contender"], workload=j["workload"],
+                                        codec=j["codec"])
                 others = [w.proc.pid for impl, w in workers.items() if impl != j["impl"]]
                 busy0 = sum(cpu_seconds(pid) for pid in others)
                 own0 = cpu_seconds(workers[j["impl"]].proc.pid)
                 m0, st0 = machine_cpu()
+                rc0 = reclaim_counters()
                 res = workers[j["impl"]].call("gather", contender=j["contender"], workload=j["workload"],
                                               codec=j["codec"])
                 m1, st1 = machine_cpu()
+                rc1 = reclaim_counters()
+                res["reclaim"] = {k: rc1[k] - rc0[k] for k in RECLAIM_COUNTERS}
+                res["reclaim"]["mem_free_kib"] = rc0.get("mem_free_kib", 0)
                 res["others_cpu_s"] = sum(cpu_seconds(pid) for pid in others) - busy0
                 res["own_cpu_s"] = cpu_seconds(workers[j["impl"]].proc.pid) - own0
                 res["machine_busy_s"], res["steal_s"] = m1 - m0, st1 - st0
@@ -1511,6 +1553,7 @@ def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[
             row["rounds_others_cpu_s"] = [g["others_cpu_s"] for g in gs]
             row["rounds_total_s"] = [g["total_s"] for g in gs]
             row["rounds_cpu"] = [[g["own_cpu_s"], g["machine_busy_s"], g["steal_s"]] for g in gs]
+            row["rounds_reclaim"] = [g["reclaim"] for g in gs]
         err = next((f["error"] for f in failed if f["key"] == list(key)), None)
         if err:
             row["error"] = err

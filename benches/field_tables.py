@@ -274,7 +274,8 @@ def workloads_table(result: dict[str, Any]) -> str:
 
 STORE_NOTE = (
     "Controls for: the same records and the same 256-index batches for every contender; warm page cache "
-    "(every store read through once, then one untimed pass of the batches); contenders alternated round by "
+    "(every store read through and one untimed pass of the batches before its rounds, and read through again "
+    "before each timed round, since other contenders' jobs make the kernel evict page cache); contenders alternated round by "
     "round with the order rotated, medians of the rounds; writes timed until the writer closed and `os.sync()` "
     "returned, after the page cache was dropped (the source each writer reads is held mapped by its worker, so "
     "dropping leaves it cached: every write reads its input from memory). Does not control for: each store's own layout choices "
@@ -306,9 +307,12 @@ LOADER_NOTE = (
 def interference_line(result: dict[str, Any]) -> str:
     """What else ran during the timed gathers: CPU time of the other
     workers, and time the hypervisor took from this VM (steal)."""
-    others, steal, busy = [], 0.0, 0.0
+    others, steal, busy, scanned, refaults = [], 0.0, 0.0, 0, 0
     for r in result.get("stores", []):
         others += r.get("rounds_others_cpu_s", [])
+        for rc in r.get("rounds_reclaim", []):
+            scanned += rc.get("pgscan_kswapd", 0) + rc.get("pgscan_direct", 0)
+            refaults += rc.get("workingset_refault_file", 0)
         for _own, machine, st in r.get("rounds_cpu", []):
             busy += machine
             steal += st
@@ -316,7 +320,8 @@ def interference_line(result: dict[str, Any]) -> str:
         return ""
     return (f"During the timed gathers the other workers used at most {max(others):.2f} s of CPU in any one "
             f"job ({sum(others):.2f} s in all); the hypervisor took {steal:.1f} s (steal) beside "
-            f"{busy:.1f} s of busy CPU.")
+            f"{busy:.1f} s of busy CPU; the kernel scanned {scanned * 4 / 1024:.0f} MiB of pages to reclaim "
+            f"and refaulted {refaults * 4 / 1024:.0f} MiB of evicted file pages meanwhile.")
 
 
 def report(result: dict[str, Any]) -> str:
