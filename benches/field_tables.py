@@ -330,8 +330,9 @@ def report(result: dict[str, Any]) -> str:
              missing_table(result), ""]
     if result.get("stores"):
         parts += ["#### Stores", "", STORE_NOTE, ""]
-        if interference_line(result):
-            parts += [interference_line(result), ""]
+        interference = interference_line(result)
+        if interference:
+            parts += [interference, ""]
         for name in result["workloads"]:
             parts += [f"##### {name}: {result['workloads'][name]['what']}", "", store_table(result, name), ""]
     if result.get("loaders"):

@@ -167,7 +167,11 @@ pub(crate) unsafe fn new_rows_like<'py>(
     let mut dims = [0 as npy_intp; 64];
     let shape = proto.shape();
     if shape.is_empty() || shape.len() > dims.len() {
-        return Err(too_large());
+        return Err(PyValueError::new_err(format!(
+            "a prototype of {} dimensions cannot shape a batch: it needs 1 to {}",
+            shape.len(),
+            dims.len()
+        )));
     }
     for (d, &s) in dims.iter_mut().zip(shape) {
         *d = s as npy_intp;

@@ -253,3 +253,40 @@ def test_append_flat_stores_the_values_passed_even_when_the_caller_reuses_its_bu
         assert len(got) == len(expected)
         for i, (g, e) in enumerate(zip(got, expected)):
             np.testing.assert_array_equal(g, e, err_msg=f"record {i}")
+
+
+def test_a_read_only_map_is_written_behind_in_place_and_a_writable_one_from_a_copy(
+    tmp_path, monkeypatch
+):
+    # np.load(..., mmap_mode="r") is memory nothing in this process can
+    # write: its blocks are encoded in place, with no copy into fresh
+    # memory. A map opened "r+" or "c" can be changed by the caller, so
+    # its blocks are copied as any array's.
+    monkeypatch.setattr(zrecord, "WRITE_CHUNK_BYTES", 96 << 10)
+    rng = np.random.default_rng(4)
+    data = rng.integers(0, 50, (900, 64), dtype=np.int64)
+    _big_enough(data.nbytes)
+    np.save(tmp_path / "src.npy", data)
+    copies = []
+    owned = Dense._owned
+
+    def counting(self, block):
+        copies.append(block.shape[0])
+        return owned(self, block)
+
+    monkeypatch.setattr(Dense, "_owned", counting)
+    for k, (mode, view, copied) in enumerate(
+        [("r", False, False), ("r", True, False), ("r+", False, True), ("c", False, True)]
+    ):
+        src = np.load(tmp_path / "src.npy", mmap_mode=mode)
+        if view:
+            src = np.asarray(src)[100:]  # a plain ndarray whose base is the map
+            assert not isinstance(src, np.memmap)
+        copies.clear()
+        path = tmp_path / f"d{k}"
+        with Dense.create(path, np.int64, (64,), codec="zstd") as w:
+            w.append(src)
+        assert bool(copies) == copied, (mode, view, copies)
+        with Dense.open(path) as r:
+            np.testing.assert_array_equal(r[:], data[100:] if view else data)
+        del src

@@ -29,6 +29,7 @@ and limits below come from it (``loaderx._native``).
 
 from __future__ import annotations
 
+import functools
 import io
 import mmap
 import operator
@@ -260,6 +261,19 @@ def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
 
 _PAGE = mmap.PAGESIZE
 _MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+
+
+def _read_only_map(array: np.ndarray) -> bool:
+    """Whether `array` views a memory map opened read-only
+    (``np.load(..., mmap_mode="r")``, ``np.memmap(..., mode="r")``): memory
+    nothing in this process can write, so a write behind the call may read
+    it in place instead of from a copy."""
+    a: Any = array
+    while isinstance(a, np.ndarray):
+        if isinstance(a, np.memmap):
+            return getattr(a, "mode", None) == "r"
+        a = a.base
+    return False
 
 
 def _release_pages(source: np.ndarray, block: np.ndarray) -> None:
@@ -511,11 +525,14 @@ class _Container(_Closing):
         *args: Any,
         records: int,
         buffer: np.ndarray | None = None,
+        after: Callable[[], None] | None = None,
     ) -> None:
         """``write(*args)`` on a helper thread, once the write before it has
         finished (raising that one's error instead). `args` must be this
-        handle's own copies: the caller goes on as soon as this returns.
-        `buffer`, from :meth:`_owned`, is recycled once the write is done."""
+        handle's own copies, or memory nothing can change (a read-only
+        map): the caller goes on as soon as this returns. `buffer`, from
+        :meth:`_owned`, is recycled once the write is done; `after` runs
+        on the helper thread once the write has finished, failed or not."""
         with self._behind_lock:
             self._settle_locked()
             if self._store is None:
@@ -525,7 +542,11 @@ class _Container(_Closing):
 
             def run() -> None:
                 try:
-                    write(*args)
+                    try:
+                        write(*args)
+                    finally:
+                        if after is not None:
+                            after()
                 except BaseException as exc:  # noqa: BLE001 - raised by `_settle`
                     failure.append(exc)
                     if hasattr(exc, "add_note"):
@@ -797,9 +818,11 @@ class Dense(_Container):
         ``ValueError`` otherwise; a 0-d array on a scalar store is one); its
         dtype and ``shape[1:]`` must be ``dtype`` and ``item_shape`` exactly. The array
         is written from its own memory (no copy when C-contiguous), or, by a
-        writer of a compressing codec, copied and written behind the call
-        (``WRITE_BEHIND_AT_LEAST``): a write error is then raised by the next
-        call on the writer (``append``, ``len``, ``sync`` or ``close``)."""
+        writer of a compressing codec, written behind the call
+        (``WRITE_BEHIND_AT_LEAST``) from a copy, or in place when `array`
+        views a read-only memory map (``np.load(..., mmap_mode="r")``): a
+        write error is then raised by the next call on the writer
+        (``append``, ``len``, ``sync`` or ``close``)."""
         store = self._appending(settle=False)
         if not isinstance(array, np.ndarray):
             raise TypeError(f"append takes a NumPy array, got {type(array).__name__}")
@@ -823,8 +846,21 @@ class Dense(_Container):
         step = max(1, WRITE_CHUNK_BYTES // self._item_len)
         no_dims = np.zeros(0, dtype=np.uint32)
         if self._writes_behind(array.nbytes):
+            # A read-only map is written from in place (its pages let go of
+            # once written); anything else from a copy the caller cannot
+            # change meanwhile. The copy cost more than the encoding saved
+            # by overlapping it: fresh memory, first touched (measured on a
+            # 574 MiB zstd append from `np.load(..., mmap_mode="r")`: 3.2 s
+            # with copies, 2.2 s in place).
+            in_place = _read_only_map(array) and array.flags.c_contiguous
             for start in range(0, array.shape[0], step):
                 block = array[start : start + step]
+                if in_place:
+                    flat = block.reshape(-1).view(np.uint8)
+                    self._submit(store.append_dense, flat, block.shape[0],
+                                 records=block.shape[0],
+                                 after=functools.partial(_release_pages, array, block))
+                    continue
                 owned = self._owned(block)
                 _release_pages(array, block)
                 flat = owned.reshape(-1).view(np.uint8)
