@@ -42,7 +42,9 @@ every contender reads the same bytes whatever its NumPy), then:
   the ``img224`` images with an ``int64`` label that is the record's index
   (each measured batch's images are checked against the source at its
   labels). The driver samples ``/proc/<pid>/smaps_rollup`` of the process
-  tree every 20 ms: the peak of summed PSS and of summed RSS.
+  tree every 20 ms: the peak of summed PSS and of summed RSS. It starts
+  once the store section's workers have ended and its stores are
+  deleted, and records the kernel's reclaim during each loader run.
 
 ``--scale F`` multiplies the record counts (1.0: the publication run,
 about 2 GiB of sources); ``--smoke`` is a tiny run that checks the script
@@ -1443,14 +1445,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sections = set(args.sections)
     if "store" in sections:
         result.update(store_section(workers, args))
-    if "loader" in sections:
-        result["loaders"] = loader_section(pythons, result["missing"], data_dir, args)
+    # The workers go before the loaders, which run in processes of their
+    # own: the bench venv's worker holds GiBs (the ceiling's copies, Arrow
+    # and Parquet state), and in a run that kept it alive every raw
+    # loader's rounds moved by 2-3x (fresh pages to be reclaimed first).
     for w in workers.values():
         w.quit()
     if not args.keep_stores:
         # The stores of a publication run take tens of GiB; the generated
         # sources (a few GiB) are what a rerun would reuse.
         shutil.rmtree(data_dir / "stores", ignore_errors=True)
+    if "loader" in sections:
+        result["loaders"] = loader_section(pythons, result["missing"], data_dir, args)
+    if not args.keep_stores:
         shutil.rmtree(data_dir / "loader", ignore_errors=True)
     return result
 
@@ -1582,13 +1589,17 @@ def loader_section(pythons: dict[str, Any], missing: dict[str, str], data_dir: P
         for name, codec, venv in rotated(runs, r):
             if "missing" in rows.get((name, codec), {}):
                 continue
+            rc0 = reclaim_counters()
             res = measure_loader(name, codec, str(pythons[venv]), data_dir, args.smoke, args.scale)
+            rc1 = reclaim_counters()
             if "missing" in res:
                 if venv == "ours" or (args.smoke and not res["missing"].startswith(("ImportError", "ModuleNotFound"))):
                     raise SystemExit(f"field.py: loader {name} {codec} failed: {res['missing']}")
                 rows[(name, codec)] = {"name": name, "codec": codec, "missing": res["missing"]}
                 log(f"  loader {name} {codec} MISSING: {res['missing']}")
                 continue
+            res["reclaim"] = {k: rc1[k] - rc0[k] for k in RECLAIM_COUNTERS}
+            res["reclaim"]["mem_free_kib"] = rc0.get("mem_free_kib", 0)
             samples.setdefault((name, codec), []).append(res)
         log(f"  loader round {r + 1}/{CFG['loader_rounds']} done")
     out = []
@@ -1608,6 +1619,7 @@ def loader_section(pythons: dict[str, Any], missing: dict[str, str], data_dir: P
             "peak_rss": statistics.median(x["peak_rss"] for x in s),
             "pss_before": statistics.median(x["pss_before"] for x in s),
             "procs": max(x["procs"] for x in s), "rounds_batch_s": per,
+            "rounds_reclaim": [x["reclaim"] for x in s],
         })
     return out
 

@@ -324,6 +324,20 @@ def interference_line(result: dict[str, Any]) -> str:
             f"and refaulted {refaults * 4 / 1024:.0f} MiB of evicted file pages meanwhile.")
 
 
+def loader_reclaim_line(result: dict[str, Any]) -> str:
+    """The kernel's reclaim during the loader rounds (pages scanned to free
+    memory, evicted file pages read back in), which slows loaders that
+    take fresh pages."""
+    rounds = [rc for r in result.get("loaders", []) for rc in r.get("rounds_reclaim", [])]
+    if not rounds:
+        return ""
+    scanned = [rc.get("pgscan_kswapd", 0) + rc.get("pgscan_direct", 0) for rc in rounds]
+    refaults = sum(rc.get("workingset_refault_file", 0) for rc in rounds)
+    return (f"During the {len(rounds)} timed loader runs the kernel scanned {sum(scanned) * 4 / 1024:.0f} MiB "
+            f"of pages to reclaim (at most {max(scanned) * 4 / 1024:.0f} MiB in one run) and read "
+            f"{refaults * 4 / 1024:.0f} MiB of evicted file pages back in.")
+
+
 def report(result: dict[str, Any]) -> str:
     parts = [f"Machine: {machine_line(result)}", "", f"Versions: {versions_line(result)}", "",
              "#### Workloads", "", workloads_table(result), "", "#### Missing contenders", "",
@@ -338,6 +352,9 @@ def report(result: dict[str, Any]) -> str:
     if result.get("loaders"):
         parts += ["#### Loaders (img224 + int64 label, batch 256, 4 workers)", "", LOADER_NOTE, "",
                   loader_table(result), ""]
+        reclaim = loader_reclaim_line(result)
+        if reclaim:
+            parts += [reclaim, ""]
     parts += ["#### Targets", "", targets_table(result)]
     return "\n".join(parts)
 
