@@ -42,8 +42,8 @@ every contender reads the same bytes whatever its NumPy), then:
   the ``img224`` images with an ``int64`` label that is the record's index
   (each measured batch's images are checked against the source at its
   labels). The driver samples ``/proc/<pid>/smaps_rollup`` of the process
-  tree every 20 ms: the peak of summed PSS and of summed RSS. It starts
-  once the store section's workers have ended and its stores are
+  tree every 20 ms: the peak of summed PSS and of summed RSS. The loader
+  section starts once the store section's workers have ended and its stores are
   deleted, and records the kernel's reclaim during each loader run.
 
 ``--scale F`` multiplies the record counts (1.0: the publication run,

@@ -255,13 +255,13 @@ def test_append_flat_stores_the_values_passed_even_when_the_caller_reuses_its_bu
             np.testing.assert_array_equal(g, e, err_msg=f"record {i}")
 
 
-def test_a_read_only_map_is_written_behind_in_place_and_a_writable_one_from_a_copy(
+def test_a_read_only_map_is_written_from_the_map_and_a_writable_one_from_a_copy(
     tmp_path, monkeypatch
 ):
-    # np.load(..., mmap_mode="r") is memory nothing in this process can
-    # write: its blocks are encoded in place, with no copy into fresh
-    # memory. A map opened "r+" or "c" can be changed by the caller, so
-    # its blocks are copied as any array's.
+    # np.load(..., mmap_mode="r") is written before append returns, from
+    # the map: no copy into fresh memory (which cost more than writing
+    # behind the call saved). A map opened "r+" or "c" is an array the
+    # caller may change, copied and written behind the call as any.
     monkeypatch.setattr(zrecord, "WRITE_CHUNK_BYTES", 96 << 10)
     rng = np.random.default_rng(4)
     data = rng.integers(0, 50, (900, 64), dtype=np.int64)
