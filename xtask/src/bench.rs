@@ -283,7 +283,14 @@ fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<
         &mut cmd,
     )?;
     if let Ok(b) = &bench {
-        plots(ws, &b.python, json, &ws.root.join(FIELD_IMG))?;
+        // The docs' figures only from the run the docs keep; a half run's
+        // beside its JSON.
+        let dir = if json == ws.root.join(FIELD_JSON) {
+            ws.root.join(FIELD_IMG)
+        } else {
+            json.with_file_name("img")
+        };
+        plots(ws, &b.python, json, &dir)?;
     }
     Ok(())
 }
