@@ -290,13 +290,13 @@ STORE_NOTE = (
 LOADER_NOTE = (
     "Controls for: batch 256, 4 workers (threads or processes, as each loader does it), prefetch 4 where the "
     "loader has the knob (torch: prefetch_factor 1 per worker; grain: worker buffer 1); each loader in a fresh "
-    "process per round, rounds alternated; warm page cache; every loader's first measured batch checked "
-    "against the source. Memory: PSS and RSS summed over the process tree, sampled every 20 ms. RSS double "
+    "process per round, rounds alternated; warm page cache; every loader's first batch checked against "
+    "the source before the clock starts and the memory sampling begins. Memory: PSS and RSS summed over the process tree, sampled every 20 ms. RSS double "
     "counts: a page shared by several processes (the memory-mapped store, the interpreter's libraries, "
     "copy-on-write pages after fork) counts fully in each of them, so a forking loader's summed RSS grows "
     "with the number of workers even when they share the pages; PSS divides each shared page among the "
-    "processes mapping it, so its sum is what the tree really holds. Page-cache pages a process maps count "
-    "in its PSS. Does not control for: what each loader does per batch beyond fetch + collate (none runs a "
+    "processes mapping it, so its sum is what the tree really holds. "
+    "Does not control for: what each loader does per batch beyond fetch + collate (none runs a "
     "transform), jax-dataloader has no workers (one process, in-memory array), the samplers (loaderx named "
     "streams and 2.4.0: shuffle without replacement, their default; 0.5.4: IID, its default; torch: random "
     "with replacement; Grain and jax-dataloader: shuffle). A memory-mapped store's pages that a process has "
@@ -304,14 +304,19 @@ LOADER_NOTE = (
     "the store's size in PSS that the page cache holds anyway.")
 
 
+def scanned(rc: dict[str, int]) -> int:
+    """Pages the kernel scanned to reclaim memory (kswapd and direct)."""
+    return rc.get("pgscan_kswapd", 0) + rc.get("pgscan_direct", 0)
+
+
 def interference_line(result: dict[str, Any]) -> str:
     """What else ran during the timed gathers: CPU time of the other
     workers, and time the hypervisor took from this VM (steal)."""
-    others, steal, busy, scanned, refaults = [], 0.0, 0.0, 0, 0
+    others, steal, busy, scan, refaults = [], 0.0, 0.0, 0, 0
     for r in result.get("stores", []):
         others += r.get("rounds_others_cpu_s", [])
         for rc in r.get("rounds_reclaim", []):
-            scanned += rc.get("pgscan_kswapd", 0) + rc.get("pgscan_direct", 0)
+            scan += scanned(rc)
             refaults += rc.get("workingset_refault_file", 0)
         for _own, machine, st in r.get("rounds_cpu", []):
             busy += machine
@@ -320,21 +325,20 @@ def interference_line(result: dict[str, Any]) -> str:
         return ""
     return (f"During the timed gathers the other workers used at most {max(others):.2f} s of CPU in any one "
             f"job ({sum(others):.2f} s in all); the hypervisor took {steal:.1f} s (steal) beside "
-            f"{busy:.1f} s of busy CPU; the kernel scanned {scanned * 4 / 1024:.0f} MiB of pages to reclaim "
+            f"{busy:.1f} s of busy CPU; the kernel scanned {scan * 4 / 1024:.0f} MiB of pages to reclaim "
             f"and refaulted {refaults * 4 / 1024:.0f} MiB of evicted file pages meanwhile.")
 
 
 def loader_reclaim_line(result: dict[str, Any]) -> str:
     """The kernel's reclaim during the loader rounds (pages scanned to free
-    memory, evicted file pages read back in), which slows loaders that
-    take fresh pages."""
+    memory, evicted file pages read back in)."""
     rounds = [rc for r in result.get("loaders", []) for rc in r.get("rounds_reclaim", [])]
     if not rounds:
         return ""
-    scanned = [rc.get("pgscan_kswapd", 0) + rc.get("pgscan_direct", 0) for rc in rounds]
+    scans = [scanned(rc) for rc in rounds]
     refaults = sum(rc.get("workingset_refault_file", 0) for rc in rounds)
-    return (f"During the {len(rounds)} timed loader runs the kernel scanned {sum(scanned) * 4 / 1024:.0f} MiB "
-            f"of pages to reclaim (at most {max(scanned) * 4 / 1024:.0f} MiB in one run) and read "
+    return (f"During the {len(rounds)} timed loader runs the kernel scanned {sum(scans) * 4 / 1024:.0f} MiB "
+            f"of pages to reclaim (at most {max(scans) * 4 / 1024:.0f} MiB in one run) and read "
             f"{refaults * 4 / 1024:.0f} MiB of evicted file pages back in.")
 
 
