@@ -1196,13 +1196,22 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
     except Exception as e:  # noqa: BLE001 - the loader is missing, with the reason
         out.write(json.dumps({"missing": f"{type(e).__name__}: {e}"}) + "\n")
         return 0
+    # The process's own PSS once the loader is built and before its first
+    # batch: the baseline of "PSS added by loader" (read after a batch it
+    # would count the prefetched batches an in-process loader holds, and
+    # not those a worker process holds).
+    own_pss = pss_rss_of(os.getpid())[0]
     # One batch is checked before the memory sampling and the clock start:
     # inside the timed loop the check (the source mapped, 256 records
     # gathered from it and compared) took 0.03-0.6 s of a raw loader's
-    # 0.3 s of batches, and its 2 x 37 MiB of transient arrays could land
-    # in the sampled peak PSS.
-    check_batch(name, codec, data_dir, shape, *split(nxt()))
-    own_pss = pss_rss_of(os.getpid())[0]
+    # 0.3 s of batches, and its transient arrays (the batch, the source's
+    # records, the comparison) could land in the sampled peak PSS.
+    try:
+        check_batch(name, codec, data_dir, shape, *split(nxt()))
+    except BaseException as e:  # noqa: BLE001 - reported to the driver, which stops
+        out.write(json.dumps({"failed": f"{type(e).__name__}: {e}"}) + "\n")
+        out.flush()
+        os._exit(1)
     out.write(json.dumps({"ready": True, "pss_before": own_pss}) + "\n")
     out.flush()
     t0 = time.perf_counter()
@@ -1251,6 +1260,10 @@ def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
         if "missing" in first:
             proc.wait()
             return {"missing": first["missing"]}
+        if "failed" in first:
+            # A loader that runs but returns wrong batches stops the
+            # benchmark: its figures would be of something else.
+            raise SystemExit(f"{what}: its first batch failed the check: {first['failed']}")
         sampler = TreeSampler(proc.pid)
         sampler.start()
         line = proc.stdout.readline()
@@ -1267,8 +1280,17 @@ def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
         # Grain's workers leave their shared-memory batches behind when
         # killed (about 600 MiB per run at batch 256 of img224): RAM that
         # would stay taken for every run after it, and past the benchmark.
-        for leftover in shared_memory_names() - shm_before:
-            Path("/dev/shm", leftover).unlink(missing_ok=True)
+        # Only Python's shared-memory blocks (``psm_`` names, which Grain's
+        # batches use) that are regular files: nothing else in /dev/shm is
+        # the loader's to remove, and a name that cannot go is reported.
+        for leftover in sorted(shared_memory_names() - shm_before):
+            path = Path("/dev/shm", leftover)
+            if not leftover.startswith("psm_") or not path.is_file():
+                continue
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as e:
+                log(f"{what}: could not remove the shared memory {path} it left: {e}")
     if not line:
         raise SystemExit(f"{what} exited with {code} before reporting")
     return {**json.loads(line), "peak_pss": sampler.peak_pss, "peak_rss": sampler.peak_rss,
