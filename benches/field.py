@@ -28,22 +28,23 @@ every contender reads the same bytes whatever its NumPy), then:
   own fsync policy); then gathered, workload by workload (one workload's
   stores fit in the page cache, all of them do not): batches of 256 random
   indices (the same index batches for everybody) from a warm page cache,
-  each store read through and its batches gathered once before its rounds,
-  and read through again before each of its timed rounds,
-  the contents of one batch checked against the source. Jobs are alternated round by round
-  (order rotated each round) and the medians kept; p95 is over every batch
-  of every round. The in-memory ceiling (the same batches gathered from an
-  array in memory, split over every core) runs in the same rounds. Each
-  timed gather also records the CPU time the other workers and the whole
-  machine used meanwhile, and the hypervisor's steal, so a run shows
-  whether anything ran beside the job it timed.
+  each store read through and its batches gathered once before its
+  rounds, and read through again before each of its timed rounds, the
+  contents of one batch checked against the source. Jobs are alternated
+  round by round (order rotated each round) and the medians kept; p95 is
+  over every batch of every round. The in-memory ceiling (the same batches
+  gathered from an array in memory, split over every core) runs in the
+  same rounds. Each timed gather also records the CPU time the other
+  workers and the whole machine used meanwhile, and the hypervisor's
+  steal, so a run shows whether anything ran beside the job it timed.
 * loader section: every loader contender runs in a fresh process per
   round (batch 256, 4 workers, prefetch 4 where the loader has one), over
   the ``img224`` images with an ``int64`` label that is the record's index
   (one batch per run, taken before the clock starts and the memory
-  sampling begins, is checked against the source at its labels). The driver samples ``/proc/<pid>/smaps_rollup`` of the process
-  tree every 20 ms: the peak of summed PSS and of summed RSS. The loader
-  section starts once the store section's workers have ended and its stores are
+  sampling begins, is checked against the source at its labels). The
+  driver samples ``/proc/<pid>/smaps_rollup`` of the process tree every
+  20 ms: the peak of summed PSS and of summed RSS. The loader section
+  starts once the store section's workers have ended and its stores are
   deleted, and records the kernel's reclaim during each loader run.
 
 ``--scale F`` multiplies the record counts (1.0: the publication run,
@@ -1214,10 +1215,8 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
         os._exit(1)
     out.write(json.dumps({"ready": True, "pss_before": own_pss}) + "\n")
     out.flush()
-    t0 = time.perf_counter()
     for _ in range(CFG["loader_warmup"]):
         nxt()
-    warm = time.perf_counter() - t0
     times = []
     t_all = time.perf_counter()
     for _ in range(CFG["loader_batches"]):
@@ -1225,7 +1224,7 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
         nxt()
         times.append(time.perf_counter() - t0)
     total = time.perf_counter() - t_all
-    out.write(json.dumps({"total_s": total, "batch_s": times, "warmup_s": warm, "checked": 1}) + "\n")
+    out.write(json.dumps({"total_s": total, "batch_s": times}) + "\n")
     out.flush()
     try:
         close()
@@ -1235,13 +1234,15 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
     os._exit(0)
 
 
-def shared_memory_names() -> set[str]:
-    """The POSIX shared-memory objects there are now (empty where the
-    platform keeps them elsewhere than /dev/shm)."""
+def python_shared_memory() -> set[Path]:
+    """Python's shared-memory blocks there are now: the regular files named
+    ``psm_*`` in /dev/shm (none where the platform keeps them elsewhere)."""
     try:
-        return set(os.listdir("/dev/shm"))
+        names = os.listdir("/dev/shm")
     except OSError:
         return set()
+    paths = (Path("/dev/shm", name) for name in names if name.startswith("psm_"))
+    return {path for path in paths if path.is_file()}
 
 
 def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
@@ -1252,7 +1253,7 @@ def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
     # has ended: a PyTorch spawn loader's workers can outlive it (their
     # shutdown aborts in some rounds) and would hold memory and CPU through
     # the rounds after.
-    shm_before = shared_memory_names()
+    shm_before = python_shared_memory()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdout is not None
@@ -1282,11 +1283,8 @@ def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
         # would stay taken for every run after it, and past the benchmark.
         # Only Python's shared-memory blocks (``psm_`` names, which Grain's
         # batches use) that are regular files: nothing else in /dev/shm is
-        # the loader's to remove, and a name that cannot go is reported.
-        for leftover in sorted(shared_memory_names() - shm_before):
-            path = Path("/dev/shm", leftover)
-            if not leftover.startswith("psm_") or not path.is_file():
-                continue
+        # the loader's to remove, and a block that cannot go is reported.
+        for path in sorted(python_shared_memory() - shm_before):
             try:
                 path.unlink(missing_ok=True)
             except OSError as e:

@@ -220,10 +220,13 @@ fn library_args<'a>(command: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-/// `cargo doc --no-deps` of the library crates with rustdoc warnings (broken
-/// intra-doc links, bad code blocks) as errors.
+/// `cargo doc --no-deps` of the library crates, private items included, with
+/// rustdoc warnings (broken intra-doc links, bad code blocks) as errors.
 fn library_docs(ws: &Workspace) -> Result<(), Failure> {
-    let mut cmd = ws.cargo_command(&library_args("doc", &["--no-deps"]));
+    let mut cmd = ws.cargo_command(&library_args(
+        "doc",
+        &["--no-deps", "--document-private-items"],
+    ));
     cmd.env("RUSTDOCFLAGS", "-D warnings");
     steps::run(
         "cargo doc (library crates, RUSTDOCFLAGS=-D warnings)",

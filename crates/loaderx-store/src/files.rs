@@ -449,13 +449,14 @@ impl<S: Storage> Files<S> {
     /// Asks for the cache lines of every record in `locs` ahead of copying
     /// them, so that for small records their loads (and TLB walks) run in
     /// parallel before the records are copied one by one — the same reason
-    /// as [`prefetch_entries`](Self::prefetch_entries): each copy sits
-    /// behind enough per-record work that the CPU cannot run ahead to the
-    /// next record's load. On x86-64 every line of each record is
-    /// prefetched (no load waits on it); elsewhere each record's first byte
-    /// is read. The caller has checked every record against its chunk
-    /// file's length and keeps the total small (a few hundred KiB, so the
-    /// lines are still cached when copied). Speed only: errors are ignored.
+    /// as [`read_entries`](Self::read_entries) prefetches the batch's table
+    /// entries: each copy sits behind enough per-record work that the CPU
+    /// cannot run ahead to the next record's load. On x86-64 every line of
+    /// each record is prefetched (no load waits on it); elsewhere each
+    /// record's first byte is read. The caller has checked every record
+    /// against its chunk file's length and keeps the total small (a few
+    /// hundred KiB, so the lines are still cached when copied). Speed only:
+    /// errors are ignored.
     pub(crate) fn prefetch_records<'a>(&self, locs: impl Iterator<Item = &'a RecordLoc>) {
         for loc in locs {
             let _ = self.with_bytes(

@@ -12,11 +12,11 @@
 //!   that layout.
 //! * A ragged image store has rank 3; record `i` is an image of its own
 //!   size, its table entry holds `(h, w, 3)`, and it decodes as HWC.
-//! * [`Store::gather_images`] decodes any image store's records resized
+//! * `Store::gather_images` decodes any image store's records resized
 //!   (to cover) and centre-cropped to one fixed size, in either layout.
 //!
-//! Writing: [`Store::append_images`] encodes `uint8` arrays with the
-//! schema's codec (JPEG at a quality, or PNG); [`Store::append_encoded_images`]
+//! Writing: `Store::append_images` encodes `uint8` arrays with the
+//! schema's codec (JPEG at a quality, or PNG); `Store::append_encoded_images`
 //! stores JPEG/PNG files as they are, after reading each header to learn (or
 //! check) its size. Image records are always stored encoded, even in the
 //! rare case where that is larger than the pixels.
