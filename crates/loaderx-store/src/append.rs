@@ -27,6 +27,11 @@ const ENTRY_COST: u64 = 64;
 /// memory (the encoding arena is at most this large).
 const WINDOW: u64 = 64 << 20;
 
+/// Source bytes per part of a window's encode: small enough that the
+/// parts' unequal ends cost little, large enough that a part's hand-off to
+/// the pool does not show.
+const ENCODE_PART_BYTES: u64 = 1 << 20;
+
 /// Where the records of one append come from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Layout<'a> {
@@ -789,8 +794,13 @@ fn encode_all(
         at += layout.len(i) as usize;
     }
     // Each worker gets a disjoint run of records, hence a disjoint part of the
-    // arena and of `encoded`: split both up front, safely.
-    let parts = (parallel::threads() * 4).clamp(1, n);
+    // arena and of `encoded`: split both up front, safely. Parts of about
+    // ENCODE_PART_BYTES each (at least 4 per thread), so the core that ends
+    // a window first idles for a small part's encode, not an eighth of the
+    // window's.
+    let parts = (parallel::threads() * 4)
+        .max(usize::try_from(total / ENCODE_PART_BYTES).unwrap_or(usize::MAX))
+        .clamp(1, n);
     let mut arena_parts = Vec::with_capacity(parts);
     let mut enc_parts = Vec::with_capacity(parts);
     let (mut arena_rest, mut enc_rest) = (&mut arena[..total as usize], encoded.as_mut_slice());
