@@ -1,6 +1,6 @@
 """The release tools in `tools/`: the zig wrapper that corrects maturin's
-export list for the Windows on Arm wheel, and the PE export check of
-`check_dist.py` that verifies it."""
+export list for the Windows on Arm wheel, the PE export check of
+`check_dist.py` that verifies it, and its metadata check."""
 
 from __future__ import annotations
 
@@ -85,3 +85,42 @@ def test_check_dist_reads_the_exports_of_a_pe_image(names: list[str]) -> None:
     check = load("check_dist")
     arch, dlls, exports = check.pe_info(pe_with_exports(names))
     assert (arch, dlls, exports) == ("aarch64", [], names)
+
+
+def metadata_with_urls(urls: list[str]) -> str:
+    readme = (TOOLS.parent / "README.md").read_text(encoding="utf-8")
+    head = [
+        "Metadata-Version: 2.4",
+        "Name: loaderx",
+        "Version: 1.0.0",
+        "License: MIT",
+        "Requires-Python: >=3.9",
+        "Requires-Dist: numpy>=1.21",
+        *(f"Project-URL: {u}" for u in urls),
+        "Description-Content-Type: text/markdown; charset=UTF-8",
+    ]
+    return "\n".join(head) + "\n\n" + readme
+
+
+@pytest.mark.parametrize(
+    ("urls", "refused"),
+    [
+        (["Repository, https://codeberg.org/eoelab/loaderx"], []),
+        ([], ["no Project-URL"]),
+        (["Repository, https://example.invalid/loaderx"], ["Repository"]),
+        (
+            ["Repository, https://codeberg.org/x", "Changelog, http://codeberg.org/x/CHANGELOG.md"],
+            ["Changelog"],
+        ),
+        (["Docs, https://docs.example.com/x", "Home, https://localhost/x"], ["Docs", "Home"]),
+    ],
+)
+def test_check_dist_refuses_project_urls_that_are_placeholders(
+    urls: list[str], refused: list[str]
+) -> None:
+    check = load("check_dist")
+    problems = check.Problems()
+    check.check_metadata("w.whl", metadata_with_urls(urls), "1.0.0", problems)
+    assert len(problems) == len(refused), problems
+    for problem, what in zip(problems, refused):
+        assert what in problem

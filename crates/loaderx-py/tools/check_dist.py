@@ -32,10 +32,13 @@ import re
 import struct
 import sys
 import tarfile
+import urllib.parse
 import zipfile
 from pathlib import Path
 
 PACKAGE = "loaderx"
+# Host names RFC 2606 and RFC 6761 reserve for examples and tests.
+RESERVED_HOSTS = (".invalid", ".example", ".test", ".localhost", "example.com", "example.net", "example.org")
 PY_DIR = Path(__file__).resolve().parent.parent / "python" / PACKAGE
 
 # Libraries a manylinux2014 extension may need (PEP 599's list).
@@ -225,8 +228,14 @@ def check_metadata(name: str, text: str, version: str, problems: Problems) -> No
     requires = meta.get_all("Requires-Dist") or []
     if not any(re.match(r"numpy\s*[>=(]", r) and "extra" not in r for r in requires):
         problems.add(name, f"metadata requires no numpy: {requires}")
-    if not meta.get_all("Project-URL"):
+    urls = meta.get_all("Project-URL") or []
+    if not urls:
         problems.add(name, "metadata has no Project-URL")
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        host = urllib.parse.urlsplit(url.strip()).hostname or ""
+        if not url.strip().startswith("https://") or host.endswith(RESERVED_HOSTS) or "." not in host:
+            problems.add(name, f"Project-URL {label.strip()!r} is not a real https address: {url.strip()!r}")
     if meta.get("Description-Content-Type", "").split(";")[0] != "text/markdown":
         problems.add(name, "metadata long description is not markdown")
     body = meta.get_payload() or meta.get("Description") or ""
