@@ -794,10 +794,11 @@ fn encode_all(
         at += layout.len(i) as usize;
     }
     // Each worker gets a disjoint run of records, hence a disjoint part of the
-    // arena and of `encoded`: split both up front, safely. Parts of about
-    // ENCODE_PART_BYTES each (at least 4 per thread), so the core that ends
-    // a window first idles for a small part's encode, not an eighth of the
-    // window's.
+    // arena and of `encoded`: split both up front, safely. At least 4 parts
+    // per thread and at least one per ENCODE_PART_BYTES of the window, cut by
+    // record count (so about that size on average), so the core that ends a
+    // window first idles for a small part's encode, not a quarter of its own
+    // share.
     let parts = (parallel::threads() * 4)
         .max(usize::try_from(total / ENCODE_PART_BYTES).unwrap_or(usize::MAX))
         .clamp(1, n);

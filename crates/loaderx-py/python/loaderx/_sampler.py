@@ -7,7 +7,8 @@
   sliding window over a circular index space, so the tail never truncates.
 * ``Mode.IID`` (1): uniform with replacement, unbiased.
 * ``Mode.SHUFFLE`` (2): without replacement; every ``length`` consecutive
-  draws are a fresh permutation of ``0..length``.
+  draws are a fresh permutation of ``0..length``. A ``batch_size`` above
+  ``length`` is taken as ``length``: each batch is one whole permutation.
 
 The stream depends only on ``(length, batch_size, mode, seed)``.
 
@@ -37,8 +38,8 @@ def _integer(name: str, value: Any, low: int) -> int:
         number = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-    if number < low:
-        raise ValueError(f"{name} must be at least {low}, got {number}")
+    if not low <= number < 1 << 64:
+        raise ValueError(f"{name} must be in {low}..2^64-1, got {number}")
     return number
 
 
@@ -96,9 +97,11 @@ class Sampler:
                 f"mode must be one of {[int(m) for m in modes]} "
                 f"({', '.join(m.name for m in modes)}), got {mode!r}"
             ) from None
+        if self.mode == 2 and self.batch_size > self.length:
+            # Without replacement a batch holds each record at most once: a
+            # batch asked to be larger is one whole permutation (loaderx 2.x).
+            self.batch_size = self.length
         self.seed = _integer("seed", seed, 0)
-        if self.seed >= 1 << 64:
-            raise ValueError(f"seed must be below 2**64, got {self.seed}")
         self.rank = _integer("rank", rank, 0)
         self.world_size = _integer("world_size", world_size, 1)
         self._native = _native.Sampler(

@@ -131,6 +131,13 @@ class ClosedError(ValueError, RuntimeError):
     2.x raises."""
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type where loaderx 2.x raises ``ValueError``
+    (``data_shards``, item shape dimensions, ``ndim``, dictionary training
+    sources): a ``TypeError``, as Python raises for a wrong type, and that
+    ``ValueError``."""
+
+
 class ZrecordIndexError(ZrecordError, IndexError):
     """:class:`ZrecordError` -3, an index out of range: also an
     ``IndexError``. ``ZrecordError(-3, ...)`` makes one."""

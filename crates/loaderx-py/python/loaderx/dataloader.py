@@ -68,6 +68,7 @@ from ._pyengine import PyEngine
 from ._sampler import Sampler, resolve_world
 from ._transform import TransformStage
 from ._zrecord import ClosedError, _Closing
+from .zrecord import ContainerModeError
 
 _LIVE: weakref.WeakSet[DataLoader] = weakref.WeakSet()
 
@@ -160,6 +161,15 @@ def _check_streams(streams: Mapping[Any, Any]) -> int:
             f"not streams (a stream is a Dataset or any object with __len__ and "
             f"__getitems__): {not_streams}"
         )
+    closed = [name for name, value in streams.items() if getattr(value, "closed", False) is True]
+    if closed:
+        raise ClosedError(f"DataLoader streams must be opened for reading: {closed} are closed")
+    writers = [name for name, value in streams.items() if getattr(value, "writer", False) is True]
+    if writers:
+        raise ContainerModeError(
+            f"DataLoader streams must be opened for reading: {writers} are writers (from "
+            f"create); close them and pass readers from open"
+        )
     lengths = {name: len(value) for name, value in streams.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"streams must have the same length, got {lengths}")
@@ -239,11 +249,13 @@ class DataLoader(_Closing):
             if len(given) > 1:
                 raise TypeError("give transform_workers or num_workers, not both")
             workers = opts[given[0]] if given else 4
+            workers_name = given[0] if given else "transform_workers"
             self.streams: dict[str, Any] = dict(opts["streams"])
             length = _check_streams(self.streams)
             rank, world_size = resolve_world(opts["rank"], opts["world_size"])
         else:
             workers = opts["num_workers"]
+            workers_name = "num_workers"
             dataset, labelset = opts["dataset"], opts["labelset"]
             if len(dataset) != len(labelset):
                 raise ValueError(
@@ -261,7 +273,7 @@ class DataLoader(_Closing):
                 rank, world_size = resolve_world(opts["rank"], opts["world_size"])
             if transform is not _identity:
                 transform = _PairTransform(transform)
-        self.num_workers = _check_positive("num_workers", workers)
+        self.num_workers = _check_positive(workers_name, workers)
         self.batch_size = _check_positive("batch_size", opts["batch_size"])
         self.prefetch_size = _check_positive("prefetch_size", opts["prefetch_size"])
         # Validates length, batch size, mode, seed, rank and world size for

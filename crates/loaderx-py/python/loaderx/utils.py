@@ -17,7 +17,8 @@ from typing import Any, Union
 import numpy as np
 
 from . import _native
-from .zrecord import Dense, Ragged
+from ._zrecord import ArgumentTypeError
+from .zrecord import ContainerModeError, Dense, Ragged
 
 #: Dictionary size used when none is given, in bytes.
 DEFAULT_DICT_SIZE: int = int(_native.DEFAULT_DICT_SIZE)
@@ -49,14 +50,20 @@ def _positive(value: Any, what: str) -> int:
 def _record_bytes(record: Any, pos: int) -> bytes:
     if isinstance(record, np.ndarray):
         if record.dtype.hasobject:
-            raise TypeError(f"record {pos} holds Python objects ({record.dtype})")
-        return np.ascontiguousarray(record).tobytes()
-    try:
-        return bytes(memoryview(record))
-    except TypeError:
-        raise TypeError(
-            f"record {pos} is a {type(record).__name__}: records are NumPy arrays or bytes"
-        ) from None
+            raise ArgumentTypeError(
+                f"object arrays cannot train a zstd dictionary (record {pos} is {record.dtype})"
+            )
+        raw = np.ascontiguousarray(record).tobytes()
+    else:
+        try:
+            raw = bytes(memoryview(record))
+        except TypeError:
+            raise TypeError(
+                f"record {pos} is a {type(record).__name__}: records are NumPy arrays or bytes"
+            ) from None
+    if not raw:
+        raise ValueError(f"zero-byte records cannot train a zstd dictionary (record {pos})")
+    return raw
 
 
 def _pick(n: int, budget: int, record_len: float, seed: int) -> np.ndarray:
@@ -71,6 +78,11 @@ def _samples(source: Source, budget: int, seed: int) -> list[bytes]:
     """Whole records (a record longer than the budget is cut to it) until
     the budget is spent: random ones from an array or an open container, the
     first ones from any other iterable (which is read no further)."""
+    if isinstance(source, (Dense, Ragged)) and source.writer:
+        raise ContainerModeError(
+            f"train_dict requires an opened read-only container: {source.path} is a writer "
+            f"(from create); close it and pass {type(source).__name__}.open(path)"
+        )
     if isinstance(source, Dense):
         n = len(source)
         if n == 0:
@@ -102,10 +114,18 @@ def _samples(source: Source, budget: int, seed: int) -> list[bytes]:
         if source.ndim == 0:
             raise ValueError("source must have a record axis (got a 0-d array)")
         if source.dtype.hasobject:
-            raise TypeError(f"source holds Python objects ({source.dtype})")
+            raise ArgumentTypeError(
+                f"object arrays cannot train a zstd dictionary (source is {source.dtype})"
+            )
         n = source.shape[0]
         if n == 0:
-            return []
+            raise ValueError(
+                f"cannot train a zstd dictionary on an empty array (shape {source.shape})"
+            )
+        if source.nbytes == 0:
+            raise ValueError(
+                f"zero-byte records cannot train a zstd dictionary (shape {source.shape})"
+            )
         record_len = source.nbytes / n
         picks = _pick(n, budget, record_len, seed)
         return [np.ascontiguousarray(source[i]).tobytes()[:budget] for i in picks.tolist()]
@@ -125,9 +145,8 @@ def _samples(source: Source, budget: int, seed: int) -> list[bytes]:
     spent = 0
     for pos, record in enumerate(records):
         raw = _record_bytes(record, pos)[: budget - spent]
-        if raw:
-            out.append(raw)
-            spent += len(raw)
+        out.append(raw)
+        spent += len(raw)
         if spent >= budget:
             break
     return out
@@ -163,7 +182,11 @@ def train_dict(
     Raises:
         ValueError: too few samples (fewer than 7), a size out of bounds,
             or data zstd cannot build a dictionary from; the message names
-            the bound.
+            the bound. Also an empty array, a zero-byte record, an array of
+            Python objects (:class:`~loaderx.zrecord.ArgumentTypeError`,
+            also a ``TypeError``) and a writer rather than an opened
+            container (:class:`~loaderx.zrecord.ContainerModeError`), as
+            loaderx 2.x.
     """
     dict_size = _positive(dict_size, "dict_size")
     if dict_size > MAX_DICT_SIZE:

@@ -18,9 +18,11 @@ deletes and compacts. Reading from a writer or appending to a reader raises
 ``RuntimeError`` (what loaderx 2.x raises); an operation on a closed
 container raises :class:`ClosedError` (``ValueError`` and
 ``RuntimeError`` alike), and ``create`` on a path that holds a store or
-other files :class:`ContainerExistsError` (``FileExistsError`` and
-``RuntimeError``). An index out of range raises :class:`ZrecordError` -3,
-which is also an ``IndexError``.
+other files :class:`ContainerExistsError` (``FileExistsError``, and
+:class:`ZrecordError` -12 as in 2.x). An index out of range raises
+:class:`ZrecordError` -3, which is also an ``IndexError``. Arguments of the
+wrong type where 2.x raises ``ValueError`` raise
+:class:`ArgumentTypeError`, a ``TypeError`` and a ``ValueError``.
 
 Both are stored in format v2 (checksummed records, a schema block naming
 dtype, shape and codec) by the Rust engine: the dtype names, codec names
@@ -45,6 +47,7 @@ from ._zrecord import (
     _INDEX_OUT_OF_RANGE,
     _OPEN,
     _RECORD_SIZE,
+    ArgumentTypeError,
     ClosedError,
     ZrecordError,
     ZrecordIndexError,
@@ -57,6 +60,10 @@ DTYPES: tuple[str, ...] = tuple(_native.DTYPES)
 
 #: Codec names a typed container accepts as ``codec=``, mapped to their tag.
 CODECS: dict[str, int] = dict(_native.TYPED_CODECS)
+
+#: :attr:`ZrecordError.code` of :class:`ContainerExistsError` (loaderx 2.x's
+#: code for a store that already exists).
+EXISTS: int = -12
 
 #: Most dimensions of an item shape or of a ragged record.
 MAX_NDIM: int = int(_native.MAX_NDIM)
@@ -90,10 +97,21 @@ class ContainerModeError(io.UnsupportedOperation, RuntimeError):
     loaderx 2.x raises."""
 
 
-class ContainerExistsError(FileExistsError, RuntimeError):
+class ContainerExistsError(FileExistsError, ZrecordError):
     """``create`` on a path that already holds a store, or a directory with
-    other files in it: a ``FileExistsError`` and a ``RuntimeError``, as
-    loaderx 2.x raises. Nothing at the path is changed."""
+    other files in it: a ``FileExistsError``, and the :class:`ZrecordError`
+    with code -12 (:data:`EXISTS`) that loaderx 2.x raises (so also a
+    ``RuntimeError``). Nothing at the path is changed."""
+
+    def __new__(cls, message: str) -> ContainerExistsError:
+        return OSError.__new__(cls, message)
+
+    def __init__(self, message: str) -> None:
+        OSError.__init__(self, message)
+        self.code = EXISTS
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self),))
 
 
 
@@ -105,11 +123,22 @@ def _dtype(dtype: Any) -> np.dtype:
     except TypeError as exc:
         raise TypeError(f"dtype {dtype!r} is not a NumPy dtype: {exc}") from None
     if found.hasobject:
-        raise ValueError(f"dtype {found} holds Python objects; a container stores plain numbers")
-    if found.fields is not None or found.subdtype is not None:
         raise ValueError(
-            f"structured or sub-array dtype {found} is not supported; store each field separately"
+            f"object dtypes cannot be stored (dtype {found} holds Python objects; a container "
+            "stores plain numbers)"
         )
+    if found.fields is not None:
+        raise ValueError(
+            f"structured dtypes are not supported (dtype {found}); store each field separately"
+        )
+    if found.subdtype is not None:
+        raise ValueError(
+            f"subarray dtypes are not supported (dtype {found}); put its dimensions in the shape"
+        )
+    if found.metadata:
+        raise ValueError(f"dtype metadata is not supported (dtype {found} carries {found.metadata})")
+    if found.itemsize == 0:
+        raise ValueError(f"zero-itemsize dtypes cannot be stored (dtype {found.str})")
     if found.str not in DTYPES:
         raise ValueError(f"dtype {found.str} ({found}) cannot be stored; supported: {list(DTYPES)}")
     return found
@@ -119,11 +148,23 @@ def _shape(item_shape: Any) -> tuple[int, ...]:
     if isinstance(item_shape, (int, np.integer)) and not isinstance(item_shape, bool):
         item_shape = (item_shape,)
     try:
-        dims = tuple(operator.index(d) for d in item_shape)
+        given = tuple(item_shape)
     except TypeError:
-        raise TypeError(f"item_shape must be a tuple of integers, got {item_shape!r}") from None
+        raise ArgumentTypeError(
+            f"item_shape must be a tuple of integers, got {item_shape!r}"
+        ) from None
+    if any(isinstance(d, (bool, np.bool_)) for d in given):
+        raise ArgumentTypeError(f"item_shape dimensions must be integers, got {given!r}")
+    try:
+        dims = tuple(operator.index(d) for d in given)
+    except TypeError:
+        raise ArgumentTypeError(f"item_shape dimensions must be integers, got {given!r}") from None
     if any(d < 0 for d in dims):
-        raise ValueError(f"item_shape {dims} has a negative dimension")
+        raise ValueError(f"item_shape dimensions must be non-negative, got {dims}")
+    if len(dims) > MAX_NDIM:
+        raise ValueError(
+            f"item_shape rank {len(dims)} is more than the {MAX_NDIM} dimensions a record may have"
+        )
     return dims
 
 
@@ -134,26 +175,30 @@ def _codec(codec: Any) -> str:
 
 
 def _dictionary(codec: str, dict_bytes: Any) -> bytes | None:
+    needed = (
+        "creating a zstd_dict store requires non-empty dict_bytes: train them with "
+        "loaderx.utils.train_dict(sample_records)"
+    )
     if dict_bytes is None:
         if codec == "zstd_dict":
-            raise ValueError(
-                "codec 'zstd_dict' needs dict_bytes: train one with "
-                "loaderx.utils.train_dict(sample_records)"
-            )
+            raise ValueError(needed)
         return None
     try:
-        return bytes(memoryview(dict_bytes))
+        found = bytes(memoryview(dict_bytes))
     except TypeError:
         raise TypeError(f"dict_bytes must be bytes, got {type(dict_bytes).__name__}") from None
+    if not found and codec == "zstd_dict":
+        raise ValueError(f"{needed} (got 0 bytes)")
+    return found
 
 
 def _shards(data_shards: Any) -> int:
-    if isinstance(data_shards, bool):
-        raise TypeError(f"data_shards must be an integer, got {data_shards!r}")
+    if isinstance(data_shards, (bool, np.bool_)):
+        raise ArgumentTypeError(f"data_shards must be an integer, got {data_shards!r}")
     try:
         count = operator.index(data_shards)
     except TypeError:
-        raise TypeError(f"data_shards must be an integer, got {data_shards!r}") from None
+        raise ArgumentTypeError(f"data_shards must be an integer, got {data_shards!r}") from None
     if not 1 <= count <= MAX_SHARDS:
         raise ValueError(f"data_shards must be between 1 and {MAX_SHARDS}, got {count}")
     return count
@@ -312,7 +357,21 @@ class _Container(_Closing):
 
     _KIND = ""
 
-    def __init__(
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Handles come from the class methods; loaderx 2.x refuses direct
+        # construction with this TypeError.
+        raise TypeError(f"use {type(self).__name__}.open(...) or {type(self).__name__}.create(...)")
+
+    @classmethod
+    def _make(
+        cls: type[_T], store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
+    ) -> _T:
+        """A handle on `store` (which it closes if `store` is not a `cls`)."""
+        made = cls.__new__(cls)
+        made._setup(store, path, readable, writable, editable)
+        return made
+
+    def _setup(
         self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
     ) -> None:
         schema = store.schema()
@@ -323,7 +382,10 @@ class _Container(_Closing):
                 if schema is None
                 else (f"a {schema['kind']} container (use {schema['kind'].capitalize()}.open)")
             )
-            raise ValueError(f"{path} holds {what}, not a {self._KIND} container")
+            raise ValueError(
+                f"{path} holds {what}, not a {self._KIND} container: its schema fields do not "
+                f"describe a {self._KIND} store"
+            )
         self._store: _native.Store | None = store
         self.path = path
         self.dtype: np.dtype = np.dtype(schema["dtype"])
@@ -377,7 +439,7 @@ class _Container(_Closing):
         if not os.path.isdir(shown) or not os.listdir(shown):
             raise FileNotFoundError(f"no {cls._KIND} container at {shown}")
         store = _native.Store.open_existing(shown, bool(writable), bool(check_raw))
-        opened = cls(store, shown, readable=True, writable=bool(writable), editable=bool(writable))
+        opened = cls._make(store, shown, True, bool(writable), bool(writable))
         opened._check_raw = bool(check_raw)
         return opened
 
@@ -395,8 +457,8 @@ class _Container(_Closing):
         shown = os.fspath(path)
         if not isinstance(shown, str):
             shown = os.fsdecode(shown)
-        found = _dtype(dtype)
         codec = _codec(codec)
+        found = _dtype(dtype)
         dictionary = _dictionary(codec, dict_bytes)
         lanes = _shards(data_shards)
         if (
@@ -414,7 +476,7 @@ class _Container(_Closing):
             )
         except FileExistsError as exc:
             raise ContainerExistsError(str(exc)) from None
-        return cls(store, shown, readable=False, writable=True, editable=False)
+        return cls._make(store, shown, False, True, False)
 
     # --- the handle -------------------------------------------------------------------
 
@@ -604,6 +666,11 @@ class _Container(_Closing):
             idx = np.array([operator.index(i) for i in idx], dtype=object)
         arr = idx if isinstance(idx, np.ndarray) else np.asarray(idx)
         if arr.dtype == np.bool_:
+            if arr.ndim == 0:
+                raise TypeError(
+                    f"a boolean scalar ({idx!r}) is not a record index or mask; a mask is a "
+                    f"boolean array of {len(self)} entries"
+                )
             n = len(self)
             if arr.ndim != 1 or arr.shape[0] != n:
                 raise IndexError(f"boolean mask of shape {arr.shape} does not match {n} records")
@@ -739,10 +806,10 @@ class Dense(_Container):
 
     _KIND = "dense"
 
-    def __init__(
+    def _setup(
         self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
     ) -> None:
-        super().__init__(store, path, readable, writable, editable)
+        super()._setup(store, path, readable, writable, editable)
         self.item_shape: tuple[int, ...] = tuple(int(d) for d in self._schema["shape"])
         #: The number of axes of a record (``len(item_shape)``), as in loaderx 2.x.
         self.ndim = len(self.item_shape)
@@ -773,6 +840,7 @@ class Dense(_Container):
         appended arrays are encoded (on the store's threads) and reads decode
         them back into that layout. :meth:`append_encoded` stores JPEG/PNG
         files as they are."""
+        _codec(codec)
         q = _quality(quality)
         made = cls._create(path, dtype, _shape(item_shape), 0, codec, dict_bytes, data_shards)
         made.quality = q
@@ -929,10 +997,10 @@ class Ragged(_Container):
 
     _KIND = "ragged"
 
-    def __init__(
+    def _setup(
         self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
     ) -> None:
-        super().__init__(store, path, readable, writable, editable)
+        super()._setup(store, path, readable, writable, editable)
         self.ndim: int = int(self._schema["ndim"])
 
     @classmethod
@@ -954,13 +1022,14 @@ class Ragged(_Container):
         Images of varying size: codec ``"jpeg"`` (at `quality`) or ``"png"``,
         ``uint8``, ``ndim=3``; each record an ``(h, w, 3)`` RGB array, or a
         file added as it is with :meth:`append_encoded`."""
+        _codec(codec)
         q = _quality(quality)
-        if isinstance(ndim, bool):
-            raise TypeError(f"ndim must be an integer, got {ndim!r}")
+        if isinstance(ndim, (bool, np.bool_)):
+            raise ArgumentTypeError(f"ndim must be an integer, got {ndim!r}")
         try:
             rank = operator.index(ndim)
         except TypeError:
-            raise TypeError(f"ndim must be an integer, got {ndim!r}") from None
+            raise ArgumentTypeError(f"ndim must be an integer, got {ndim!r}") from None
         if not 1 <= rank <= MAX_NDIM:
             raise ValueError(f"ndim must be between 1 and {MAX_NDIM}, got {rank}")
         made = cls._create(path, dtype, (), rank, codec, dict_bytes, data_shards)
@@ -1430,6 +1499,7 @@ class FlatRagged:
 
 
 __all__ = [
+    "ArgumentTypeError",
     "CODECS",
     "ClosedError",
     "ContainerExistsError",
@@ -1437,6 +1507,7 @@ __all__ = [
     "DEFAULT_QUALITY",
     "DTYPES",
     "Dense",
+    "EXISTS",
     "FlatRagged",
     "IMAGE_CODECS",
     "Images",

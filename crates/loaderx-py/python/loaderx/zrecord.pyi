@@ -9,10 +9,12 @@ import numpy.typing as npt
 
 from . import _native
 from ._zrecord import ZrecordError as ZrecordError
+from ._zrecord import ArgumentTypeError as ArgumentTypeError
 from ._zrecord import ClosedError as ClosedError
 from ._zrecord import ZrecordIndexError as ZrecordIndexError
 
 __all__ = [
+    "ArgumentTypeError",
     "CODECS",
     "ClosedError",
     "ContainerExistsError",
@@ -20,6 +22,7 @@ __all__ = [
     "DEFAULT_QUALITY",
     "DTYPES",
     "Dense",
+    "EXISTS",
     "FlatRagged",
     "IMAGE_CODECS",
     "Images",
@@ -35,6 +38,7 @@ __all__ = [
 
 DTYPES: tuple[str, ...]
 CODECS: dict[str, int]
+EXISTS: int
 MAX_NDIM: int
 MAX_SHARDS: int
 MAX_ITEM_LEN: int
@@ -44,7 +48,9 @@ IMAGE_CODECS: tuple[str, ...]
 DEFAULT_QUALITY: int
 
 class ContainerModeError(io.UnsupportedOperation, RuntimeError): ...
-class ContainerExistsError(FileExistsError, RuntimeError): ...
+class ContainerExistsError(FileExistsError, ZrecordError):
+    def __new__(cls, message: str) -> ContainerExistsError: ...
+    def __init__(self, message: str) -> None: ...
 
 class _Container:
     path: str
@@ -53,9 +59,7 @@ class _Container:
     data_shards: int
     is_image: bool
     quality: int
-    def __init__(
-        self, store: _native.Store, path: str, readable: bool, writable: bool, editable: bool
-    ) -> None: ...
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     def append_encoded(self, files: Iterable[Any]) -> None: ...
     @property
     def closed(self) -> bool: ...

@@ -7,7 +7,8 @@ behaviour:
   ``Sampler.Mode.CYCLIC`` (2, also spelled ``SHUFFLE``): without
   replacement, each cycle of ``length`` draws a fresh permutation, and every
   batch full (a batch straddling two cycles takes the end of one and the
-  start of the next).
+  start of the next); a ``batch_size`` above ``length`` is taken as
+  ``length``, so a batch never holds a record twice.
 * ``seek(step)``, ``close()`` and ``with``; ``next()`` on a closed sampler
   raises ``ValueError``.
 * ``rank``/``world_size`` default to what the running job reports

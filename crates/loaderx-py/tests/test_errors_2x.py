@@ -1,0 +1,277 @@
+"""Refusals of the 2.x API raise what loaderx 2.x raises (or a subclass of
+both that and our choice), with the phrases its messages carry, and leave
+nothing behind."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from loaderx.dataloader import DataLoader
+from loaderx.utils import train_dict
+from loaderx.zrecord import (
+    EXISTS,
+    ArgumentTypeError,
+    ClosedError,
+    ContainerExistsError,
+    ContainerModeError,
+    Dense,
+    Ragged,
+    ZrecordError,
+)
+from loaderx.zsampler import Sampler
+
+
+def dense_store(path: Path, n: int = 16) -> Path:
+    with Dense.create(path, np.uint8, (4,), codec="raw") as writer:
+        writer.append(np.arange(n * 4, dtype=np.uint8).reshape(n, 4))
+    return path
+
+
+def smooth(n: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    steps = rng.integers(0, 3, size=(n, 3, 32, 32))
+    return (np.cumsum(steps, axis=-1) % 256).astype(np.uint8)
+
+
+@pytest.mark.parametrize("cls", [Dense, Ragged])
+def test_direct_construction_names_the_class_methods(cls: Any) -> None:
+    with pytest.raises(TypeError, match=rf"use {cls.__name__}\.open\(\.\.\.\) or "):
+        cls()
+    with pytest.raises(TypeError, match=r"\.create\(\.\.\.\)"):
+        cls("path", "dtype")
+
+
+def test_the_codec_is_checked_before_everything_else(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with pytest.raises(ValueError, match="unknown codec 'nope'"):
+        Dense.create(path, np.dtype(object), (True,), codec="nope", dict_bytes=b"x")
+    with pytest.raises(ValueError, match="unknown codec"):
+        Ragged.create(path, np.uint8, "1", codec="nope")  # type: ignore[arg-type]
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("dictionary", [None, b"", bytearray()])
+def test_zstd_dict_without_a_dictionary(tmp_path: Path, dictionary: Any) -> None:
+    path = tmp_path / "s"
+    with pytest.raises(ValueError, match="requires non-empty dict_bytes"):
+        Dense.create(path, np.uint8, (2,), codec="zstd_dict", dict_bytes=dictionary)
+    assert not path.exists()
+    Dense.create(path, np.uint8, (2,), codec="raw").close()
+
+
+def test_create_on_a_store_or_a_foreign_directory_is_code_minus_12(tmp_path: Path) -> None:
+    store = dense_store(tmp_path / "s")
+    before = sorted((p.name, p.stat().st_size) for p in store.iterdir())
+    with pytest.raises(ZrecordError) as caught:
+        Dense.create(store, np.uint8, (4,), codec="raw")
+    assert caught.value.code == EXISTS == -12
+    assert isinstance(caught.value, ContainerExistsError)
+    assert isinstance(caught.value, FileExistsError) and isinstance(caught.value, RuntimeError)
+    assert sorted((p.name, p.stat().st_size) for p in store.iterdir()) == before
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "dict.zr").write_bytes(b"stale")
+    with pytest.raises(ZrecordError) as caught:
+        Ragged.create(foreign, np.int32, 1, codec="raw")
+    assert caught.value.code == -12
+    assert [p.name for p in foreign.iterdir()] == ["dict.zr"]
+
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is ContainerExistsError
+    assert again.code == -12 and str(again) == str(caught.value)
+
+
+BAD_ARGUMENTS: dict[str, tuple[Callable[[Path], Any], str]] = {
+    "data_shards=True": (
+        lambda p: Dense.create(p, np.uint8, (4,), codec="raw", data_shards=True),
+        "data_shards must be an integer",
+    ),
+    "data_shards=np.False_": (
+        lambda p: Dense.create(p, np.uint8, (4,), codec="raw", data_shards=np.bool_(False)),  # type: ignore[arg-type]
+        "data_shards must be an integer",
+    ),
+    "data_shards=1.5": (
+        lambda p: Dense.create(p, np.uint8, (4,), codec="raw", data_shards=1.5),  # type: ignore[arg-type]
+        "data_shards must be an integer",
+    ),
+    "data_shards='2'": (
+        lambda p: Dense.create(p, np.uint8, (4,), codec="raw", data_shards="2"),  # type: ignore[arg-type]
+        "data_shards must be an integer",
+    ),
+    "shape (1.5,)": (
+        lambda p: Dense.create(p, np.uint8, (1.5,), codec="raw"),  # type: ignore[arg-type]
+        "dimensions must be integers",
+    ),
+    "shape ('4',)": (
+        lambda p: Dense.create(p, np.uint8, ("4",), codec="raw"),  # type: ignore[arg-type]
+        "dimensions must be integers",
+    ),
+    "shape (True,)": (
+        lambda p: Dense.create(p, np.uint8, (True,), codec="raw"),
+        "dimensions must be integers",
+    ),
+    "ndim=True": (lambda p: Ragged.create(p, np.uint8, True, codec="raw"), "ndim"),
+    "ndim='1'": (lambda p: Ragged.create(p, np.uint8, "1", codec="raw"), "ndim"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_wrong_argument_types_are_type_and_value_errors(tmp_path: Path, case: str) -> None:
+    call, message = BAD_ARGUMENTS[case]
+    path = tmp_path / "s"
+    with pytest.raises(ArgumentTypeError, match=message) as caught:
+        call(path)
+    assert isinstance(caught.value, TypeError) and isinstance(caught.value, ValueError)
+    assert not path.exists()
+
+
+BAD_VALUES: dict[str, tuple[Callable[[Path], Any], str]] = {
+    "structured": (
+        lambda p: Dense.create(p, np.dtype([("x", "i4")]), (), codec="raw"),
+        "structured dtypes",
+    ),
+    "subarray": (
+        lambda p: Dense.create(p, np.dtype(("i4", (2,))), (), codec="raw"),
+        "subarray dtypes",
+    ),
+    "metadata": (
+        lambda p: Dense.create(p, np.dtype("i4", metadata={"unit": "x"}), (), codec="raw"),
+        "dtype metadata",
+    ),
+    "object": (lambda p: Dense.create(p, np.dtype(object), (), codec="raw"), "object dtypes"),
+    "V0": (lambda p: Dense.create(p, np.dtype("V0"), (), codec="raw"), "zero-itemsize dtypes"),
+    "rank": (lambda p: Dense.create(p, np.uint8, (1,) * 17, codec="raw"), "rank"),
+    "negative dimension": (
+        lambda p: Dense.create(p, np.uint8, (2, -1), codec="raw"),
+        "non-negative",
+    ),
+    "ndim 0": (lambda p: Ragged.create(p, np.uint8, 0, codec="raw"), "ndim"),
+    "ndim 65": (lambda p: Ragged.create(p, np.uint8, 65, codec="raw"), "ndim"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_bad_values_name_what_is_wrong(tmp_path: Path, case: str) -> None:
+    call, message = BAD_VALUES[case]
+    path = tmp_path / "s"
+    with pytest.raises(ValueError, match=message):
+        call(path)
+    assert not path.exists()
+
+
+def test_the_other_geometry_is_refused_naming_schema_fields(tmp_path: Path) -> None:
+    dense = dense_store(tmp_path / "d")
+    with pytest.raises(ValueError, match="schema fields"):
+        Ragged.open(dense)
+    ragged = tmp_path / "r"
+    with Ragged.create(ragged, np.int32, 1, codec="raw") as writer:
+        writer.append([np.arange(3, dtype=np.int32)])
+    with pytest.raises(ValueError, match="schema fields"):
+        Dense.open(ragged)
+
+
+@pytest.mark.parametrize("scalar", [True, False, np.bool_(True), np.array(False)])
+def test_a_boolean_scalar_is_not_an_index(tmp_path: Path, scalar: Any) -> None:
+    with Dense.open(dense_store(tmp_path / "s")) as ds:
+        with pytest.raises(TypeError, match="boolean scalar"):
+            ds[scalar]
+        # A mask of the right length still selects.
+        mask = np.zeros(len(ds), dtype=bool)
+        mask[[3, 5]] = True
+        np.testing.assert_array_equal(ds[mask], ds[[3, 5]])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(1 << 64, 4, 2), (8, 1 << 64, 2), (8, 4, 2, 1 << 64), (0, 4, 2), (8, 4, 2, -1), (8, 4, 3)],
+)
+def test_sampler_arguments_out_of_range_are_value_errors(args: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match=r"must be|mode"):
+        Sampler(*args)
+
+
+@pytest.mark.parametrize("step", [-1, 1 << 64])
+def test_sampler_seek_out_of_range_is_a_value_error(step: int) -> None:
+    with pytest.raises(ValueError, match=r"step must be in 0\.\.2\^64-1"):
+        Sampler(8, 4, Sampler.Mode.CYCLIC).seek(step)
+
+
+def test_a_cyclic_batch_larger_than_the_data_is_one_permutation(tmp_path: Path) -> None:
+    sampler = Sampler(3, 8, Sampler.Mode.CYCLIC, 42)
+    assert sampler.batch_size == sampler.local_batch_size == 3
+    for _ in range(5):
+        batch = sampler.next()
+        assert batch.dtype == np.uint64 and sorted(batch.tolist()) == [0, 1, 2]
+    path = tmp_path / "s"
+    with Dense.create(path, np.int64, (), codec="raw") as writer:
+        writer.append(np.arange(3, dtype=np.int64))
+    with Dense.open(path) as ds, DataLoader({"x": ds}, batch_size=8, mode=2) as loader:
+        for _ in range(4):
+            assert sorted(next(loader)["x"].tolist()) == [0, 1, 2]
+    # The modes with replacement or a sliding window keep the size asked for.
+    assert Sampler(3, 8, Sampler.Mode.IID).next().shape == (8,)
+    assert Sampler(3, 8, Sampler.Mode.SEQUENTIAL).next().tolist() == [0, 1, 2, 0, 1, 2, 0, 1]
+
+
+def test_loader_refuses_closed_streams_and_writers_as_not_opened_for_reading(
+    tmp_path: Path,
+) -> None:
+    path = dense_store(tmp_path / "s")
+    closed = Dense.open(path)
+    closed.close()
+    with pytest.raises(ClosedError, match="opened for reading"):
+        DataLoader({"d": closed})
+    writer = Dense.create(tmp_path / "w", np.uint8, (4,), codec="zstd")
+    writer.append(np.zeros((1, 4), dtype=np.uint8))
+    try:
+        with pytest.raises(ContainerModeError, match="opened for reading"):
+            DataLoader({"d": writer})
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("name", ["transform_workers", "num_workers", "prefetch_size"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, False])
+def test_loader_names_the_count_as_passed(tmp_path: Path, name: str, value: Any) -> None:
+    with Dense.open(dense_store(tmp_path / "s")) as ds:
+        kind = ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError
+        with pytest.raises(kind, match=name):
+            DataLoader({"d": ds}, **{name: value})
+
+
+@pytest.mark.parametrize(
+    ("source", "kind", "message"),
+    [
+        (np.empty((0, 4), dtype=np.uint8), ValueError, "empty array"),
+        (np.empty((2, 0), dtype=np.uint8), ValueError, "zero-byte records"),
+        ([b"abc", b""], ValueError, "zero-byte records"),
+        (np.empty((2, 1), dtype=object), ArgumentTypeError, "object arrays"),
+        ([np.empty(1, dtype=object)], ArgumentTypeError, "object arrays"),
+    ],
+)
+def test_train_dict_refuses_sources_it_cannot_train_on(
+    source: Any, kind: type[Exception], message: str
+) -> None:
+    with pytest.raises(kind, match=message):
+        train_dict(source)
+
+
+def test_train_dict_default_is_a_32_kib_dictionary(tmp_path: Path) -> None:
+    data = smooth(400)
+    dictionary = train_dict(data)
+    assert 0 < len(dictionary) <= 32 << 10
+    writer = Dense.create(tmp_path / "w", np.uint8, data.shape[1:], codec="raw")
+    writer.append(data)
+    try:
+        with pytest.raises(ContainerModeError, match="opened read-only"):
+            train_dict(writer)
+    finally:
+        writer.close()
+    with Dense.open(tmp_path / "w") as reader:
+        assert 0 < len(train_dict(reader)) <= 32 << 10
