@@ -172,6 +172,74 @@ def test_image_feature(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_dense(tmp_path / "out" / "label"), np.arange(6))
 
 
+@pytest.mark.parametrize("batch_bytes", [64, 1 << 20])
+def test_iterable_dataset_dict_with_declared_features(tmp_path: Path, batch_bytes: int) -> None:
+    train_expected, train = hf_columns(57, seed=5)
+    test_expected, test = hf_columns(13, seed=6)
+    streamed = datasets.IterableDatasetDict(
+        train=train.to_iterable_dataset(num_shards=3), test=test.to_iterable_dataset()
+    )
+    seen: list[tuple[int, object]] = []
+    counts = convert(
+        streamed,
+        tmp_path / "out",
+        codec="zstd",
+        batch_bytes=batch_bytes,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    assert counts["train/x"] == 57 and counts["test/seq"] == 13
+    check_split(tmp_path / "out" / "train", train_expected, 57)
+    check_split(tmp_path / "out" / "test", test_expected, 13)
+    assert seen[-1] == (70, None) and all(total is None for _done, total in seen)
+    assert leftovers(tmp_path, "out") == []
+
+
+def test_iterable_dataset_without_features_is_inferred(tmp_path: Path) -> None:
+    rows = {
+        "label": [1, 2, 3],
+        "tokens": [[1, 2], [3], [4, 5, 6]],
+        "precise": np.array([1.123456789012345, 2.0, 3.0]),
+        "wide": np.array([2**63 + 1, 2**63 + 2, 2**63 + 3], dtype=np.uint64),
+    }
+
+    def generate():  # type: ignore[no-untyped-def]
+        for i in range(3):
+            yield {name: values[i] for name, values in rows.items()}
+
+    source = datasets.IterableDataset.from_generator(generate)
+    assert source.features is None
+    counts = convert(source, tmp_path / "out", codec="lz4")
+    assert counts == {"label": 3, "tokens": 3, "precise": 3, "wide": 3}
+    np.testing.assert_array_equal(read_dense(tmp_path / "out" / "label"), [1, 2, 3])
+    precise = read_dense(tmp_path / "out" / "precise")
+    assert precise.dtype == np.float64 and precise[0] == rows["precise"][0]
+    wide = read_dense(tmp_path / "out" / "wide")
+    assert wide.dtype == np.uint64
+    np.testing.assert_array_equal(wide, rows["wide"])
+    assert [t.tolist() for t in read_ragged(tmp_path / "out" / "tokens")] == rows["tokens"]
+
+
+def test_iterable_dataset_with_images_and_a_refused_column(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    pictures = [rng.integers(0, 256, size=(4 + i, 6 + i, 3), dtype=np.uint8) for i in range(5)]
+    files = []
+    for i, pic in enumerate(pictures):
+        path = tmp_path / f"{i}.png"
+        PIL_Image.fromarray(pic).save(path)
+        files.append(str(path))
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    ds = datasets.Dataset.from_dict({"image": files, "label": list(range(5))}, features=features)
+    convert(ds.to_iterable_dataset(), tmp_path / "out", codec="raw", batch_bytes=100)
+    for got, want in zip(read_ragged(tmp_path / "out" / "image"), pictures):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(read_dense(tmp_path / "out" / "label"), np.arange(5))
+
+    text = datasets.Dataset.from_dict({"x": [1, 2], "text": ["a", "b"]}).to_iterable_dataset()
+    with pytest.raises(ConversionError, match="text"):
+        convert(text, tmp_path / "text", codec="raw")
+    assert not (tmp_path / "text").exists() and leftovers(tmp_path, "text") == []
+
+
 def test_string_column_is_refused_by_name_and_nothing_is_written(tmp_path: Path) -> None:
     ds = datasets.Dataset.from_dict({"x": [1, 2, 3], "text": ["a", "b", "c"]})
     with pytest.raises(ConversionError, match="'text'"):

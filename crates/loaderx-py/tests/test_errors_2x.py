@@ -275,3 +275,32 @@ def test_train_dict_default_is_a_32_kib_dictionary(tmp_path: Path) -> None:
         writer.close()
     with Dense.open(tmp_path / "w") as reader:
         assert 0 < len(train_dict(reader)) <= 32 << 10
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "lz4"])
+@pytest.mark.parametrize("name", [">i2", ">u4", ">i8", ">f4", ">f8", ">c16"])
+def test_big_endian_records_keep_their_byte_order(tmp_path: Path, name: str, codec: str) -> None:
+    dtype = np.dtype(name)
+    data = (np.arange(64) * 3 - 50).astype(dtype).reshape(16, 4)
+    with Dense.create(tmp_path / "d", dtype, (4,), codec=codec) as writer:
+        with pytest.raises(ValueError, match=name.replace(">", "")):
+            writer.append(data.astype(dtype.newbyteorder("=")))  # the native order is refused
+        writer.append(data)
+    with Dense.open(tmp_path / "d") as ds:
+        assert ds.dtype == dtype and ds.dtype.str == name
+        got = ds[[5, 0, 15]]
+        assert got.dtype.str == name
+        np.testing.assert_array_equal(got, data[[5, 0, 15]])
+        np.testing.assert_array_equal(ds[:], data)
+        with DataLoader({"x": ds}, batch_size=4, mode=0) as loader:
+            batch = next(loader)["x"]
+            assert batch.dtype.str == name
+            np.testing.assert_array_equal(batch, data[:4])
+    records = [np.arange(n, dtype=dtype) for n in (1, 5, 3)]
+    with Ragged.create(tmp_path / "r", dtype, 1, codec=codec) as ragged:
+        ragged.append(records)
+    with Ragged.open(tmp_path / "r") as rg:
+        assert rg.dtype == dtype
+        for got_record, want in zip(rg[[2, 0, 1]], [records[2], records[0], records[1]]):
+            assert got_record.dtype.str == name
+            np.testing.assert_array_equal(got_record, want)

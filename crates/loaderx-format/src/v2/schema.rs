@@ -80,14 +80,16 @@ pub enum Kind {
     Ragged,
 }
 
-/// A NumPy dtype the typed containers store: little-endian (or
-/// byte-sized), fixed size, no objects or fields.
+/// A NumPy dtype the typed containers store: a number (bool, integer,
+/// float, complex) of either byte order, fixed size, no objects or fields.
+/// The records hold the elements in the dtype's own byte order (a `>i4`
+/// store keeps big-endian bytes, as NumPy does in memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Dtype(&'static str, u8);
 
 impl Dtype {
     /// Every dtype a schema may name, in its canonical NumPy spelling.
-    pub const ALL: [Dtype; 14] = [
+    pub const ALL: [Dtype; 25] = [
         Dtype("|b1", 1),
         Dtype("|i1", 1),
         Dtype("|u1", 1),
@@ -102,6 +104,17 @@ impl Dtype {
         Dtype("<f8", 8),
         Dtype("<c8", 8),
         Dtype("<c16", 16),
+        Dtype(">i2", 2),
+        Dtype(">u2", 2),
+        Dtype(">i4", 4),
+        Dtype(">u4", 4),
+        Dtype(">i8", 8),
+        Dtype(">u8", 8),
+        Dtype(">f2", 2),
+        Dtype(">f4", 4),
+        Dtype(">f8", 8),
+        Dtype(">c8", 8),
+        Dtype(">c16", 16),
     ];
 
     /// Unsigned bytes, the dtype of a bytes store.
@@ -556,6 +569,32 @@ mod tests {
         assert!(Schema::decode(&t, crate::v2::crc32c(&t)).is_err());
         assert!(Schema::decode(&b[..10], crate::v2::crc32c(&b[..10])).is_err());
         assert!(Dtype::from_name("<f16").is_none() && Dtype::from_name("|O").is_none());
+        assert!(Dtype::from_name(">u1").is_none() && Dtype::from_name("=i4").is_none());
+    }
+
+    #[test]
+    fn every_multi_byte_number_comes_in_both_byte_orders() {
+        for d in Dtype::ALL {
+            let (order, rest) = d.name().split_at(1);
+            let twin = match order {
+                "<" => format!(">{rest}"),
+                ">" => format!("<{rest}"),
+                _ => {
+                    // Byte-sized: one spelling, NumPy's `|`.
+                    assert_eq!((order, d.itemsize()), ("|", 1), "{}", d.name());
+                    continue;
+                }
+            };
+            let twin = Dtype::from_name(&twin).unwrap_or_else(|| panic!("no twin of {}", d.name()));
+            assert_eq!(twin.itemsize(), d.itemsize());
+            let size: u32 = rest[1..].parse().unwrap();
+            assert_eq!(size, d.itemsize(), "{}", d.name());
+            // A schema naming it survives the round trip.
+            let mut schema = dense();
+            schema.dtype = d;
+            let block = schema.encode();
+            assert_eq!(Schema::decode(&block, crate::v2::crc32c(&block)).unwrap(), schema);
+        }
     }
 
     #[test]

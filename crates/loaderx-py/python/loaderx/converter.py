@@ -428,18 +428,22 @@ def _hf_split(
     done: list[int],
     total: int | None,
 ) -> int:
-    """Write one ``datasets.Dataset`` as stores ``prefix + column``: the
-    columns' Arrow data batch by batch (dtypes exactly as stored), image
-    columns decoded through ``datasets``' NumPy formatting."""
+    """Write one ``datasets.Dataset`` or ``IterableDataset`` (with known
+    features) as stores ``prefix + column``: the columns' Arrow data batch
+    by batch (dtypes exactly as stored), image columns decoded through
+    ``datasets``' NumPy formatting. Returns the rows written."""
     layouts = {col: _hf_layout(feat, col) for col, feat in ds.features.items()}
-    n = len(ds)
-    try:
-        size = int(ds.data.nbytes)
-    except Exception:  # noqa: BLE001 - only an estimate
-        size = 0
-    rows = _rows_per_batch(size / max(1, n) if n else 1.0, batch_bytes)
     plain = [c for c, (k, _, _) in layouts.items() if k != "image"]
     images = [c for c, (k, _, _) in layouts.items() if k == "image"]
+    if _is_iterable_dataset(ds):
+        rows = _rows_per_batch(_iterable_row_bytes(ds), batch_bytes)
+    else:
+        n = len(ds)
+        try:
+            size = int(ds.data.nbytes)
+        except Exception:  # noqa: BLE001 - only an estimate
+            size = 0
+        rows = _rows_per_batch(size / max(1, n) if n else 1.0, batch_bytes)
     for col in plain:
         kind, dtype, spec = layouts[col]
         assert dtype is not None
@@ -486,7 +490,43 @@ def _hf_split(
     for col in images:
         if prefix + col not in out.writers:
             out.ragged(prefix + col, np.dtype(np.uint8), 3)
-    return n
+    return row
+
+
+def _is_iterable_dataset(ds: Any) -> bool:
+    import datasets  # type: ignore[import-untyped]
+
+    return isinstance(ds, datasets.IterableDataset)
+
+
+#: Rows of an ``IterableDataset`` read ahead to estimate its row size.
+_ITERABLE_PEEK_ROWS = 16
+
+
+def _iterable_row_bytes(ds: Any) -> float:
+    """The mean Arrow size of the first rows of an ``IterableDataset`` (a
+    short read of its start; 1 when it is empty), to size its batches."""
+    first = next(iter(ds.with_format("arrow").iter(batch_size=_ITERABLE_PEEK_ROWS)), None)
+    if first is None or first.num_rows == 0:
+        return 1.0
+    return float(first.nbytes) / first.num_rows
+
+
+def _with_features(ds: Any, where: str) -> Any:
+    """`ds`, an ``IterableDataset``, with its features known: as declared,
+    else inferred by ``datasets`` from its first rows."""
+    if ds.features is not None:
+        return ds
+    resolve = getattr(ds, "_resolve_features", None)
+    if resolve is None:
+        raise ConversionError(
+            f"{where}: the IterableDataset declares no features and this version of datasets "
+            f"cannot infer them; pass features= when making it, or cast it"
+        )
+    resolved = resolve()
+    if resolved.features is None:
+        raise ConversionError(f"{where}: the IterableDataset's features could not be inferred")
+    return resolved
 
 
 def convert(
@@ -497,7 +537,9 @@ def convert(
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Write a Hugging Face ``Dataset`` or ``DatasetDict`` as typed stores.
+    """Write a Hugging Face ``Dataset`` or ``DatasetDict`` (or their
+    streaming kinds, ``IterableDataset`` and ``IterableDatasetDict``) as
+    typed stores.
 
     A ``Dataset`` becomes ``output/<column>``, a ``DatasetDict``
     ``output/<split>/<column>``: a :class:`~loaderx.zrecord.Dense` store
@@ -508,7 +550,12 @@ def convert(
     ``uint8`` ``(H, W[, C])``). Dtypes and shapes are kept exactly; a
     column that cannot be (strings, nested objects) raises
     :class:`ConversionError` naming it. Rows are read in batches of about
-    `batch_bytes`. Returns ``{store path relative to output: records}``."""
+    `batch_bytes`. An ``IterableDataset`` is read once from start to end
+    (twice when it has image columns: the other columns and the images
+    are read side by side), its features as declared or else inferred by
+    ``datasets`` from its first rows, its batches sized from the first 16
+    rows; progress reports no total for it. Returns ``{store path
+    relative to output: records}``."""
     try:
         import datasets  # type: ignore[import-untyped]
     except ImportError:
@@ -516,23 +563,26 @@ def convert(
             "converting a Hugging Face dataset needs the datasets package: "
             "pip install 'loaderx[converter]'"
         ) from None
-    if isinstance(dataset, datasets.DatasetDict):
+    if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         splits = dict(dataset.items())
         if not splits:
-            raise ValueError("the DatasetDict has no splits")
+            raise ValueError(f"the {type(dataset).__name__} has no splits")
         prefixes = {name: f"{name}/" for name in splits}
-    elif isinstance(dataset, datasets.Dataset):
+    elif isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
         splits = {"": dataset}
         prefixes = {"": ""}
     else:
         raise TypeError(
-            f"convert takes a datasets.Dataset or DatasetDict, got {type(dataset).__name__} "
-            f"(an IterableDataset cannot be converted: its length is unknown)"
+            f"convert takes a datasets.Dataset, DatasetDict, IterableDataset or "
+            f"IterableDatasetDict, got {type(dataset).__name__}"
         )
     for name, ds in splits.items():
+        if _is_iterable_dataset(ds):
+            ds = splits[name] = _with_features(ds, f"split {name!r}" if name else "the dataset")
         for col, feat in ds.features.items():
             _hf_layout(feat, f"{name}/{col}" if name else col)
-    total = sum(len(ds) for ds in splits.values())
+    streaming = any(_is_iterable_dataset(ds) for ds in splits.values())
+    total = None if streaming else sum(len(ds) for ds in splits.values())
 
     def body(out: _Output) -> dict[str, int]:
         done = [0]
