@@ -593,7 +593,10 @@ mod tests {
             let mut schema = dense();
             schema.dtype = d;
             let block = schema.encode();
-            assert_eq!(Schema::decode(&block, crate::v2::crc32c(&block)).unwrap(), schema);
+            assert_eq!(
+                Schema::decode(&block, crate::v2::crc32c(&block)).unwrap(),
+                schema
+            );
         }
     }
 
