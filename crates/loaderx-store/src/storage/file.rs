@@ -200,6 +200,33 @@ fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()
     Ok(())
 }
 
+/// Writes to a chunk file of at least this many bytes start their writeback
+/// at once ([`start_writeback`]).
+const EARLY_WRITEBACK_BYTES: usize = 1 << 20;
+
+/// Asks the kernel to start writing `len` bytes at `offset` of `file` to the
+/// device now, without waiting: a large append's data then goes to disk
+/// while the next window is encoded and copied, and the `fsync` of its
+/// commit waits only for what is still in flight, where otherwise all of it
+/// would start there. Advice only: durability still comes from the commit's
+/// sync, and a refusal (a file system without writeback, as tmpfs) changes
+/// nothing. Linux (`sync_file_range`); elsewhere nothing. Checked on Linux.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain system call on a descriptor `file` keeps open for the
+    // call; it reads no memory of ours.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: usize) {}
+
 /// Fills `buf` from `offset` of `file` with `pread`, which leaves the file
 /// position alone. Checked on Linux.
 #[cfg(unix)]
@@ -411,7 +438,13 @@ impl Storage for FileStorage {
         if self.read_only {
             return Err(read_only_error());
         }
-        write_all_at(&self.mapped(file)?.file, bytes, offset)
+        let target = &self.mapped(file)?.file;
+        write_all_at(target, bytes, offset)?;
+        // Records only: table and header writes are small and rewritten.
+        if matches!(file, FileId::Chunk(_)) && bytes.len() >= EARLY_WRITEBACK_BYTES {
+            start_writeback(target, offset, bytes.len());
+        }
+        Ok(())
     }
 
     fn sync(&self, file: FileId) -> io::Result<()> {
