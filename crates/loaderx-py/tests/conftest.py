@@ -52,6 +52,40 @@ def target_dir() -> Path:
     return REPO_ROOT / "target"
 
 
+def fetch_sdist(requirement: str, filename: str, sha256: str) -> Path:
+    """The source distribution `filename` of `requirement` (``name==version``)
+    from PyPI, checked against its published SHA-256 and cached under the
+    target directory; a test that needs it fails (never skips) saying why
+    when it cannot be had."""
+    import hashlib
+
+    def digest(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    cache = target_dir() / f"{requirement.replace('==', '-').replace('.', '')}-sdist"
+    sdist = cache / filename
+    if sdist.is_file() and digest(sdist) == sha256:
+        return sdist
+    cache.mkdir(parents=True, exist_ok=True)
+    sdist.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         "--disable-pip-version-check", "-d", str(cache), requirement],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if proc.returncode != 0 or not sdist.is_file():
+        pytest.fail(
+            f"could not download the {requirement} sdist from PyPI into {cache} (is PyPI "
+            f"reachable?); pip exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}"
+        )
+    found = digest(sdist)
+    if found != sha256:
+        sdist.unlink()
+        pytest.fail(f"{sdist} has SHA-256 {found}, PyPI published {sha256}")
+    return sdist
+
+
 def samples(n: int = 64) -> np.ndarray:
     """Small float32 images (3, 8, 8) with a compressible pattern."""
     return (np.arange(n * 3 * 8 * 8, dtype=np.float32).reshape(n, 3, 8, 8) % 17)

@@ -14,7 +14,6 @@ Without PyPI (and no cached sdist) the test fails saying so; it never skips.
 from __future__ import annotations
 
 import ast
-import hashlib
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import target_dir
+from conftest import fetch_sdist
 
 import loaderx
 
@@ -34,32 +33,10 @@ SDIST_SHA256 = "0e50b59b2d6e0061f35e52e516b4743d8f2c7ae823f67fef3c6d25a5092db9f1
 TESTS = "loaderx-0.5.4/tests/"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _original_tests() -> Path:
     """The extracted ``tests/`` directory of the original sdist."""
-    cache = target_dir() / "loaderx-054-sdist"
-    sdist = cache / SDIST
-    if not sdist.is_file() or _sha256(sdist) != SDIST_SHA256:
-        cache.mkdir(parents=True, exist_ok=True)
-        sdist.unlink(missing_ok=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             "--disable-pip-version-check", "-d", str(cache), ORIGINAL],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        if proc.returncode != 0 or not sdist.is_file():
-            pytest.fail(
-                f"could not download the {ORIGINAL} sdist from PyPI into {cache} (is PyPI "
-                f"reachable?); pip exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
-                f"{proc.stderr[-3000:]}"
-            )
-        digest = _sha256(sdist)
-        if digest != SDIST_SHA256:
-            sdist.unlink()
-            pytest.fail(f"{sdist} has SHA-256 {digest}, PyPI published {SDIST_SHA256}")
+    sdist = fetch_sdist(ORIGINAL, SDIST, SDIST_SHA256)
+    cache = sdist.parent
     tests = cache / TESTS
     if not tests.is_dir():
         with tarfile.open(sdist) as tar:
