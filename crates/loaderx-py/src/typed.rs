@@ -2,7 +2,8 @@
 //! `loaderx.zrecord.Ragged`, and of `loaderx.utils.train_dict`.
 //!
 //! The facts the Python layer checks against come from here and nowhere
-//! else: the dtype names ([`Dtype::ALL`]), the codec names a schema may
+//! else: the dtypes a store holds ([`Dtype::NUMBERS`], and what
+//! [`Dtype::from_name`] takes besides), the codec names a schema may
 //! carry, the container kinds, the rank, lane and record limits, and the
 //! dictionary trainer's bounds. A schema is built and checked here
 //! ([`Schema::check`]) before the engine sees it.
@@ -47,11 +48,19 @@ fn kind_name(kind: Kind) -> &'static str {
         .map_or("unknown", |&(_, name)| name)
 }
 
+/// Whether a typed store holds elements of the NumPy dtype spelled `name`
+/// (its canonical `dtype.str`).
+#[pyfunction]
+fn stores_dtype(name: &str) -> bool {
+    Dtype::from_name(name).is_some()
+}
+
 /// Adds the typed-store constants to `loaderx._native`.
 pub(crate) fn add_constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let dtypes: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
+    let dtypes: Vec<&str> = Dtype::NUMBERS.iter().map(Dtype::name).collect();
     m.add("DTYPES", dtypes)?;
+    m.add_function(wrap_pyfunction!(stores_dtype, m)?)?;
     let codecs = PyDict::new(py);
     for (tag, name) in typed_codecs() {
         codecs.set_item(name, tag.0)?;
@@ -86,9 +95,11 @@ pub(crate) fn build_schema(
             ))
         })?;
     let dtype = Dtype::from_name(dtype).ok_or_else(|| {
-        let known: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
         PyValueError::new_err(format!(
-            "dtype {dtype:?} cannot be stored, expected one of {known:?}"
+            "dtype {dtype:?} cannot be stored: a store holds numbers (one of {:?}), \
+             fixed-width bytes or text (|S<n>, |V<n>, <U<n>) and datetime64/timedelta64 \
+             with a unit",
+            Dtype::NUMBERS.iter().map(Dtype::name).collect::<Vec<_>>()
         ))
     })?;
     let codec = typed_codecs()

@@ -334,10 +334,24 @@ def test_npy_refusals(tmp_path: Path) -> None:
     np.save(tmp_path / "zero.npy", np.float32(3.0))
     with pytest.raises(ConversionError, match="0-d"):
         convert_npy(tmp_path / "zero.npy", tmp_path / "out", codec="zstd")
-    np.save(tmp_path / "big.npy", np.arange(4, dtype=">i4"))
-    with pytest.raises(ConversionError, match="big-endian|cannot be stored"):
-        convert_npy(tmp_path / "big.npy", tmp_path / "out", codec="zstd")
+    np.save(tmp_path / "generic.npy", np.full(4, "NaT", dtype="M8"))
+    with pytest.raises(ConversionError, match="cannot be stored"):
+        convert_npy(tmp_path / "generic.npy", tmp_path / "out", codec="zstd")
     assert not (tmp_path / "out").exists() and leftovers(tmp_path, "out") == []
+
+
+@pytest.mark.parametrize("dtype", [">i4", ">f8", "|S5", "<U3", "<M8[ms]"])
+def test_npy_and_npz_of_other_dtypes_keep_them(tmp_path: Path, dtype: str) -> None:
+    values = np.arange(12).reshape(6, 2).astype(np.int64)
+    array = values.astype(dtype)
+    np.save(tmp_path / "a.npy", array)
+    convert_npy(tmp_path / "a.npy", tmp_path / "a", codec="zstd")
+    got = read_dense(tmp_path / "a")
+    assert got.dtype.str == np.dtype(dtype).str
+    assert got.tobytes() == array.tobytes()
+    np.savez(tmp_path / "b.npz", x=array, y=np.arange(6))
+    convert_npz(tmp_path / "b.npz", tmp_path / "b", codec="raw")
+    assert read_dense(tmp_path / "b" / "x").tobytes() == array.tobytes()
 
 
 @pytest.mark.parametrize("save", [np.savez, np.savez_compressed])

@@ -22,6 +22,7 @@ from loaderx.zrecord import (
     Dense,
     Ragged,
     ZrecordError,
+    stores_dtype,
 )
 from loaderx.zsampler import Sampler
 
@@ -304,3 +305,49 @@ def test_big_endian_records_keep_their_byte_order(tmp_path: Path, name: str, cod
         for got_record, want in zip(rg[[2, 0, 1]], [records[2], records[0], records[1]]):
             assert got_record.dtype.str == name
             np.testing.assert_array_equal(got_record, want)
+
+
+def text_bytes_and_times(dtype: np.dtype, n: int) -> np.ndarray:
+    """`n` * 3 distinct values of `dtype`, shaped (n, 3)."""
+    count = n * 3
+    if dtype.kind in "SU":
+        values = np.array([f"r{i}-{'x' * (i % 4)}" for i in range(count)]).astype(dtype)
+    elif dtype.kind == "V":
+        raw = np.arange(count * dtype.itemsize, dtype=np.uint8) * 7
+        values = raw.view(dtype)
+    else:
+        values = (np.arange(count, dtype=np.int64) * 86_400_003 - 5).view(dtype)
+    return values.reshape(n, 3)
+
+
+@pytest.mark.parametrize(
+    "name", ["|S6", "<U5", ">U3", "|V4", "<M8[ns]", ">M8[D]", "<m8[10ms]", ">m8[s]"]
+)
+def test_text_bytes_and_times_round_trip(tmp_path: Path, name: str) -> None:
+    dtype = np.dtype(name)
+    assert dtype.str == name
+    data = text_bytes_and_times(dtype, 20)
+    with Dense.create(tmp_path / "d", dtype, (3,), codec="zstd") as writer:
+        writer.append(data)
+    with Dense.open(tmp_path / "d") as ds:
+        assert ds.dtype == dtype and ds.dtype.str == name
+        got = ds[[7, 0, 19]]
+        assert got.dtype == dtype
+        assert got.tobytes() == data[[7, 0, 19]].tobytes()
+        with DataLoader({"x": ds}, batch_size=5, mode=0) as loader:
+            assert next(loader)["x"].tobytes() == data[:5].tobytes()
+    with Ragged.create(tmp_path / "r", dtype, 1, codec="raw") as ragged:
+        ragged.append([data[i, : 1 + i % 3] for i in range(20)])
+    with Ragged.open(tmp_path / "r") as rg:
+        for i, record in zip([4, 0, 2], rg[[4, 0, 2]]):
+            assert record.dtype == dtype
+            assert record.tobytes() == data[i, : 1 + i % 3].tobytes()
+
+
+@pytest.mark.parametrize("name", ["M8", "m8", "O", "V0", "S0"])
+def test_dtypes_without_a_size_or_unit_are_refused(tmp_path: Path, name: str) -> None:
+    assert not stores_dtype(name)
+    with pytest.raises(ValueError):
+        Dense.create(tmp_path / "d", name, (3,), codec="raw")
+    assert not (tmp_path / "d").exists()
+    assert stores_dtype("M8[us]") and stores_dtype("S3") and stores_dtype(">f4")

@@ -22,7 +22,9 @@ mod undo;
 pub use checksum::{crc32c, crc32c_append};
 pub use entry::{ENTRY_BASE_LEN, decode_entry, dims_of, encode_entry, entry_len};
 pub use header::{HEADER_V2_LEN, HeaderV2, SLOT_LEN, pick_header};
-pub use schema::{CodecRef, Dtype, Kind, MAX_CODEC_NAME, MAX_DICT_LEN, MAX_NDIM, Schema};
+pub use schema::{
+    CodecRef, Dtype, Kind, MAX_CODEC_NAME, MAX_DICT_LEN, MAX_DTYPE_NAME, MAX_NDIM, Schema,
+};
 pub use undo::{UNDO_MAGIC_V2, UndoLogV2};
 
 /// The version number in a v2 header.

@@ -12,6 +12,8 @@
 //! format v2's own (tags 5, 6 and `128 ..= 255`); readers from before it
 //! refuse such a block for its trailing bytes, so they never mis-decode.
 
+use std::fmt;
+
 use crate::{CodecTag, FormatError, v2::MAX_RECORD_LEN_V2};
 
 /// Most dimensions of a dense item shape or a ragged record.
@@ -80,62 +82,145 @@ pub enum Kind {
     Ragged,
 }
 
-/// A NumPy dtype the typed containers store: a number (bool, integer,
-/// float, complex) of either byte order, fixed size, no objects or fields.
-/// The records hold the elements in the dtype's own byte order (a `>i4`
-/// store keeps big-endian bytes, as NumPy does in memory).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Dtype(&'static str, u8);
+/// Longest dtype spelling a schema may hold (`|S2147483647` is 12 bytes,
+/// `>m8[2147483647as]` 18).
+pub const MAX_DTYPE_NAME: usize = 24;
+
+/// A NumPy dtype the typed containers store, by its canonical spelling
+/// (`dtype.str`): a number (bool, integer, float, complex) of either byte
+/// order ([`NUMBERS`](Dtype::NUMBERS)); fixed-width bytes (`|S<n>`), raw
+/// bytes (`|V<n>`) or Unicode (`<U<n>`, `>U<n>`, 4 bytes a character); or a
+/// datetime or timedelta with a unit (`<M8[ns]`, `>m8[10s]`). Never objects,
+/// fields, sub-arrays or zero-size items. The records hold the elements in
+/// the dtype's own byte order (a `>i4` store keeps big-endian bytes, as
+/// NumPy does in memory).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Dtype {
+    name: [u8; MAX_DTYPE_NAME],
+    len: u8,
+    itemsize: u32,
+}
+
+impl fmt::Debug for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Dtype({:?}, {})", self.name(), self.itemsize)
+    }
+}
+
+/// The units of NumPy's datetime64 and timedelta64, as `dtype.str` spells them.
+const TIME_UNITS: [&str; 13] = [
+    "Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as",
+];
+
+/// A decimal count as NumPy spells one: digits, no leading zero, 1 up to
+/// `i32::MAX`.
+fn count(digits: &str) -> Option<u32> {
+    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| i32::try_from(n).is_ok())
+}
 
 impl Dtype {
-    /// Every dtype a schema may name, in its canonical NumPy spelling.
-    pub const ALL: [Dtype; 25] = [
-        Dtype("|b1", 1),
-        Dtype("|i1", 1),
-        Dtype("|u1", 1),
-        Dtype("<i2", 2),
-        Dtype("<u2", 2),
-        Dtype("<i4", 4),
-        Dtype("<u4", 4),
-        Dtype("<i8", 8),
-        Dtype("<u8", 8),
-        Dtype("<f2", 2),
-        Dtype("<f4", 4),
-        Dtype("<f8", 8),
-        Dtype("<c8", 8),
-        Dtype("<c16", 16),
-        Dtype(">i2", 2),
-        Dtype(">u2", 2),
-        Dtype(">i4", 4),
-        Dtype(">u4", 4),
-        Dtype(">i8", 8),
-        Dtype(">u8", 8),
-        Dtype(">f2", 2),
-        Dtype(">f4", 4),
-        Dtype(">f8", 8),
-        Dtype(">c8", 8),
-        Dtype(">c16", 16),
+    /// Every number dtype, in its canonical NumPy spelling.
+    pub const NUMBERS: [Dtype; 25] = [
+        Dtype::known("|b1", 1),
+        Dtype::known("|i1", 1),
+        Dtype::known("|u1", 1),
+        Dtype::known("<i2", 2),
+        Dtype::known("<u2", 2),
+        Dtype::known("<i4", 4),
+        Dtype::known("<u4", 4),
+        Dtype::known("<i8", 8),
+        Dtype::known("<u8", 8),
+        Dtype::known("<f2", 2),
+        Dtype::known("<f4", 4),
+        Dtype::known("<f8", 8),
+        Dtype::known("<c8", 8),
+        Dtype::known("<c16", 16),
+        Dtype::known(">i2", 2),
+        Dtype::known(">u2", 2),
+        Dtype::known(">i4", 4),
+        Dtype::known(">u4", 4),
+        Dtype::known(">i8", 8),
+        Dtype::known(">u8", 8),
+        Dtype::known(">f2", 2),
+        Dtype::known(">f4", 4),
+        Dtype::known(">f8", 8),
+        Dtype::known(">c8", 8),
+        Dtype::known(">c16", 16),
     ];
 
     /// Unsigned bytes, the dtype of a bytes store.
-    pub const U8: Dtype = Dtype("|u1", 1);
+    pub const U8: Dtype = Dtype::known("|u1", 1);
 
-    /// The dtype spelled `name` (canonical NumPy `dtype.str`).
+    /// A dtype from a spelling known to be canonical and short enough.
+    const fn known(name: &str, itemsize: u32) -> Dtype {
+        let bytes = name.as_bytes();
+        assert!(bytes.len() <= MAX_DTYPE_NAME);
+        let mut buf = [0u8; MAX_DTYPE_NAME];
+        let mut i = 0;
+        while i < bytes.len() {
+            buf[i] = bytes[i];
+            i += 1;
+        }
+        Dtype {
+            name: buf,
+            len: bytes.len() as u8,
+            itemsize,
+        }
+    }
+
+    /// The dtype spelled `name` (canonical NumPy `dtype.str`), if a store
+    /// may hold it.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Dtype> {
-        Dtype::ALL.into_iter().find(|d| d.0 == name)
+        if let Some(d) = Dtype::NUMBERS.iter().find(|d| d.name() == name) {
+            return Some(*d);
+        }
+        if name.len() < 3 || name.len() > MAX_DTYPE_NAME || !name.is_ascii() {
+            return None;
+        }
+        let (head, rest) = name.split_at(2);
+        let itemsize = match head {
+            "|S" | "|V" => count(rest)?,
+            "<U" | ">U" => count(rest)?
+                .checked_mul(4)
+                .filter(|&n| i32::try_from(n).is_ok())?,
+            "<M" | ">M" | "<m" | ">m" => {
+                let unit = rest.strip_prefix("8[")?.strip_suffix(']')?;
+                let at = unit
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(unit.len());
+                let (times, unit) = unit.split_at(at);
+                // NumPy spells a multiple of one unit as the bare unit.
+                if !times.is_empty() && count(times).is_none_or(|n| n == 1) {
+                    return None;
+                }
+                if !TIME_UNITS.contains(&unit) {
+                    return None;
+                }
+                8
+            }
+            _ => return None,
+        };
+        Some(Dtype::known(name, itemsize))
     }
 
     /// The canonical spelling (`"<f4"`).
     #[must_use]
-    pub fn name(self) -> &'static str {
-        self.0
+    pub fn name(&self) -> &str {
+        // The bytes are a prefix of an ASCII `&str` (`known`'s argument).
+        std::str::from_utf8(&self.name[..usize::from(self.len)]).unwrap_or("")
     }
 
     /// Bytes per element.
     #[must_use]
     pub fn itemsize(self) -> u32 {
-        u32::from(self.1)
+        self.itemsize
     }
 }
 
@@ -573,8 +658,64 @@ mod tests {
     }
 
     #[test]
+    fn strings_bytes_and_times_parse_as_numpy_spells_them() {
+        for (name, itemsize) in [
+            ("|S1", 1),
+            ("|S2147483647", 2_147_483_647),
+            ("|V16", 16),
+            ("<U5", 20),
+            (">U1", 4),
+            ("<M8[ns]", 8),
+            (">M8[D]", 8),
+            ("<m8[10s]", 8),
+            (">m8[as]", 8),
+            ("<M8[Y]", 8),
+        ] {
+            let d = Dtype::from_name(name).unwrap_or_else(|| panic!("{name} refused"));
+            assert_eq!((d.name(), d.itemsize()), (name, itemsize));
+            let mut schema = dense();
+            schema.dtype = d;
+            (schema.shape, schema.ndim) = (vec![1], 1);
+            let block = schema.encode();
+            assert_eq!(
+                Schema::decode(&block, crate::v2::crc32c(&block)).unwrap(),
+                schema
+            );
+        }
+        for name in [
+            "|S0",
+            "|S01",
+            "<S5",
+            "|S",
+            "|S2147483648",
+            "|V0",
+            "|U5",
+            "<U536870912",
+            "<M8",
+            "<M8[]",
+            "<M8[1s]",
+            "<M8[0s]",
+            "<M8[01s]",
+            "<M8[sec]",
+            "|M8[s]",
+            "<M4[s]",
+            "<M8[s",
+            "|O",
+            "<f16",
+            "=i4",
+            ">u1",
+            "",
+            "<U5\u{e9}",
+        ] {
+            assert!(Dtype::from_name(name).is_none(), "{name:?} accepted");
+        }
+        let long = format!("<m8[{}s]", "9".repeat(MAX_DTYPE_NAME));
+        assert!(Dtype::from_name(&long).is_none());
+    }
+
+    #[test]
     fn every_multi_byte_number_comes_in_both_byte_orders() {
-        for d in Dtype::ALL {
+        for d in Dtype::NUMBERS {
             let (order, rest) = d.name().split_at(1);
             let twin = match order {
                 "<" => format!(">{rest}"),

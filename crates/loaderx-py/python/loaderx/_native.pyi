@@ -23,6 +23,7 @@ __all__ = [
     "MAX_ITEM_LEN",
     "DEFAULT_DICT_SIZE",
     "MAX_DICT_SIZE",
+    "stores_dtype",
     "train_dictionary",
     "__version__",
 ]
@@ -40,6 +41,7 @@ MAX_ITEM_LEN: Final[int]
 DEFAULT_DICT_SIZE: Final[int]
 MAX_DICT_SIZE: Final[int]
 
+def stores_dtype(name: str) -> bool: ...
 def train_dictionary(
     samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int
 ) -> bytes: ...

@@ -34,7 +34,7 @@ from typing import Any, Callable, Union, cast
 
 import numpy as np
 
-from .zrecord import CODECS, DTYPES, MAX_NDIM, Dense, Ragged, ZrecordError
+from .zrecord import CODECS, MAX_NDIM, Dense, Ragged, ZrecordError, stores_dtype
 
 #: Default bound on the source bytes read per batch.
 BATCH_BYTES = 16 << 20
@@ -59,10 +59,11 @@ def _storable(dtype: Any, where: str) -> np.dtype:
             f"{where}: values of type {dtype} cannot be stored losslessly; map the column to "
             f"numbers first"
         ) from None
-    if found.str not in DTYPES:
+    if not stores_dtype(found):
         raise ConversionError(
-            f"{where}: dtype {found} ({found.str}) cannot be stored losslessly; supported: "
-            f"{list(DTYPES)}; map the column to numbers first"
+            f"{where}: dtype {found} ({found.str}) cannot be stored losslessly (a store holds "
+            f"numbers, fixed-width bytes or text and datetime64/timedelta64 with a unit); map "
+            f"the column to numbers first"
         )
     return found
 
@@ -645,10 +646,7 @@ def _append_dense_chunks(
 def _check_array(array: np.ndarray, where: str) -> np.dtype:
     if array.ndim == 0:
         raise ConversionError(f"{where}: a 0-d array has no records (axis 0)")
-    dtype = _storable(array.dtype, where)
-    if dtype.byteorder == ">":
-        raise ConversionError(f"{where}: big-endian {dtype} arrays are not supported")
-    return dtype
+    return _storable(array.dtype, where)
 
 
 def convert_npy(
@@ -775,9 +773,7 @@ def convert_npz(
     for m in members:
         if not m.shape:
             raise ConversionError(f"{path}: member {m.name!r}: a 0-d array has no records (axis 0)")
-        dtype = _storable(m.dtype, f"{path}: member {m.name!r}")
-        if dtype.byteorder == ">":
-            raise ConversionError(f"{path}: member {m.name!r}: big-endian arrays are not supported")
+        _storable(m.dtype, f"{path}: member {m.name!r}")
     lengths = {m.name: m.shape[0] for m in members}
     if len(set(lengths.values())) > 1:
         raise ConversionError(f"{path}: the arrays differ in length along axis 0: {lengths}")

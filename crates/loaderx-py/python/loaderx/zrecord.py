@@ -55,8 +55,27 @@ from ._zrecord import (
     _Closing,
 )
 
-#: Element types a typed container stores, as NumPy ``dtype.str``.
+#: The number element types a typed container stores, as NumPy
+#: ``dtype.str``: bool, integers, floats and complex, in either byte order.
+#: It also stores fixed-width bytes (``S``, ``V``) and Unicode (``U``) and
+#: ``datetime64``/``timedelta64`` with a unit (:func:`stores_dtype`).
 DTYPES: tuple[str, ...] = tuple(_native.DTYPES)
+
+
+def stores_dtype(dtype: Any) -> bool:
+    """Whether a typed container stores elements of `dtype` (anything
+    ``np.dtype`` takes)."""
+    try:
+        found = np.dtype(dtype)
+    except TypeError:
+        return False
+    return bool(
+        not found.hasobject
+        and found.fields is None
+        and found.subdtype is None
+        and not found.metadata
+        and _native.stores_dtype(found.str)
+    )
 
 #: Codec names a typed container accepts as ``codec=``, mapped to their tag.
 CODECS: dict[str, int] = dict(_native.TYPED_CODECS)
@@ -139,8 +158,14 @@ def _dtype(dtype: Any) -> np.dtype:
         raise ValueError(f"dtype metadata is not supported (dtype {found} carries {found.metadata})")
     if found.itemsize == 0:
         raise ValueError(f"zero-itemsize dtypes cannot be stored (dtype {found.str})")
-    if found.str not in DTYPES:
-        raise ValueError(f"dtype {found.str} ({found}) cannot be stored; supported: {list(DTYPES)}")
+    if not _native.stores_dtype(found.str):
+        why = (
+            "a datetime64/timedelta64 needs a unit, e.g. datetime64[ns]"
+            if found.kind in "mM"
+            else f"a store holds numbers (one of {list(DTYPES)}), fixed-width bytes or text "
+            "(S, V, U) and datetime64/timedelta64 with a unit"
+        )
+        raise ValueError(f"dtype {found.str} ({found}) cannot be stored: {why}")
     return found
 
 
@@ -1519,4 +1544,5 @@ __all__ = [
     "WRITE_CHUNK_BYTES",
     "ZrecordError",
     "ZrecordIndexError",
+    "stores_dtype",
 ]

@@ -34,9 +34,12 @@ __all__ = [
     "WRITE_CHUNK_BYTES",
     "ZrecordError",
     "ZrecordIndexError",
+    "stores_dtype",
 ]
 
 DTYPES: tuple[str, ...]
+
+def stores_dtype(dtype: Any) -> bool: ...
 CODECS: dict[str, int]
 EXISTS: int
 MAX_NDIM: int
