@@ -351,3 +351,11 @@ def test_dtypes_without_a_size_or_unit_are_refused(tmp_path: Path, name: str) ->
         Dense.create(tmp_path / "d", name, (3,), codec="raw")
     assert not (tmp_path / "d").exists()
     assert stores_dtype("M8[us]") and stores_dtype("S3") and stores_dtype(">f4")
+
+
+def test_2x_constant_names() -> None:
+    import loaderx.zrecord as zrecord
+
+    assert zrecord.MAX_DATA_SHARDS == zrecord.MAX_SHARDS == 16
+    assert zrecord.MAX_RECORD_LEN == zrecord.MAX_ITEM_LEN == 2**31 - 1
+    assert {"MAX_DATA_SHARDS", "MAX_RECORD_LEN", "EXISTS", "stores_dtype"} <= set(zrecord.__all__)

@@ -93,6 +93,11 @@ MAX_SHARDS: int = int(_native.MAX_LANES)
 #: Largest record, in bytes.
 MAX_ITEM_LEN: int = int(_native.MAX_ITEM_LEN)
 
+#: loaderx 2.x's names for :data:`MAX_SHARDS` and :data:`MAX_ITEM_LEN`
+#: (the values are ours: at most 16 write lanes, records up to 2 GiB - 1).
+MAX_DATA_SHARDS: int = MAX_SHARDS
+MAX_RECORD_LEN: int = MAX_ITEM_LEN
+
 #: Default bound on the source bytes handed to one append call (the rest of
 #: a large array follows in further calls; packing of ragged records
 #: overlaps with writing the previous block).
@@ -1536,8 +1541,10 @@ __all__ = [
     "FlatRagged",
     "IMAGE_CODECS",
     "Images",
+    "MAX_DATA_SHARDS",
     "MAX_ITEM_LEN",
     "MAX_NDIM",
+    "MAX_RECORD_LEN",
     "MAX_SHARDS",
     "Ragged",
     "WRITE_BEHIND_AT_LEAST",

@@ -26,8 +26,10 @@ __all__ = [
     "FlatRagged",
     "IMAGE_CODECS",
     "Images",
+    "MAX_DATA_SHARDS",
     "MAX_ITEM_LEN",
     "MAX_NDIM",
+    "MAX_RECORD_LEN",
     "MAX_SHARDS",
     "Ragged",
     "WRITE_BEHIND_AT_LEAST",
@@ -45,6 +47,8 @@ EXISTS: int
 MAX_NDIM: int
 MAX_SHARDS: int
 MAX_ITEM_LEN: int
+MAX_DATA_SHARDS: int
+MAX_RECORD_LEN: int
 WRITE_CHUNK_BYTES: Final[int]
 WRITE_BEHIND_AT_LEAST: Final[int]
 IMAGE_CODECS: tuple[str, ...]
