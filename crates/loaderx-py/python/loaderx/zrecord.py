@@ -66,16 +66,10 @@ def stores_dtype(dtype: Any) -> bool:
     """Whether a typed container stores elements of `dtype` (anything
     ``np.dtype`` takes)."""
     try:
-        found = np.dtype(dtype)
-    except TypeError:
+        _dtype(dtype)
+    except (TypeError, ValueError):
         return False
-    return bool(
-        not found.hasobject
-        and found.fields is None
-        and found.subdtype is None
-        and not found.metadata
-        and _native.stores_dtype(found.str)
-    )
+    return True
 
 #: Codec names a typed container accepts as ``codec=``, mapped to their tag.
 CODECS: dict[str, int] = dict(_native.TYPED_CODECS)
