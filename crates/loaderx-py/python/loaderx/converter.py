@@ -432,7 +432,10 @@ def _hf_split(
     """Write one ``datasets.Dataset`` or ``IterableDataset`` (with known
     features) as stores ``prefix + column``: the columns' Arrow data batch
     by batch (dtypes exactly as stored), image columns decoded through
-    ``datasets``' NumPy formatting. Returns the rows written."""
+    ``datasets``' NumPy formatting. Returns the records every store of
+    the split must hold: the dataset's length for a ``Dataset`` (so the
+    commit checks the batches covered every row), the rows read for an
+    ``IterableDataset``, whose length is known only once read."""
     layouts = {col: _hf_layout(feat, col) for col, feat in ds.features.items()}
     plain = [c for c, (k, _, _) in layouts.items() if k != "image"]
     images = [c for c, (k, _, _) in layouts.items() if k == "image"]
@@ -491,7 +494,7 @@ def _hf_split(
     for col in images:
         if prefix + col not in out.writers:
             out.ragged(prefix + col, np.dtype(np.uint8), 3)
-    return row
+    return row if _is_iterable_dataset(ds) else len(ds)
 
 
 def _is_iterable_dataset(ds: Any) -> bool:
