@@ -1488,7 +1488,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     sections = set(args.sections)
     if "store" in sections:
-        result.update(store_section(workers, args))
+        result.update(store_section(workers, args, result["workloads"]))
     # The workers go before the loaders, which run in processes of their
     # own: the bench venv's worker holds GiBs (the ceiling's copies, Arrow
     # and Parquet state) that the loaders need not compete with.
@@ -1505,7 +1505,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[str, Any]:
+def allocated_bytes(root: Path) -> int:
+    """The blocks allocated to the files under `root` (0 if it is absent)."""
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def check_disk(data_dir: Path, write_jobs: list[dict[str, Any]],
+               manifests: dict[str, Any]) -> None:
+    """Refuse, before the first write, a data directory without room for
+    the stores the section keeps until its gathers end (each about its
+    records' logical size: a raw store takes that plus its table, a
+    compressed one less), instead of failing half way with ENOSPC and
+    measuring a fraction of the field."""
+    need = sum(int(manifests[j["workload"]]["logical_bytes"]) for j in write_jobs)
+    stores = data_dir / "stores"
+    have = shutil.disk_usage(data_dir).free + allocated_bytes(stores)
+    if have < need:
+        raise SystemExit(
+            f"field: the store section keeps every store it writes until its gathers end, "
+            f"about {need / MIB / 1024:.1f} GiB under {stores}, but only {have / MIB / 1024:.1f} "
+            f"GiB is free there; free some space or pass --data-dir on a larger disk")
+
+
+def store_section(workers: dict[str, Remote], args: argparse.Namespace,
+                  manifests: dict[str, Any]) -> dict[str, Any]:
     workloads = args.workloads or list(WORKLOADS)
     jobs: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -1519,6 +1549,7 @@ def store_section(workers: dict[str, Remote], args: argparse.Namespace) -> dict[
     jobs.sort(key=lambda j: (order[j["workload"]], j["codec"] != "raw", j["codec"]))
     drop = not args.smoke
     write_jobs = [j for j in jobs if j["contender"] != "memory"]
+    check_disk(args.data_dir, write_jobs, manifests)
     wsamples: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     dropped_all = drop
     failed: list[dict[str, Any]] = []
