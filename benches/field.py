@@ -1505,18 +1505,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def allocated_bytes(root: Path) -> int:
-    """The blocks allocated to the files under `root` (0 if it is absent)."""
-    total = 0
-    for folder, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
-            except OSError:
-                pass
-    return total
-
-
 def check_disk(data_dir: Path, write_jobs: list[dict[str, Any]],
                manifests: dict[str, Any]) -> None:
     """Refuse, before the first write, a data directory without room for

@@ -119,8 +119,7 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
         Section::Field => {
             field(ws, venv, &["store", "loader"], &ws.root.join(FIELD_JSON))?;
             // The other blocks of the docs come from the kept runs.
-            let jsons = [RUN_JSON, TYPED_JSON, FIELD_JSON].map(|j| ws.root.join(j));
-            return tables(ws, venv, &jsons, true);
+            return tables(ws, venv, &kept_runs(ws), true);
         }
         Section::All | Section::Typed => {}
     }
@@ -142,8 +141,12 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
     }
     // Every block of the docs is rewritten, so `typed` too passes the kept
     // runs of the sections it did not measure.
-    let jsons = [RUN_JSON, TYPED_JSON, FIELD_JSON].map(|j| ws.root.join(j));
-    tables(ws, venv, &jsons, true)
+    tables(ws, venv, &kept_runs(ws), true)
+}
+
+/// The kept runs every generated block of the docs comes from.
+fn kept_runs(ws: &Workspace) -> [PathBuf; 3] {
+    [RUN_JSON, TYPED_JSON, FIELD_JSON].map(|j| ws.root.join(j))
 }
 
 /// `compare.py all --smoke` and `typed.py --smoke`, then their tables
