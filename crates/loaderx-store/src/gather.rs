@@ -8,7 +8,7 @@ use loaderx_format::{CodecTag, Head, RecordLoc};
 use crate::{
     Codec, Error, Result, Store,
     parallel::{self, SharedDst},
-    runs::MAX_CHUNKS,
+    runs::{Finder, MAX_CHUNKS},
     storage::{FileId, Storage},
 };
 
@@ -54,6 +54,70 @@ fn copy_small(dst: &mut [u8], src: &[u8]) {
         (16, 16) => dst[..16].copy_from_slice(&src[..16]),
         _ => dst.copy_from_slice(src),
     }
+}
+
+/// Copies the records `idxs` of one length from the chunk maps `maps` to
+/// `out`, `stride` bytes apart: `N` bytes each, or `out`'s length less
+/// `stride` times the others when `N` is 0 (a length with no copy of its
+/// own). `false` as soon as `finder` places a record outside its chunk's
+/// map (a broken index; records before it may have been written).
+///
+/// A block's records are found first, and their lines asked for when
+/// `prefetch`; then copied. A prefetch does not hold up the instructions
+/// after it, so the first loop has the block's cache misses in flight at
+/// once; finding a record takes some thirty instructions, and with the
+/// copy in the same loop only a few records' misses fit in the processor's
+/// window (8-byte labels from a 1M-record store: 1.8 µs per 256, against
+/// 1.3 µs in two loops).
+#[inline]
+fn copy_found<const N: usize>(
+    finder: Finder<'_>,
+    maps: &[&[u8]],
+    idxs: &[u64],
+    out: &mut [u8],
+    stride: usize,
+    prefetch: bool,
+) -> bool {
+    let len = if N == 0 {
+        out.len() - (idxs.len() - 1) * stride
+    } else {
+        N
+    };
+    let mut srcs: [&[u8]; COPY_BLOCK] = [&[]; COPY_BLOCK];
+    for (block, at) in idxs
+        .chunks(COPY_BLOCK)
+        .zip((0..).step_by(COPY_BLOCK * stride))
+    {
+        for (src, &i) in srcs.iter_mut().zip(block) {
+            let (slot, offset) = finder.find(i);
+            let found = usize::try_from(offset)
+                .ok()
+                .and_then(|o| maps.get(slot)?.get(o..o.checked_add(len)?));
+            let Some(found) = found else {
+                return false;
+            };
+            if prefetch {
+                if N > 0 && N <= 16 {
+                    // One line: a scalar record sits inside one when its
+                    // offset is a multiple of its size, as appends lay
+                    // records of one size out.
+                    crate::files::prefetch(std::iter::once(&found[..1]));
+                } else {
+                    crate::files::prefetch(std::iter::once(found));
+                }
+            }
+            *src = found;
+        }
+        for (k, src) in srcs[..block.len()].iter().enumerate() {
+            let o = at + k * stride;
+            if N > 0 {
+                out[o..o + N].copy_from_slice(&src[..N]);
+            } else {
+                copy_small(&mut out[o..o + len], src);
+            }
+        }
+    }
+    true
 }
 
 /// Where record `i` of a gather lands in the destination.
@@ -360,38 +424,25 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let copied = self.files.with_many_bytes(ranges, "read", |maps| {
             let shared = SharedDst::new(dst);
             parallel::for_ranges(idxs.len(), bytes, |range| {
-                // A block's records found first (and their lines asked
-                // for), then copied in a loop short enough that many of
-                // their cache misses are in flight at once.
-                let mut srcs: [&[u8]; COPY_BLOCK] = [&[]; COPY_BLOCK];
-                for start in range.clone().step_by(COPY_BLOCK) {
-                    let block = start..range.end.min(start + COPY_BLOCK);
-                    for (src, i) in srcs.iter_mut().zip(block.clone()) {
-                        let (slot, offset) = finder.find(idxs[i]);
-                        let found = usize::try_from(offset)
-                            .ok()
-                            .and_then(|at| maps[slot].get(at..at.checked_add(len)?));
-                        // Every record lies inside its chunk's indexed bytes
-                        // (indexed from its checked entry): `None` is a
-                        // broken index, left to the general path.
-                        let Some(found) = found else {
-                            broken.store(true, Ordering::Relaxed);
-                            return Ok(());
-                        };
-                        if prefetch {
-                            crate::files::prefetch(std::iter::once(found));
-                        }
-                        *src = found;
-                    }
-                    for (src, i) in srcs.iter().zip(block) {
-                        // SAFETY: the last record's slot ends inside `dst`
-                        // (checked above) and each record is at most
-                        // `stride` bytes, so distinct records' ranges lie
-                        // inside it and do not overlap; each index belongs
-                        // to one range handed to one worker.
-                        let out = unsafe { shared.range_mut(i * stride, len) };
-                        copy_small(out, src);
-                    }
+                let span = (range.len() - 1) * stride + len;
+                // SAFETY: the last record's slot ends inside `dst` (checked
+                // above), so this range's slots do too; each index belongs
+                // to one range handed to one worker, so ranges' spans do not
+                // overlap.
+                let out = unsafe { shared.range_mut(range.start * stride, span) };
+                let idxs = &idxs[range];
+                let whole = match len {
+                    8 => copy_found::<8>(finder, maps, idxs, out, stride, prefetch),
+                    4 => copy_found::<4>(finder, maps, idxs, out, stride, prefetch),
+                    2 => copy_found::<2>(finder, maps, idxs, out, stride, prefetch),
+                    16 => copy_found::<16>(finder, maps, idxs, out, stride, prefetch),
+                    _ => copy_found::<0>(finder, maps, idxs, out, stride, prefetch),
+                };
+                // Every record lies inside its chunk's indexed bytes
+                // (indexed from its checked entry): `false` is a broken
+                // index, left to the general path.
+                if !whole {
+                    broken.store(true, Ordering::Relaxed);
                 }
                 Ok(())
             })

@@ -176,9 +176,13 @@ where
     if n == 0 {
         return Ok(());
     }
+    // Before the pool is asked for (a process id check and a lock).
+    if n == 1 || bytes < serial_bytes() {
+        return work(0..n);
+    }
     let pool = pool();
     let threads = pool.current_num_threads();
-    if n == 1 || threads == 1 || bytes < serial_bytes() {
+    if threads == 1 {
         return work(0..n);
     }
     let parts = (threads * 4).min(n);

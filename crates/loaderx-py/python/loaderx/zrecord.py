@@ -977,7 +977,12 @@ class Dense(_Container):
     def __getitem__(self, idx: Any) -> Any:
         """One record for an integer (negative counts from the end); a
         stacked ``(n, *item_shape)`` array for anything else."""
-        store = self._reading()
+        # What `_reading()` checks, inline for an open reader with no write
+        # in flight (a batch of 256 labels costs about as much as these
+        # calls did).
+        store = self._store
+        if store is None or not self._readable or self._behind is not None:
+            store = self._reading()
         # An index array first: the batch path is the hot one, and a small
         # batch of 64-bit indices is one native call.
         if type(idx) is np.ndarray and idx.ndim == 1:
