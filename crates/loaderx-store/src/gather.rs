@@ -30,6 +30,11 @@ const PREFETCH_DISTANCE: usize = 16;
 /// (`gather_covered`).
 const COPY_BLOCK: usize = 32;
 
+/// Bytes of records a covered gather's block asks for before copying them:
+/// a block of 2 KiB records that asked for all of theirs would push its
+/// own first lines out of the L1 cache (32 KiB or more) before the copy.
+const PREFETCH_BLOCK_BYTES: usize = 16 << 10;
+
 /// Chunks a batch of raw records may lie in for `copy_raw_runs` to borrow
 /// each chunk's map once (finding a record's chunk is a linear search).
 const MAX_SPANS: usize = 32;
@@ -62,8 +67,9 @@ fn copy_small(dst: &mut [u8], src: &[u8]) {
 /// own). `false` as soon as `finder` places a record outside its chunk's
 /// map (a broken index; records before it may have been written).
 ///
-/// A block's records are found first, and their lines asked for when
-/// `prefetch`; then copied. A prefetch does not hold up the instructions
+/// A block's records (up to [`COPY_BLOCK`], and [`PREFETCH_BLOCK_BYTES`]
+/// of them) are found first, and their lines asked for when `prefetch`;
+/// then copied. A prefetch does not hold up the instructions
 /// after it, so the first loop has the block's cache misses in flight at
 /// once; finding a record takes some thirty instructions, and with the
 /// copy in the same loop only a few records' misses fit in the processor's
@@ -83,10 +89,11 @@ fn copy_found<const N: usize>(
     } else {
         N
     };
+    let block_len = (PREFETCH_BLOCK_BYTES / len).clamp(1, COPY_BLOCK);
     let mut srcs: [&[u8]; COPY_BLOCK] = [&[]; COPY_BLOCK];
     for (block, at) in idxs
-        .chunks(COPY_BLOCK)
-        .zip((0..).step_by(COPY_BLOCK * stride))
+        .chunks(block_len)
+        .zip((0..).step_by(block_len * stride))
     {
         for (src, &i) in srcs.iter_mut().zip(block) {
             let (slot, offset) = finder.find(i);
