@@ -608,7 +608,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Places the encoded records serially: they are cut into one
     /// contiguous run per lane, of about equal bytes, so the lanes' files
-    /// are written at once; a record never straddles chunks, and `>=` keeps
+    /// are written at once (over as many lanes as the append fills with
+    /// [`lane_bytes`](crate::OpenOptions::lane_bytes) each, from lane 0); a record never straddles chunks, and `>=` keeps
     /// a frontier strictly below the capacity (FORMAT.md, "Limits").
     /// Returns each record's place, the head after, and the new chunks.
     pub(crate) fn place(
@@ -625,13 +626,17 @@ impl<C: Codec, S: Storage> Store<C, S> {
         })?;
         let lanes = usize::from(before.lanes);
         let stored: u64 = encoded.iter().map(|e| u64::from(e.phys)).sum();
+        let spread = match self.lane_bytes {
+            0 => lanes,
+            per => usize::try_from(stored.div_ceil(per)).map_or(lanes, |n| n.clamp(1, lanes)),
+        };
         let mut after = *before;
         let mut new_chunks = Vec::new();
         let mut lane = 0usize;
         let mut lane_bytes = 0u64;
         for e in encoded {
             // Move to the next lane once this one has its share.
-            if lane + 1 < lanes && lane_bytes * lanes as u64 >= stored * (lane as u64 + 1) {
+            if lane + 1 < spread && lane_bytes * spread as u64 >= stored * (lane as u64 + 1) {
                 lane += 1;
             }
             let tail = &mut after.tails[lane];

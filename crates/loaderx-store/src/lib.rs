@@ -86,5 +86,5 @@ pub use loaderx_format::{MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS};
 /// The image codecs (`loaderx-image`), with the `image` feature.
 #[cfg(feature = "image")]
 pub use loaderx_image as image;
-pub use open::OpenOptions;
+pub use open::{LANE_BYTES, OpenOptions};
 pub use store::{Stats, Store};

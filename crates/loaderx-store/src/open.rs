@@ -37,6 +37,13 @@ pub struct OpenOptions {
     /// appends spread their bytes over this many chunk files, written at
     /// once. Ignored when opening an existing store (it keeps its own).
     pub lanes: u8,
+    /// Stored bytes an append puts in a write lane before it spreads over
+    /// the next: an append of fewer than `lanes × lane_bytes` bytes uses
+    /// only as many lanes as it fills, from lane 0 ([`LANE_BYTES`] by
+    /// default; 0 spreads every append over every lane). Small appends
+    /// gain little from writing several files at once, and every chunk
+    /// file a gather touches costs it a length check and a map.
+    pub lane_bytes: u64,
     /// Check the CRC32C of raw records on every gather too (format v2).
     /// Compressed records are always checked; raw ones would cost a second
     /// pass over their bytes, so this is off by default (`docs/FORMAT.md`).
@@ -55,6 +62,7 @@ impl Default for OpenOptions {
             create: true,
             chunk_capacity: CHUNK_CAPACITY,
             lanes: 1,
+            lane_bytes: LANE_BYTES,
             check_raw: false,
             codecs: CodecRegistry::new(),
         }
@@ -69,6 +77,12 @@ impl OpenOptions {
         self
     }
 }
+
+/// [`OpenOptions::lane_bytes`]'s default: 8 MiB, so 1,000,000 8-byte
+/// labels written in one append land in one chunk file, and an append of
+/// the 64 MiB blocks the Python writers hand over still spreads over four
+/// lanes.
+pub const LANE_BYTES: u64 = 8 << 20;
 
 impl OpenOptions {
     /// Options for a read-only open.
@@ -331,6 +345,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             committed: Mutex::new(head),
             schema,
             check_raw: options.check_raw,
+            lane_bytes: options.lane_bytes,
             dictionary,
             owner: std::process::id(),
             chunk_lens,

@@ -68,6 +68,8 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// Whether gathers check the CRC32C of raw records too (compressed
     /// records are always checked in format v2).
     pub(crate) check_raw: bool,
+    /// [`OpenOptions::lane_bytes`](crate::OpenOptions::lane_bytes).
+    pub(crate) lane_bytes: u64,
     /// The store's zstd dictionary, prepared once (v2 `zstd_dict` stores).
     pub(crate) dictionary: Option<crate::codec::ZstdDictionary>,
     /// The process that opened the handle: a forked child's copy must not

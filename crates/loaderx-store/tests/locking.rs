@@ -174,13 +174,17 @@ fn a_late_writer_catches_up_in_format_v2_and_before_a_delete() {
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v2");
+    // Small appends over every lane, so every lane's tail moves.
     let options = OpenOptions {
         lanes: 3,
+        lane_bytes: 0,
         ..OpenOptions::default()
     };
-    drop(Store::<Deflate>::create_v2(&path, &Schema::bytes(CodecTag::LZ4), options).unwrap());
-    let first: Store<Deflate> = Store::open(&path).unwrap();
-    let mut late: Store<Deflate> = Store::open(&path).unwrap();
+    drop(
+        Store::<Deflate>::create_v2(&path, &Schema::bytes(CodecTag::LZ4), options.clone()).unwrap(),
+    );
+    let first: Store<Deflate> = Store::open_with(&path, options.clone()).unwrap();
+    let mut late: Store<Deflate> = Store::open_with(&path, options).unwrap();
     first.append_fixed(&[1u8; 600], 6, 100).unwrap();
     first.sync().unwrap();
     drop(first);

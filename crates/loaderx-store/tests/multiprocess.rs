@@ -49,10 +49,15 @@ fn locked(e: &Error) -> bool {
     matches!(e, Error::Locked { .. })
 }
 
-/// Opens the store, retrying while someone holds it exclusively.
+/// Opens the store, retrying while someone holds it exclusively. Its
+/// appends, small as they are, spread over every lane of a v2 store.
 fn open(path: &Path) -> Store<Deflate> {
+    let options = loaderx_store::OpenOptions {
+        lane_bytes: 0,
+        ..loaderx_store::OpenOptions::default()
+    };
     for _ in 0..2000 {
-        match Store::open(path) {
+        match Store::open_with(path, options.clone()) {
             Ok(s) => return s,
             Err(e) if locked(&e) => thread::sleep(Duration::from_millis(2)),
             Err(e) => panic!("open failed: {e}"),

@@ -59,6 +59,9 @@ enum Fmt {
 fn options() -> OpenOptions {
     OpenOptions {
         chunk_capacity: CAPACITY,
+        // Every append over every lane, however small: the histories
+        // commit several lanes' tails at once.
+        lane_bytes: 0,
         ..OpenOptions::default()
     }
 }

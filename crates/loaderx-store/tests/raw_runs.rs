@@ -38,6 +38,8 @@ fn options(chunk_capacity: u64, lanes: u8) -> OpenOptions {
     OpenOptions {
         chunk_capacity,
         lanes,
+        // Small appends over every lane too: runs cross lanes.
+        lane_bytes: 0,
         ..OpenOptions::default()
     }
 }

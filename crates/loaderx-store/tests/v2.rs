@@ -51,6 +51,8 @@ fn ragged(dtype: &str, ndim: u8, codec: CodecTag, dictionary: Option<Vec<u8>>) -
 fn lanes(n: u8) -> OpenOptions {
     OpenOptions {
         lanes: n,
+        // The tests' small appends spread over every lane.
+        lane_bytes: 0,
         ..OpenOptions::default()
     }
 }
@@ -705,4 +707,49 @@ fn records_on_both_sides_of_the_read_threshold_round_trip_and_damage_is_named() 
         store.gather(&[4], &mut out, 300_000).unwrap();
         assert!(out == records[4]);
     }
+}
+
+/// An append places its records in as many lanes as it fills with
+/// `lane_bytes` each (lane 0 first, every lane at most), and `lane_bytes: 0`
+/// spreads even a small append over every lane; either way every record
+/// reads back.
+#[test]
+fn appends_use_as_many_lanes_as_they_fill() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = |path: &std::path::Path| -> Vec<u32> {
+        (0..4u32)
+            .filter(|c| std::fs::metadata(path.join(format!("{c}.zr"))).is_ok_and(|m| m.len() > 0))
+            .collect()
+    };
+    let schema = Schema::bytes(CodecTag::RAW);
+    let records: Vec<u8> = (0..80u32).flat_map(|i| [i as u8; 100]).collect();
+    let path = dir.path().join("filled");
+    let options = OpenOptions {
+        lanes: 4,
+        lane_bytes: 1000,
+        ..OpenOptions::default()
+    };
+    let store: Store = Store::create_v2(&path, &schema, options).unwrap();
+    // 500 bytes: one lane's worth.
+    store.append_fixed(&records[..500], 5, 100).unwrap();
+    assert_eq!(written(&path), [0]);
+    // 2,500 bytes: three lanes.
+    store.append_fixed(&records[500..3000], 25, 100).unwrap();
+    assert_eq!(written(&path), [0, 1, 2]);
+    assert_eq!(std::fs::metadata(path.join("3.zr")).unwrap().len(), 0);
+    // 5,000 bytes: all four (no more than the store has).
+    store.append_fixed(&records[3000..8000], 50, 100).unwrap();
+    assert_eq!(written(&path), [0, 1, 2, 3]);
+    let mut out = vec![0u8; 8000];
+    let all: Vec<u64> = (0..80).collect();
+    store.gather_exact(&all, &mut out, 100).unwrap();
+    assert_eq!(out, records);
+
+    let path = dir.path().join("spread");
+    let store: Store = Store::create_v2(&path, &schema, lanes(4)).unwrap();
+    store.append_fixed(&records[..500], 5, 100).unwrap();
+    assert_eq!(written(&path), [0, 1, 2, 3]);
+    let mut out = vec![0u8; 500];
+    store.gather_exact(&[0, 1, 2, 3, 4], &mut out, 100).unwrap();
+    assert_eq!(out, records[..500]);
 }
