@@ -609,8 +609,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Places the encoded records serially: they are cut into one
     /// contiguous run per lane, of about equal bytes, so the lanes' files
     /// are written at once (over as many lanes as the append fills with
-    /// [`lane_bytes`](crate::OpenOptions::lane_bytes) each, from lane 0); a record never straddles chunks, and `>=` keeps
-    /// a frontier strictly below the capacity (FORMAT.md, "Limits").
+    /// [`lane_bytes`](crate::OpenOptions::lane_bytes) each, from lane 0);
+    /// a record never straddles chunks, and `>=` keeps a frontier strictly
+    /// below the capacity (FORMAT.md, "Limits").
     /// Returns each record's place, the head after, and the new chunks.
     pub(crate) fn place(
         &self,
