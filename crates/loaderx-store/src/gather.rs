@@ -434,8 +434,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 let span = (range.len() - 1) * stride + len;
                 // SAFETY: the last record's slot ends inside `dst` (checked
                 // above), so this range's slots do too; each index belongs
-                // to one range handed to one worker, so ranges' spans do not
-                // overlap.
+                // to one range handed to one worker, and a record is at
+                // most `stride` bytes (`fits`), so a range's span ends at or
+                // before the next range's first slot: spans do not overlap.
                 let out = unsafe { shared.range_mut(range.start * stride, span) };
                 let idxs = &idxs[range];
                 let whole = match len {

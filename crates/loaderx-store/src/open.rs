@@ -34,15 +34,18 @@ pub struct OpenOptions {
     /// rollover without writing gigabytes.
     pub chunk_capacity: u64,
     /// Write lanes of a store created by [`Store::create_v2`] (`1..=16`):
-    /// appends spread their bytes over this many chunk files, written at
-    /// once. Ignored when opening an existing store (it keeps its own).
+    /// appends spread their bytes over up to this many chunk files,
+    /// written at once (see [`lane_bytes`](Self::lane_bytes)). Ignored
+    /// when opening an existing store (it keeps its own).
     pub lanes: u8,
     /// Stored bytes an append puts in a write lane before it spreads over
     /// the next: an append of fewer than `lanes × lane_bytes` bytes uses
     /// only as many lanes as it fills, from lane 0 ([`LANE_BYTES`] by
-    /// default; 0 spreads every append over every lane). Small appends
-    /// gain little from writing several files at once, and every chunk
-    /// file a gather touches costs it a length check and a map.
+    /// default; 0 spreads every append over every lane). An append larger
+    /// than the 64 MiB encode window is placed a window at a time, so its
+    /// last window may use fewer lanes. Small appends gain little from
+    /// writing several files at once, and every chunk file a gather
+    /// touches costs it a length check and a map.
     pub lane_bytes: u64,
     /// Check the CRC32C of raw records on every gather too (format v2).
     /// Compressed records are always checked; raw ones would cost a second

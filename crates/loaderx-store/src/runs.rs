@@ -56,7 +56,7 @@ pub(crate) const MAX_CHUNKS: usize = 8;
 /// Buckets an index has at least, once it covers as many records: each
 /// run's end splits a bucket, whose records are found by a search, so a
 /// store of few long runs (four lanes' chunks) is cut finer than four
-/// buckets a run, to keep those records rare (48 KiB of tables).
+/// buckets a run, to keep those records rare (up to 96 KiB of tables).
 const MIN_BUCKETS: u64 = 4096;
 
 /// A bucket of [`RawRuns::direct`] that runs span.

@@ -161,8 +161,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if self.schema.is_some() { 2 } else { 1 }
     }
 
-    /// The write lanes: how many chunk sequences appends spread records
-    /// over (chosen at creation; 1 for a format v1 store).
+    /// The write lanes: over how many chunk sequences, at most, appends
+    /// spread records (chosen at creation; 1 for a format v1 store).
     pub fn lanes(&self) -> u8 {
         self.head().lanes
     }

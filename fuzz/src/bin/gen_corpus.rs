@@ -104,6 +104,9 @@ fn v2_image(
     let options = OpenOptions {
         chunk_capacity: 4096,
         lanes,
+        // The small appends below over every lane, so the seeds hold
+        // several lanes' tails.
+        lane_bytes: 0,
         ..OpenOptions::default()
     };
     let store: Store<Deflate, MemStorage> =
