@@ -84,6 +84,25 @@ fn copy_found<const N: usize>(
     stride: usize,
     prefetch: bool,
 ) -> bool {
+    // A store written in order into one chunk (one run): each record's
+    // place is a multiply, with no table to look in.
+    if let Some((slot, start, first, len)) = finder.single_run() {
+        let find = move |i: u64| (slot, start + (i - first) * len);
+        return copy_found_with::<N>(find, maps, idxs, out, stride, prefetch);
+    }
+    copy_found_with::<N>(|i| finder.find(i), maps, idxs, out, stride, prefetch)
+}
+
+/// [`copy_found`], each record's chunk slot and offset given by `find`.
+#[inline]
+fn copy_found_with<const N: usize>(
+    find: impl Fn(u64) -> (usize, u64),
+    maps: &[&[u8]],
+    idxs: &[u64],
+    out: &mut [u8],
+    stride: usize,
+    prefetch: bool,
+) -> bool {
     let len = if N == 0 {
         out.len() - (idxs.len() - 1) * stride
     } else {
@@ -96,7 +115,7 @@ fn copy_found<const N: usize>(
         .zip((0..).step_by(block_len * stride))
     {
         for (src, &i) in srcs.iter_mut().zip(block) {
-            let (slot, offset) = finder.find(i);
+            let (slot, offset) = find(i);
             let found = usize::try_from(offset)
                 .ok()
                 .and_then(|o| maps.get(slot)?.get(o..o.checked_add(len)?));
