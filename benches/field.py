@@ -27,10 +27,12 @@ every contender reads the same bytes whatever its NumPy), then:
   closed and ``os.sync()`` has returned (durable, whatever the contender's
   own fsync policy); then gathered, workload by workload (one workload's
   stores fit in the page cache, all of them do not): batches of 256 random
-  indices (the same index batches for everybody) from a warm page cache,
-  each store read through and its batches gathered once before its
-  rounds, and read through again before each of its timed rounds, the
-  contents of one batch checked against the source. Jobs are alternated
+  indices (the same sequence of index batches for everybody) from a warm
+  page cache, each round at least 40 batches and at least 50 ms (a fast
+  contender goes further along the sequence), each store read through and
+  given one untimed round before its rounds, and read through again before
+  each of its timed rounds, the contents of one batch checked against the
+  source. Jobs are alternated
   round by round (order rotated each round) and the medians kept; p95 is
   over every batch of every round. The in-memory ceiling (the same batches
   gathered from an array in memory, split over every core) runs in the
@@ -92,6 +94,14 @@ LOADER_BATCH = 256
 LOADER_WORKERS = 4
 LOADER_PREFETCH = 4
 GEN_VERSION = 1
+# A gather round runs at least this long (and at least `gather_batches`
+# batches): 40 batches of 256 labels take well under a millisecond, where a
+# round's start (caches, the timer, a stray interrupt) decides more than
+# the store does.
+ROUND_MIN_S = 0.05
+# The most batches a round gathers (a bound on the index batches a worker
+# holds: 20,000 x 256 indices are 40 MiB).
+ROUND_MAX_BATCHES = 20_000
 
 # Settings of a run; scaled by configure().
 CFG: dict[str, Any] = {}
@@ -104,14 +114,14 @@ def configure(scale: float, smoke: bool) -> None:
     if smoke:
         CFG.update(
             img224=300, img64=400, photos_mib=4, tok512=600, tokens=1200, labels=5000,
-            gather_batches=2, rounds=1, write_rounds=1, loader_rounds=1,
+            gather_batches=2, round_min_s=0.0, rounds=1, write_rounds=1, loader_rounds=1,
             loader_warmup=2, loader_batches=4, smoke=True, scale=0.0,
         )
         return
     CFG.update(
         img224=n(4000, 1000), img64=n(20000, 1000), photos_mib=max(16, int(512 * scale)),
         tok512=n(100_000, 2000), tokens=n(200_000, 4000), labels=n(1_000_000, 10_000),
-        gather_batches=40 if scale >= 0.5 else 12, rounds=7 if scale >= 0.5 else 3,
+        gather_batches=40 if scale >= 0.5 else 12, round_min_s=ROUND_MIN_S, rounds=7 if scale >= 0.5 else 3,
         write_rounds=3 if scale >= 0.5 else 1, loader_rounds=5 if scale >= 0.5 else 2,
         loader_warmup=10 if scale >= 0.5 else 4, loader_batches=100 if scale >= 0.5 else 20,
         smoke=False, scale=scale,
@@ -299,10 +309,21 @@ class Workload:
                     raise ValueError(f"{who}: gathered a wrong {self.name} record ({i})")
 
 
-def batches_for(w: Workload, count: int) -> list[np.ndarray]:
-    rng = np.random.default_rng([7, list(WORKLOADS).index(w.name)])
-    size = GATHER_BATCH_OF.get(w.name, GATHER_BATCH)
-    return [rng.integers(0, w.n, size=size).astype(np.int64) for _ in range(count)]
+class Batches:
+    """A workload's index batches, the same sequence for every contender in
+    every worker: drawn one after another from one seeded generator, as
+    far as the fastest contender's rounds reach."""
+
+    def __init__(self, w: Workload) -> None:
+        self.n = w.n
+        self.size = GATHER_BATCH_OF.get(w.name, GATHER_BATCH)
+        self.rng = np.random.default_rng([7, list(WORKLOADS).index(w.name)])
+        self.drawn: list[np.ndarray] = []
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        while len(self.drawn) <= k:
+            self.drawn.append(self.rng.integers(0, self.n, size=self.size).astype(np.int64))
+        return self.drawn[k]
 
 
 # ----------------------------------------------------------------- helpers
@@ -823,12 +844,12 @@ class Worker:
         self.by_name = {c.name: c for c in self.contenders}
         self.workloads: dict[str, Workload] = {}
         self.readers: dict[str, tuple[Callable[[np.ndarray], Any], Workload]] = {}
-        self.batches: dict[str, list[np.ndarray]] = {}
+        self.batches: dict[str, Batches] = {}
 
     def wl(self, name: str) -> Workload:
         if name not in self.workloads:
             self.workloads[name] = Workload(name, self.src)
-            self.batches[name] = batches_for(self.workloads[name], CFG["gather_batches"])
+            self.batches[name] = Batches(self.workloads[name])
         return self.workloads[name]
 
     def hello(self) -> dict[str, Any]:
@@ -885,11 +906,10 @@ class Worker:
         if contender != "memory":
             read_through(path)
         gather = c.open(path, w, codec)
-        for b in self.batches[workload]:
-            gather(b)
+        self.readers[f"{contender}/{codec}/{workload}"] = (gather, w)
+        self.gather(contender, workload, codec)  # one untimed round
         idx = self.batches[workload][0]
         w.check(idx, gather(idx), f"{self.impl}/{contender}/{codec}/{workload}")
-        self.readers[f"{contender}/{codec}/{workload}"] = (gather, w)
         return {}
 
     def warm(self, contender: str, workload: str, codec: str) -> dict[str, Any]:
@@ -905,23 +925,27 @@ class Worker:
         return {}
 
     def gather(self, contender: str, workload: str, codec: str) -> dict[str, Any]:
+        """One round: the workload's batches from the first on, at least
+        `gather_batches` of them and for at least `round_min_s`, so a
+        fast contender gathers more of the same sequence than a slow one."""
         gather, w = self.readers[f"{contender}/{codec}/{workload}"]
-        times = []
-        t_all = time.perf_counter()
-        for b in self.batches[workload]:
+        batches = self.batches[workload]
+        times: list[float] = []
+        total = 0.0
+        while len(times) < ROUND_MAX_BATCHES and (
+                len(times) < CFG["gather_batches"] or total < CFG["round_min_s"]):
+            b = batches[len(times)]
             t0 = time.perf_counter()
             gather(b)
             times.append(time.perf_counter() - t0)
-        total = time.perf_counter() - t_all
-        nbytes = 0
-        size = len(self.batches[workload][0])
+            total += times[-1]
+        done = [batches[k] for k in range(len(times))]
         if w.kind == "dense":
-            nbytes = size * w.median_record_bytes * len(self.batches[workload])
+            nbytes = batches.size * w.median_record_bytes * len(done)
         else:
-            for b in self.batches[workload]:
-                nbytes += int((w.offsets[b + 1] - w.offsets[b]).sum()) * w.dtype.itemsize
+            nbytes = sum(int((w.offsets[b + 1] - w.offsets[b]).sum()) for b in done) * w.dtype.itemsize
         return {"total_s": total, "batch_s": times, "bytes": nbytes,
-                "records": size * len(self.batches[workload])}
+                "records": batches.size * len(done)}
 
     def close_all(self) -> dict[str, Any]:
         self.readers.clear()

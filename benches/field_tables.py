@@ -234,6 +234,12 @@ def targets_table(result: dict[str, Any]) -> str:
 # ----------------------------------------------------------------- report
 
 
+def round_min(cfg: dict[str, Any]) -> str:
+    """A round's least duration, as the machine line words it."""
+    least = cfg.get("round_min_s")
+    return f" and {least * 1000:.0f} ms" if least else ""
+
+
 def machine_line(result: dict[str, Any]) -> str:
     m = result["machine"]
     cfg = result.get("config", {})
@@ -241,7 +247,8 @@ def machine_line(result: dict[str, Any]) -> str:
     mem = f", {m['memory_bytes'] / (1 << 30):.0f} GiB" if m.get("memory_bytes") else ""
     return (f"{m['cpu_model']}, {m['nproc']} cores{mem}, {m['system']}, Python {m['python']}; "
             f"load {m.get('load_1min_start')} → {m.get('load_1min_end')}; {scale}; "
-            f"{cfg.get('rounds')} gather rounds × {cfg.get('gather_batches')} batches, "
+            f"{cfg.get('rounds')} gather rounds, each at least {cfg.get('gather_batches')} batches"
+            f"{round_min(cfg)}, "
             f"{cfg.get('write_rounds')} write rounds, {cfg.get('loader_rounds')} loader rounds × "
             f"{cfg.get('loader_batches')} batches; page cache before writes: {result.get('page_cache_before_writes', '–')}; "
             f"{result.get('seconds', '?')} s in all.")
@@ -273,8 +280,10 @@ def workloads_table(result: dict[str, Any]) -> str:
 
 
 STORE_NOTE = (
-    "Controls for: the same records and the same 256-index batches for every contender; warm page cache "
-    "(every store read through and one untimed pass of the batches before its rounds, and read through again "
+    "Controls for: the same records and the same sequence of 256-index batches for every contender, each round "
+    "as many of them as fill the round's least duration (a fast contender goes further along the sequence: "
+    "a few dozen batches of small records would take under a millisecond, too short to measure a store); "
+    "warm page cache (every store read through and given one untimed round before its rounds, and read through again "
     "before each timed round, since other contenders' jobs make the kernel evict page cache); contenders alternated round by "
     "round with the order rotated, medians of the rounds; writes timed until the writer closed and `os.sync()` "
     "returned, after the page cache was dropped (the source each writer reads is held mapped by its worker, so "
