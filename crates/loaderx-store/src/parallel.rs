@@ -23,10 +23,12 @@ use crate::Result;
 
 /// Work (in raw-copy byte equivalents) below which a batch runs on the
 /// calling thread: sharing it costs more than it saves. On the 2-core
-/// reference machine a raw gather only gains from a second thread once it is
-/// memory-bound (about 1 MiB), while two DEFLATE records already do.
-/// Measured with the `gather-small` bench (see `docs/BENCHMARKS.md`).
-pub(crate) const SERIAL_BYTES: u64 = 1 << 20;
+/// reference machine (Intel Xeon) a raw gather of 384 KiB gains from a
+/// second thread (13–16 against 17–18 µs; 768 KiB: 26 against 36 µs) and
+/// one of 192 KiB does not (9.5–12.6 against 8.9 µs), while two DEFLATE
+/// records already do. Measured with the `gather-small` bench (see
+/// `docs/BENCHMARKS.md`).
+pub(crate) const SERIAL_BYTES: u64 = 256 << 10;
 
 /// The threshold in force: [`SERIAL_BYTES`], unless the environment variable
 /// `LOADERX_SERIAL_BYTES` (read once) says otherwise — for measuring it on a
