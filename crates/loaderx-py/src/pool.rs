@@ -318,6 +318,11 @@ impl BufferAllocator for SharedPool {
     type Buffer = PoolBuf;
 
     fn allocate(&self, stream: usize, len: usize) -> Option<PoolBuf> {
+        if std::process::id() != self.0.created_by {
+            // A forked child: the mutex may be held forever by a thread that
+            // stayed in the parent (and the child recycles nothing anyway).
+            return PoolBuf::new(len);
+        }
         let reused = {
             let mut free = self.0.free.lock().unwrap_or_else(PoisonError::into_inner);
             free.get_mut(stream).and_then(|list| {

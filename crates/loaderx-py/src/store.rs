@@ -27,7 +27,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, TryLockError};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, TryLockError};
 
 use loaderx_loader::Source;
 use loaderx_store::{CodecId, ErrorCode, OpenOptions};
@@ -72,7 +72,7 @@ impl Handle {
         &self,
         f: impl FnOnce(&Engine) -> loaderx_store::Result<T>,
     ) -> loaderx_store::Result<T> {
-        let guard = self.engine.read().unwrap_or_else(PoisonError::into_inner);
+        let guard = self.read_guard()?;
         match guard.as_ref() {
             Some(engine) => f(engine),
             None => Err(loaderx_store::Error::Io {
@@ -175,12 +175,44 @@ impl Handle {
             return Err(closed(py, &self.path));
         }
         let outcome = py.detach(|| {
-            let guard = self.engine.read().unwrap_or_else(PoisonError::into_inner);
-            guard.as_ref().map(f)
+            let guard = self.read_guard()?;
+            Ok(guard.as_ref().map(f))
         });
         match outcome {
-            None => Err(closed(py, &self.path)),
-            Some(result) => result.map_err(|err| store_error(py, err)),
+            Err(err) => Err(store_error(py, err)),
+            Ok(None) => Err(closed(py, &self.path)),
+            Ok(Some(result)) => result.map_err(|err| store_error(py, err)),
+        }
+    }
+
+    /// The engine under the shared lock. In a forked child the lock's state
+    /// is the parent's at the fork: a thread that stayed there may have held
+    /// it or been waiting for it, and would never let go, so the child
+    /// only tries (briefly, for a thread of its own closing the store), and
+    /// then reports the handle unusable rather than wait forever.
+    fn read_guard(&self) -> loaderx_store::Result<RwLockReadGuard<'_, Option<Engine>>> {
+        if !self.forked() {
+            return Ok(self.engine.read().unwrap_or_else(PoisonError::into_inner));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+        loop {
+            match self.engine.try_read() {
+                Ok(guard) => return Ok(guard),
+                Err(TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Err(TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(loaderx_store::Error::Locked {
+                        path: PathBuf::from(&self.path),
+                        holder: "another thread of the process this one was forked from was \
+                                 closing, deleting from or compacting the store at the fork, \
+                                 so the handle inherited here cannot be used (open the store \
+                                 again in this process)"
+                            .to_owned(),
+                    });
+                }
+            }
         }
     }
 
@@ -798,11 +830,13 @@ impl Store {
         })
     }
 
-    /// Releases the store once the calls in flight have finished.
-    /// Idempotent.
-    fn close(&self, py: Python<'_>) {
-        self.handle.close(py);
+    /// Commits and releases the store once the calls in flight have
+    /// finished; raises what the commit raised. Idempotent (a second call
+    /// does nothing).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let committed = self.handle.close(py);
         self.outputs.0.close();
+        committed.map_err(|err| store_error(py, err))
     }
 }
 
@@ -814,9 +848,10 @@ fn allocate(outputs: &SharedPool, kind: OutputKind, len: usize) -> loaderx_store
 }
 
 impl Handle {
-    fn close(&self, py: Python<'_>) {
+    /// Takes the engine out and closes it, reporting its commit.
+    fn close(&self, py: Python<'_>) -> loaderx_store::Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
-            return;
+            return Ok(());
         }
         let forked = self.forked();
         py.detach(|| {
@@ -834,7 +869,7 @@ impl Handle {
                     .unwrap_or_else(PoisonError::into_inner)
                     .take()
             };
-            drop(taken);
-        });
+            taken.map_or(Ok(()), Engine::close)
+        })
     }
 }

@@ -105,12 +105,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
             if undone.is_ok() {
                 return Err(e);
             }
-            self.poison();
+            self.poison(&e);
             return Err(e);
         }
         if let Err(e) = self.remove_undo() {
             // The log would undo this delete at the next open: say it failed.
-            self.poison();
+            self.poison(&e);
             return Err(e);
         }
         *self

@@ -31,10 +31,15 @@ pub enum Error {
         op: &'static str,
     },
     /// An earlier write on this handle failed halfway and could not be
-    /// undone in place; reopening the store recovers it. Code -2.
+    /// undone in place, or a commit failed (a failed `fsync` is not retried
+    /// into success): the handle publishes nothing more; reopening the
+    /// store finds what the last successful commit published (and recovers
+    /// an interrupted delete). Code -2.
     Poisoned {
         /// The store's directory.
         path: PathBuf,
+        /// The first failure, as it was reported.
+        cause: String,
     },
     /// Another handle, in this or another process, holds a lock the
     /// operation needs (one writer; exclusive access for delete, compact
@@ -335,9 +340,10 @@ impl fmt::Display for Error {
                 "cannot {op}: the store at {} is open read-only",
                 path.display()
             ),
-            Error::Poisoned { path } => write!(
+            Error::Poisoned { path, cause } => write!(
                 f,
-                "file I/O failed earlier and left {} needing recovery: reopen the store",
+                "the handle on {} is unusable after an earlier failure ({cause}); nothing \
+                 written through it since its last commit will be published: reopen the store",
                 path.display()
             ),
             Error::Locked { path, holder } => {

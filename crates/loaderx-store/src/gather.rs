@@ -369,15 +369,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
         raw_checked: bool,
         decoded: &mut Vec<RecordLoc>,
     ) -> Result<(bool, Option<(usize, Error)>)> {
-        if !raw_checked && idxs.len() >= PREFETCH_AT_LEAST {
-            let runs = self
-                .raw_runs
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if runs.covers(idxs, head) {
-                decoded.extend(idxs.iter().map(|&i| runs.loc(i)));
-                return Ok((true, None));
-            }
+        // `try_read`: a gather never waits for the index (another thread
+        // may be extending it, or, in a forked child, a thread of the parent
+        // may have been extending it at the fork and never will finish).
+        if !raw_checked
+            && idxs.len() >= PREFETCH_AT_LEAST
+            && let Some(runs) = runs_now(&self.raw_runs)
+            && runs.covers(idxs, head)
+        {
+            decoded.extend(idxs.iter().map(|&i| runs.loc(i)));
+            return Ok((true, None));
         }
         self.check_meta_len(head)?;
         Ok((false, self.files.read_entries(idxs, head.length, decoded)?))
@@ -405,10 +406,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             Placement::Strided(stride) | Placement::Exact(stride) => stride,
             Placement::Offsets(_) => return Ok(false),
         };
-        let runs = self
-            .raw_runs
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(runs) = runs_now(&self.raw_runs) else {
+            return Ok(false);
+        };
         let Some(len) = runs.usable(head) else {
             return Ok(false);
         };
@@ -681,6 +681,18 @@ fn check_disjoint(locs: &[(usize, RecordLoc)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The index of small raw records, unless a thread is writing it (see
+/// `batch_entries`).
+fn runs_now(
+    runs: &std::sync::RwLock<crate::runs::RawRuns>,
+) -> Option<std::sync::RwLockReadGuard<'_, crate::runs::RawRuns>> {
+    match runs.try_read() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }
 
 #[cfg(test)]

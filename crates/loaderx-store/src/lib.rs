@@ -62,6 +62,8 @@ mod compact;
 mod delete;
 mod error;
 mod files;
+#[cfg(unix)]
+mod fork;
 mod frontier;
 mod gather;
 mod lock;

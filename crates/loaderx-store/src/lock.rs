@@ -25,12 +25,13 @@
 //!   lock nobody else can shut it out.
 //!
 //! `fork()`: a lock belongs to an open file description, which a forked
-//! child shares with its parent, so a child must not unlock or "acquire"
-//! through inherited descriptors. Every operation first checks the process
-//! id; in a child it opens fresh descriptors, takes its own shared presence
-//! lock and forgets the inherited writer role, so a child can neither write
-//! nor compact behind its parent's back (its own attempt to become the
-//! writer conflicts with the parent's lock).
+//! child shares with its parent. The fork handler (`fork.rs`) gives the
+//! child a presence lock of its own and lets go of the inherited writer
+//! lock before the child runs any code, so the parent's delete and compact
+//! are refused while a child lives, and the parent's writer role ends when
+//! the parent closes. A handle inherited across `fork()` only reads: every
+//! operation that needs the writer role or exclusive access fails with
+//! [`Error::Locked`] in the child without touching the locks.
 //!
 //! File systems without lock support give no locks rather than an error
 //! (the store still works; nothing protects it across processes).
@@ -55,15 +56,19 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub(crate) struct StoreLock {
     dir: PathBuf,
+    /// The process that opened the handle; in any other (a forked child)
+    /// the handle only reads.
+    opened_by: u32,
+    /// The descriptors the fork handler re-points in a child.
+    #[cfg(unix)]
+    inherited: crate::fork::Registration,
     state: Mutex<Held>,
 }
 
 #[derive(Debug)]
 struct Held {
-    /// Process that took the locks below; another id means we were forked.
-    pid: u32,
-    /// Shared presence lock on `meta.zr`.
-    presence: File,
+    /// Shared presence lock on `meta.zr` (`None` only while dropping).
+    presence: Option<File>,
     /// Exclusive writer lock on `meta.zr.lock`, once this handle writes.
     writer: Option<File>,
 }
@@ -76,13 +81,57 @@ impl StoreLock {
         match presence(dir)? {
             Some(file) => Ok(Some(StoreLock {
                 dir: dir.to_owned(),
+                opened_by: std::process::id(),
+                #[cfg(unix)]
+                inherited: crate::fork::Inherited::register(
+                    &dir.join(loaderx_format::META_FILE),
+                    std::os::unix::io::AsRawFd::as_raw_fd(&file),
+                ),
                 state: Mutex::new(Held {
-                    pid: std::process::id(),
-                    presence: file,
+                    presence: Some(file),
                     writer: None,
                 }),
             })),
             None => Ok(None),
+        }
+    }
+
+    /// Whether this process is a child forked after the handle was opened.
+    pub(crate) fn forked(&self) -> bool {
+        std::process::id() != self.opened_by
+    }
+
+    /// The fork handler's view of this handle (`fork.rs`).
+    #[cfg(unix)]
+    pub(crate) fn inherited(&self) -> &crate::fork::Inherited {
+        &self.inherited
+    }
+
+    /// The error for an operation a forked child may not run through an
+    /// inherited handle.
+    pub(crate) fn inherited_error(&self) -> Error {
+        Error::Locked {
+            path: self.dir.clone(),
+            holder: format!(
+                "this handle was opened by process {} and inherited by this process \
+                 through fork(): a forked process only reads through it (open the store \
+                 again in this process to write)",
+                self.opened_by
+            ),
+        }
+    }
+
+    /// The error of a child forked while its parent held the store
+    /// exclusively.
+    pub(crate) fn refused_error(&self) -> Error {
+        Error::Locked {
+            path: self.dir.clone(),
+            holder: format!(
+                "process {} was deleting from, compacting or recovering the store when this \
+                 process was forked from it, so the handle inherited here cannot be used \
+                 (open the store again in this process)",
+                self.opened_by
+            ),
         }
     }
 
@@ -96,11 +145,13 @@ impl StoreLock {
 
     /// Whether this handle holds the writer role now (in this process).
     pub(crate) fn is_writer(&self) -> bool {
-        let held = self
-            .state
+        !self.forked() && self.lock_state().writer.is_some()
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, Held> {
+        self.state
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        held.pid == std::process::id() && held.writer.is_some()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `f` while no other handle, in any process, has the store open.
@@ -124,7 +175,7 @@ impl StoreLock {
         let result = self.exclusive_held(&mut held, f);
         // A refused attempt leaves the handle as it was.
         if !was_writer && (!stay_writer || result.is_err()) {
-            held.writer = None;
+            self.drop_writer(&mut held);
         }
         result
     }
@@ -135,11 +186,17 @@ impl StoreLock {
         // Every attempt that does not get the exclusive lock takes the
         // shared one back before it retries or gives up, so a refusal
         // leaves the handle as visible as it was.
+        let Some(presence) = held.presence.as_ref() else {
+            return Err(Error::Locked {
+                path: self.dir.clone(),
+                holder: "the handle is closing".to_owned(),
+            });
+        };
         let got = patiently(|| {
-            platform::unlock(&held.presence)?;
-            let got = platform::try_lock(&held.presence, true);
+            platform::unlock(presence)?;
+            let got = platform::try_lock(presence, true);
             if got.is_err() {
-                platform::lock_shared(&held.presence)?;
+                platform::lock_shared(presence)?;
             }
             Ok(got)
         })
@@ -150,44 +207,58 @@ impl StoreLock {
                 // Back to shared. Nobody else can hold the exclusive presence
                 // lock (that needs the writer lock, which we hold), so this
                 // never waits on anyone.
-                platform::unlock(&held.presence)
-                    .and_then(|()| platform::lock_shared(&held.presence))
+                platform::unlock(presence)
+                    .and_then(|()| platform::lock_shared(presence))
                     .map_err(lock_error)?;
                 result
             }
             Err(TryLockError::WouldBlock) => Err(Error::Locked {
                 path: self.dir.clone(),
-                holder: "other handles (in this or other processes) have the store open; \
-                         close them first"
-                    .to_owned(),
+                holder: format!(
+                    "{} the store open; it must be closed there first",
+                    holders::describe(&meta, "have")
+                ),
             }),
             Err(TryLockError::Error(e)) => Err(lock_error(e)),
         }
     }
 
-    /// The held locks, re-taken through fresh descriptors in a forked child.
+    /// The held locks, in the process that opened the handle; in a forked
+    /// child an error, without touching them (the fork handler already
+    /// gave the child its own presence lock and let go of the writer lock).
     fn held(&self) -> Result<MutexGuard<'_, Held>> {
-        let mut held = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let pid = std::process::id();
-        if held.pid != pid {
-            let Some(file) = presence(&self.dir)? else {
-                return Err(Error::io(
-                    self.dir.join(loaderx_format::META_FILE),
-                    "lock in a forked child",
-                    io::Error::other("the file system stopped supporting locks"),
-                ));
-            };
-            // Dropping the inherited descriptors releases nothing the parent
-            // still holds (a lock lives until every descriptor of its open
-            // file description is closed).
-            held.presence = file;
-            held.writer = None;
-            held.pid = pid;
+        if self.forked() {
+            return Err(self.inherited_error());
         }
-        Ok(held)
+        Ok(self.lock_state())
+    }
+
+    /// Lets go of the writer lock (and the fork handler of its descriptor).
+    fn drop_writer(&self, held: &mut Held) {
+        #[cfg(unix)]
+        self.inherited.set_writer(-1, || held.writer = None);
+        #[cfg(not(unix))]
+        {
+            held.writer = None;
+        }
+    }
+
+    /// Opens the writer lock's file, telling the fork handler of its
+    /// descriptor in the same breath (a child forked in between would keep
+    /// the lock's open file description alive).
+    fn open_writer(&self, path: &Path) -> io::Result<File> {
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+        };
+        #[cfg(unix)]
+        return self.inherited.track_writer(open);
+        #[cfg(not(unix))]
+        open()
     }
 
     fn take_writer(&self, held: &mut Held) -> Result<bool> {
@@ -195,25 +266,22 @@ impl StoreLock {
             return Ok(false);
         }
         let path = self.dir.join(loaderx_format::LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let mut file = self
+            .open_writer(&path)
             .map_err(|e| Error::io(&path, "open writer lock", e))?;
-        match patiently(|| Ok(platform::try_lock(&file, true)))
-            .map_err(|e| Error::io(&path, "lock", e))?
-        {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(Error::Locked {
-                    path: self.dir.clone(),
-                    holder: holder_of(&mut file),
-                });
-            }
-            Err(TryLockError::Error(e)) if unsupported(&e) => return Ok(false),
-            Err(TryLockError::Error(e)) => return Err(Error::io(&path, "lock", e)),
+        let refused = match patiently(|| Ok(platform::try_lock(&file, true))) {
+            Ok(Ok(())) => None,
+            Ok(Err(TryLockError::WouldBlock)) => Some(Err(Error::Locked {
+                path: self.dir.clone(),
+                holder: holder_of(&path, &mut file),
+            })),
+            Ok(Err(TryLockError::Error(e))) if unsupported(&e) => Some(Ok(false)),
+            Ok(Err(TryLockError::Error(e))) | Err(e) => Some(Err(Error::io(&path, "lock", e))),
+        };
+        if let Some(outcome) = refused {
+            held.writer = Some(file);
+            self.drop_writer(held);
+            return outcome;
         }
         // Best effort: the id only makes the error of the next would-be
         // writer more helpful.
@@ -223,6 +291,28 @@ impl StoreLock {
             .and_then(|_| write!(file, "{}", std::process::id()));
         held.writer = Some(file);
         Ok(true)
+    }
+}
+
+impl Drop for StoreLock {
+    /// Closes the lock files and leaves the fork handler's registry in one
+    /// step, so a child forked meanwhile inherits either a registered handle
+    /// or no descriptor of it.
+    fn drop(&mut self) {
+        let held = self
+            .state
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        #[cfg(unix)]
+        self.inherited.set_writer(-1, || {
+            held.writer = None;
+            held.presence = None;
+        });
+        #[cfg(not(unix))]
+        {
+            held.writer = None;
+            held.presence = None;
+        }
     }
 }
 
@@ -267,8 +357,12 @@ fn presence(dir: &Path) -> Result<Option<File>> {
     }
 }
 
-/// Who holds the writer lock, as far as its file says.
-fn holder_of(file: &mut File) -> String {
+/// Who holds the writer lock: the processes the kernel lists as holding it
+/// (Linux), else the process id its holder wrote into it.
+fn holder_of(path: &Path, file: &mut File) -> String {
+    if let Some(who) = holders::listed(path, "hold", false) {
+        return format!("{who} its writer lock; close the store there first");
+    }
     let mut text = String::new();
     let pid = file
         .read_to_string(&mut text)
@@ -280,6 +374,98 @@ fn holder_of(file: &mut File) -> String {
         }
         Some(pid) => format!("process {pid} is its writer; close it there first"),
         None => "another handle is its writer; close it first".to_owned(),
+    }
+}
+
+/// Naming the processes that hold a lock on a file, from the kernel's list.
+mod holders {
+    use std::path::Path;
+
+    /// "process 12 and process 34 have", "another handle of this process
+    /// has", or without the kernel's list "other handles (in this or other
+    /// processes) have": the subject of a sentence ending in `verb` (plural
+    /// form given; singular derived).
+    pub(super) fn describe(path: &Path, verb: &str) -> String {
+        listed(path, verb, true)
+            .unwrap_or_else(|| format!("other handles (in this or other processes) {verb}"))
+    }
+
+    /// The holders of `path`'s locks, less one lock of this process when
+    /// `ours` (the caller's own), as a subject for `verb`; `None` where the
+    /// kernel does not list locks (not Linux) or lists no other.
+    pub(super) fn listed(path: &Path, verb: &str, ours: bool) -> Option<String> {
+        let mut pids = pids(path)?;
+        let me = std::process::id();
+        if ours && let Some(at) = pids.iter().position(|&p| p == me) {
+            pids.remove(at);
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        let singular = match verb {
+            "have" => "has",
+            "hold" => "holds",
+            other => other,
+        };
+        match pids.as_slice() {
+            [] => None,
+            [p] if *p == me => Some(format!("another handle of this process {singular}")),
+            [p] => Some(format!("process {p} {singular}")),
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .map(|&p| {
+                        if p == me {
+                            "this process".to_owned()
+                        } else {
+                            p.to_string()
+                        }
+                    })
+                    .collect();
+                Some(format!("processes {} {verb}", names.join(", ")))
+            }
+        }
+    }
+
+    /// The process id behind every descriptor that holds a lock on
+    /// `path`'s file, one entry per descriptor: from `/proc/<pid>/fd`, whose
+    /// `fdinfo` lists the locks of each open file description (a scan of
+    /// every process's descriptors, so for error messages only; a lock
+    /// taken for a forked child belongs to the child there, where the
+    /// kernel's `/proc/locks` would name the parent that took it).
+    #[cfg(target_os = "linux")]
+    fn pids(path: &Path) -> Option<Vec<u32>> {
+        use std::os::unix::fs::MetadataExt;
+        let target = std::fs::metadata(path).ok()?;
+        let mut pids = Vec::new();
+        for process in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Some(pid) = process
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(fds) = std::fs::read_dir(process.path().join("fd")) else {
+                continue;
+            };
+            for fd in fds.flatten() {
+                let same = std::fs::metadata(fd.path())
+                    .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino());
+                if !same {
+                    continue;
+                }
+                let info = process.path().join("fdinfo").join(fd.file_name());
+                if std::fs::read_to_string(info).is_ok_and(|t| t.contains("\nlock:")) {
+                    pids.push(pid);
+                }
+            }
+        }
+        Some(pids)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn pids(_: &Path) -> Option<Vec<u32>> {
+        None
     }
 }
 

@@ -1,12 +1,7 @@
 //! Opening a store: creating an empty one, recovering from an interrupted
 //! delete, reading and checking the header, and measuring the chunk files.
 
-use std::{
-    fs,
-    marker::PhantomData,
-    path::Path,
-    sync::{Mutex, atomic::AtomicBool},
-};
+use std::{fs, marker::PhantomData, path::Path, sync::Mutex};
 
 use loaderx_format::{
     CHUNK_CAPACITY, FormatError, HEADER_LEN, Head, Header, MAX_LANES, META_LEN,
@@ -355,7 +350,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             raw_runs: std::sync::RwLock::default(),
             append_lock: Mutex::new(()),
             append_arena: Mutex::new(Vec::new()),
-            poisoned: AtomicBool::new(false),
+            poisoned: std::sync::OnceLock::new(),
             lock,
             codecs,
             default_codec: C::default().id(),

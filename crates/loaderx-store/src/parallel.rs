@@ -13,7 +13,7 @@ use std::{
     panic::{self, AssertUnwindSafe},
     sync::{
         Arc, Condvar, Mutex, OnceLock,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicPtr, AtomicUsize, Ordering},
     },
 };
 
@@ -98,38 +98,48 @@ struct Pool {
     pool: Arc<ThreadPool>,
 }
 
-static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+/// The pool of the process that built it. A pointer rather than a mutex: a
+/// child forked while a thread of its parent held such a mutex would wait
+/// for it forever. Every `Pool` ever published is leaked (one per process
+/// that gathers in parallel), so a pointer loaded here never dangles.
+static POOL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The process's pool, built on first use and rebuilt after a fork.
 pub(crate) fn pool() -> Arc<ThreadPool> {
     let pid = std::process::id();
-    let mut slot = POOL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(p) = slot.as_ref()
-        && p.pid == pid
-    {
-        return Arc::clone(&p.pool);
+    let mut seen = POOL.load(Ordering::Acquire);
+    loop {
+        // SAFETY: non-null values of `POOL` come from `Box::leak` below and
+        // are never freed.
+        if let Some(p) = unsafe { seen.as_ref() }
+            && p.pid == pid
+        {
+            return Arc::clone(&p.pool);
+        }
+        // None yet, or inherited across fork(): its threads are gone, so
+        // it is never joined (it stays leaked). Build this process's own.
+        let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let built = Box::leak(Box::new(Pool {
+            pid,
+            pool: Arc::new(
+                ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("loaderx-{i}"))
+                    .start_handler(|_| block_interrupts())
+                    .build()
+                    .expect("spawning the loaderx thread pool"),
+            ),
+        }));
+        match POOL.compare_exchange(seen, built, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Arc::clone(&built.pool),
+            Err(now) => {
+                // Another thread published first: use its pool, let ours go.
+                // SAFETY: `built` was leaked just above and never published.
+                drop(unsafe { Box::from_raw(std::ptr::from_mut(built)) });
+                seen = now;
+            }
+        }
     }
-    if let Some(stale) = slot.take() {
-        // Inherited across fork(): its threads are gone, so it must never be
-        // joined. Leak it.
-        std::mem::forget(stale.pool);
-    }
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let pool = Arc::new(
-        ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("loaderx-{i}"))
-            .start_handler(|_| block_interrupts())
-            .build()
-            .expect("spawning the loaderx thread pool"),
-    );
-    *slot = Some(Pool {
-        pid,
-        pool: Arc::clone(&pool),
-    });
-    pool
 }
 
 /// Keeps `SIGINT` and `SIGTERM` away from this (pool) thread, so the kernel

@@ -6,10 +6,7 @@
 use std::{
     marker::PhantomData,
     path::{Path, PathBuf},
-    sync::{
-        Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Mutex, OnceLock},
 };
 
 use loaderx_format::{CodecTag, FormatError, Head, RecordLoc, Rules, v2::Schema};
@@ -86,9 +83,10 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// 574 MiB spent 10% of its time in the kernel on fresh pages).
     /// [`sync`](Self::sync) frees it, and so does closing.
     pub(crate) append_arena: Mutex<Vec<u8>>,
-    /// Set when a write failed halfway and could not be undone in place: the
-    /// bytes on disk are recovered by the next open, not by this handle.
-    pub(crate) poisoned: AtomicBool,
+    /// Set, to the first failure, when a write failed halfway and could not
+    /// be undone in place (the bytes on disk are recovered by the next open,
+    /// not by this handle), or when a commit failed.
+    pub(crate) poisoned: OnceLock<String>,
     /// The advisory lock between processes (`None` for stores not on files,
     /// or where the file system has no `flock`).
     pub(crate) lock: Option<StoreLock>,
@@ -103,20 +101,62 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
 }
 
 impl<C: Codec, S: Storage> Store<C, S> {
-    /// Refuses to work on a handle whose last write failed halfway.
+    /// Refuses to work on a handle whose last write failed halfway, or
+    /// that a forked child cannot use; adopts a handle on its first use in
+    /// a forked child (`fork.rs`).
+    #[inline]
     pub(crate) fn check_usable(&self) -> Result<()> {
-        if self.poisoned.load(Ordering::Acquire) {
+        if let Some(cause) = self.poisoned.get() {
             return Err(Error::Poisoned {
                 path: self.path().to_owned(),
+                cause: cause.clone(),
             });
         }
+        #[cfg(unix)]
+        if let Some(lock) = &self.lock
+            && lock.inherited().state() != crate::fork::state::NORMAL
+        {
+            return self.adopt_inherited(lock);
+        }
         Ok(())
+    }
+
+    /// A handle used in a forked child: on its first use its view goes back
+    /// to the last commit (the parent's pending appends are the parent's to
+    /// publish or abandon, and a later writer may overwrite their bytes);
+    /// unusable when the parent was changing the store at the fork.
+    #[cfg(unix)]
+    #[cold]
+    fn adopt_inherited(&self, lock: &StoreLock) -> Result<()> {
+        let inherited = lock.inherited();
+        if inherited.first_use() {
+            match self.committed.try_lock() {
+                Ok(committed) => self.frontier.publish(&committed),
+                Err(std::sync::TryLockError::Poisoned(p)) => self.frontier.publish(&p.into_inner()),
+                // Held by a thread of the parent (a commit under way): the
+                // head it was publishing may or may not be durable.
+                Err(std::sync::TryLockError::WouldBlock) => inherited.refuse(),
+            }
+        }
+        if inherited.state() == crate::fork::state::REFUSED {
+            return Err(lock.refused_error());
+        }
+        Ok(())
+    }
+
+    /// Whether this process is not the one that opened the handle (a child
+    /// forked from it), where the handle only reads.
+    pub(crate) fn forked(&self) -> bool {
+        self.owner != std::process::id()
     }
 
     /// [`check_usable`](Self::check_usable), and that this handle may
     /// write: `op` names the refused operation.
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
         self.check_usable()?;
+        if self.forked() {
+            return Err(self.inherited_error());
+        }
         if self.is_read_only() {
             return Err(Error::ReadOnly {
                 path: self.path().to_owned(),
@@ -126,8 +166,26 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(())
     }
 
-    pub(crate) fn poison(&self) {
-        self.poisoned.store(true, Ordering::Release);
+    /// The error for a write through a handle inherited across `fork()`.
+    pub(crate) fn inherited_error(&self) -> Error {
+        match &self.lock {
+            Some(lock) => lock.inherited_error(),
+            None => Error::Locked {
+                path: self.path().to_owned(),
+                holder: format!(
+                    "this handle was opened by process {} and inherited by this process \
+                     through fork(): a forked process only reads through it (open the store \
+                     again in this process to write)",
+                    self.owner
+                ),
+            },
+        }
+    }
+
+    /// Makes the handle unusable; `cause` (the first failure) is named by
+    /// every later error.
+    pub(crate) fn poison(&self, cause: &Error) {
+        let _ = self.poisoned.set(cause.to_string());
     }
 
     /// The store's directory.
@@ -153,6 +211,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// Number of live records; the index space is `0..len()`.
     pub fn len(&self) -> u64 {
+        // A forked child's view starts at the parent's last commit.
+        #[cfg(unix)]
+        if let Some(lock) = &self.lock
+            && lock.inherited().state() == crate::fork::state::INHERITED
+        {
+            let _ = self.adopt_inherited(lock);
+        }
         self.frontier.len()
     }
 
@@ -370,11 +435,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// # Errors
     /// When `meta.zr` cannot be read or was cut short.
     pub fn stats(&self) -> Result<Stats> {
-        let _writer = self
-            .append_lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check_usable()?;
+        // A forked child never appends, and its copy of the lock may be
+        // held forever by a thread that stayed in the parent.
+        let _writer = (!self.forked()).then(|| {
+            self.append_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
         let head = self.head();
         self.check_meta_len(&head)?;
         let mut live_bytes = 0u64;
@@ -403,6 +471,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if self.is_read_only() {
             return Ok(());
         }
+        if self.forked() {
+            // Nothing here is this process's to commit: a forked child's
+            // view starts at its parent's last commit.
+            return self.check_usable();
+        }
         let _writer = self
             .append_lock
             .lock()
@@ -417,15 +490,33 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`sync`](Self::sync), with the append lock held (or `&mut self`).
     pub(crate) fn commit(&self) -> Result<()> {
         self.check_usable()?;
+        if !self.has_pending() {
+            return Ok(());
+        }
+        // Before `committed` is locked: taking the role may refresh, which
+        // locks it too. Nothing can change in between (the caller holds the
+        // append lock or `&mut self`).
+        self.become_writer()?;
         let mut committed = self
             .committed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let head = self.head();
-        if head == *committed {
-            return Ok(());
+        let published = self.publish(&committed, &head);
+        if let Err(e) = &published {
+            // The barrier may have failed with the kernel marking the pages
+            // it could not write clean: a retry would "succeed" and put a
+            // header over bytes the disk never got. Never retried, then.
+            self.poison(e);
         }
-        self.become_writer()?;
+        published?;
+        *committed = head;
+        Ok(())
+    }
+
+    /// The commit protocol's writes, from the durable head `committed` to
+    /// `head` (`docs/FORMAT.md`, "Commit protocol").
+    fn publish(&self, committed: &Head, head: &Head) -> Result<()> {
         // Every chunk written since the last commit: each lane's, from its
         // committed tail to its tail now.
         let lanes = u32::from(head.lanes);
@@ -447,10 +538,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
             self.files.sync_dir()?;
         }
         self.files.sync(FileId::Meta)?;
-        self.files.write_head(&head, "write header")?;
-        self.files.sync(FileId::Meta)?;
-        *committed = head;
-        Ok(())
+        self.files.write_head(head, "write header")?;
+        self.files.sync(FileId::Meta)
     }
 
     /// Runs `f` with every other handle, in any process, shut out (the
@@ -747,14 +836,31 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 }
 
+impl<C: Codec, S: Storage> Store<C, S> {
+    /// Commits pending appends and closes the handle, reporting what the
+    /// commit reported (dropping the handle commits too, but cannot report).
+    /// In a forked child there is nothing of the child's to commit.
+    ///
+    /// # Errors
+    /// What [`sync`](Store::sync) reports; the handle is closed either way,
+    /// and after a failed commit nothing it appended is published.
+    pub fn close(self) -> Result<()> {
+        if self.forked() || self.is_read_only() {
+            return Ok(());
+        }
+        self.sync()
+    }
+}
+
 impl<C: Codec, S: Storage> Drop for Store<C, S> {
     /// Commits pending appends, like a file's close; errors are lost here, so
-    /// call [`sync`](Store::sync) to see them. A forked child's copy of a
-    /// handle never commits: the appends it would publish are its parent's.
+    /// call [`close`](Store::close) or [`sync`](Store::sync) to see them. A
+    /// forked child's copy of a handle never commits: the appends it would
+    /// publish are its parent's.
     fn drop(&mut self) {
-        if self.owner == std::process::id()
+        if !self.forked()
             && !self.is_read_only()
-            && !self.poisoned.load(Ordering::Acquire)
+            && self.poisoned.get().is_none()
             && self.has_pending()
         {
             let _ = self.commit();

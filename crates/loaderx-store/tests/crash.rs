@@ -215,3 +215,64 @@ fn power_loss_during_compaction_keeps_the_records() {
         assert_finished(&mut store, &clean, k);
     }
 }
+
+/// Finding: a failed commit was forgotten. After a failed `fsync` Linux
+/// marks the pages it could not write clean, so a retried `sync` succeeded
+/// and published a header over data the disk never got (the storage seam
+/// now models exactly that: one failed sync, later ones succeed without
+/// writing what it dropped). Now a commit that fails at any of its steps
+/// poisons the handle: every later operation names the first failure,
+/// `close` reports it, dropping the handle publishes nothing, and power loss
+/// leaves the last successful commit, every record of it intact.
+#[test]
+fn a_failed_commit_is_never_retried_into_success() {
+    // How many mutating operations a commit of one append takes.
+    let probe = MemStorage::new();
+    let (store, _) = filled(&probe);
+    store.append_fixed(&[7u8; 300], 3, 100).unwrap();
+    let start = probe.ops();
+    store.sync().unwrap();
+    let steps = probe.ops() - start;
+    assert!(steps >= 3, "a commit takes {steps} steps");
+    for k in 0..steps {
+        for close in [false, true] {
+            let storage = MemStorage::new();
+            let (store, expect) = filled(&storage);
+            store.append_fixed(&[7u8; 300], 3, 100).unwrap();
+            storage.fail_once_after(k);
+            let first = store.sync().unwrap_err().to_string();
+            // The fault was transient: the storage would take the retry.
+            let again = if close {
+                store.close()
+            } else {
+                let again = store.sync();
+                assert!(
+                    store.append_fixed(&[8u8; 100], 1, 100).is_err(),
+                    "k={k}: a poisoned handle took an append"
+                );
+                drop(store);
+                again
+            };
+            let err = again.expect_err("a retried commit succeeded after a failed one");
+            assert!(
+                matches!(err, loaderx_store::Error::Poisoned { .. }),
+                "k={k}: {err}"
+            );
+            assert!(
+                err.to_string().contains(&first),
+                "k={k}: {err} does not name {first}"
+            );
+            // Whatever reached the disk, the store opens at a commit, intact.
+            for survivor in [storage.after_power_loss(), storage.after_process_crash()] {
+                let store: Store<Raw, MemStorage> = mem_store(&survivor, CAPACITY);
+                store.verify().unwrap();
+                let got = contents(&store);
+                assert!(
+                    got == expect || got.len() == expect.len() + 3,
+                    "k={k}: {} records",
+                    got.len()
+                );
+            }
+        }
+    }
+}

@@ -6,7 +6,14 @@
 //! opens its own handles, which `multiprocess.rs` covers).
 #![cfg(unix)]
 
-use loaderx_store::{Deflate, Error, Store};
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{check_self_describing, self_describing_sized};
+use loaderx_store::{
+    Deflate, Error, OpenOptions, Raw, Store, format::CodecTag, format::v2::Schema,
+};
 
 fn locked<T: std::fmt::Debug>(r: Result<T, Error>) -> bool {
     matches!(r, Err(Error::Locked { .. }))
@@ -56,4 +63,233 @@ fn a_forked_child_cannot_write_or_compact_behind_its_parent() {
     store.append_fixed(&[9u8; 100], 1, 100).unwrap();
     store.compact().unwrap();
     assert_eq!(store.len(), 7);
+}
+
+/// Forks; the child runs `child` and leaves with its return value as exit
+/// status, without running the parent's destructors.
+fn fork(child: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the test's other threads hold none of the locks the child
+    // takes (the store's own fork handler re-points its descriptors), and
+    // the child ends with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Waits for `pid` for up to `limit`; its exit status, or `None` (after
+/// killing it) when it hung.
+fn wait(pid: libc::pid_t, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: polls a child we forked.
+        let got = unsafe { libc::waitpid(pid, &raw mut status, libc::WNOHANG) };
+        if got == pid {
+            assert!(libc::WIFEXITED(status), "child {pid} died: status {status}");
+            return Some(libc::WEXITSTATUS(status));
+        }
+        if Instant::now() > deadline {
+            // SAFETY: kills and reaps the child we forked.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &raw mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const RECORDS: u64 = 4096;
+
+/// A store of [`RECORDS`] records, record `i` being the self-describing
+/// record of id `i`: raw 32-byte records in format v2 (the path that copies
+/// covered small records), or flate ones in format v1.
+fn numbered(path: &std::path::Path, raw: bool) -> Store<Deflate> {
+    let store: Store<Deflate> = if raw {
+        let schema = Schema::bytes(CodecTag::RAW);
+        Store::create_v2(path, &schema, OpenOptions::default()).unwrap()
+    } else {
+        Store::open(path).unwrap()
+    };
+    let src: Vec<u8> = (0..RECORDS)
+        .flat_map(|i| self_describing_sized(i, if raw { 32 } else { 700 }))
+        .collect();
+    let len = if raw { 32 } else { 700 };
+    store.append_fixed(&src, RECORDS as usize, len).unwrap();
+    store.sync().unwrap();
+    store
+}
+
+/// Gathers random batches for `run` and checks that record `i` is the one of
+/// id `i` every time: 0 when all were, 1 on wrong bytes, 2 on an error.
+fn read_numbered(store: &Store<Deflate>, len: usize, run: Duration) -> i32 {
+    let started = Instant::now();
+    let mut rng = u64::from(std::process::id()) | 1;
+    let mut dst = vec![0u8; 64 * len];
+    while started.elapsed() < run {
+        let idxs: Vec<u64> = (0..64)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % RECORDS
+            })
+            .collect();
+        if let Err(e) = store.gather(&idxs, &mut dst, len) {
+            eprintln!("child: gather failed: {e}");
+            return 2;
+        }
+        for (k, &i) in idxs.iter().enumerate() {
+            match check_self_describing(&dst[k * len..(k + 1) * len]) {
+                Ok(id) if id == i => {}
+                other => {
+                    eprintln!("child: index {i} read as {other:?}");
+                    return 1;
+                }
+            }
+        }
+    }
+    0
+}
+
+/// Finding: a forked child's reads sheltered under its parent's presence
+/// lock (one open file description), so the parent's delete and compact
+/// went ahead while the child still read the old table: wrong bytes, no
+/// error. Now each child holds a lock of its own from the instant of the
+/// fork: the parent's exclusive operations are refused (naming the child)
+/// while any child lives, and the children read right bytes throughout.
+#[test]
+fn the_parent_cannot_delete_or_compact_under_forked_readers() {
+    for raw in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let mut store = numbered(&path, raw);
+        let len = if raw { 32 } else { 700 };
+        // Maps and the small-record index exist before the fork.
+        assert_eq!(read_numbered(&store, len, Duration::ZERO), 0);
+        let run = Duration::from_millis(800);
+        let children: Vec<libc::pid_t> = (0..2)
+            .map(|_| fork(|| read_numbered(&store, len, run)))
+            .collect();
+        let (mut refused, mut done) = (0, 0);
+        let started = Instant::now();
+        while started.elapsed() < run / 2 {
+            let victims: Vec<u64> = (0..32).collect();
+            match store.delete(&victims).and_then(|()| store.compact()) {
+                Ok(()) => done += 1,
+                Err(e @ Error::Locked { .. }) => {
+                    let message = e.to_string();
+                    assert!(
+                        children
+                            .iter()
+                            .any(|pid| message.contains(&format!("process {pid}"))
+                                || message.contains(&pid.to_string())),
+                        "the refusal names no child: {message}"
+                    );
+                    refused += 1;
+                }
+                Err(e) => panic!("delete/compact failed: {e}"),
+            }
+        }
+        for pid in children {
+            assert_eq!(
+                wait(pid, Duration::from_secs(20)),
+                Some(0),
+                "a child read wrong bytes (1) or failed (2) or hung (None); raw={raw}"
+            );
+        }
+        assert_eq!(done, 0, "delete/compact ran under live readers (raw={raw})");
+        assert!(refused > 0);
+        // With the children gone, the parent goes ahead.
+        store.delete(&(0..32).collect::<Vec<u64>>()).unwrap();
+        store.compact().unwrap();
+        assert_eq!(store.len(), RECORDS - 32);
+    }
+}
+
+/// Finding: a forked child kept its copy of the writer lock's descriptor,
+/// so after the parent closed its writer and opened the store again it
+/// could not append while any child lived, and was told that "another
+/// handle in this process" was the writer.
+#[test]
+fn a_forked_child_does_not_keep_its_parents_writer_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store = numbered(&path, true);
+    // The parent is the writer (it appended).
+    let child = fork(|| {
+        std::thread::sleep(Duration::from_millis(600));
+        0
+    });
+    drop(store);
+    let again: Store<Deflate> = Store::open(&path).unwrap();
+    let appended = again.append_fixed(&self_describing_sized(RECORDS, 32), 1, 32);
+    let synced = appended.and_then(|_| again.sync());
+    assert_eq!(wait(child, Duration::from_secs(20)), Some(0));
+    synced.unwrap();
+    assert_eq!(again.len(), RECORDS + 1);
+}
+
+/// Finding: a child that inherited pending appends deadlocked in `sync`
+/// (the commit took the writer role, whose refresh locked the mutex the
+/// commit held). A forked child's view now starts at the parent's last
+/// commit: it neither sees nor commits the parent's pending appends, and
+/// `sync` returns at once.
+#[test]
+fn a_forked_child_does_not_inherit_pending_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store = numbered(&path, true);
+    store
+        .append_fixed(&self_describing_sized(RECORDS, 32), 1, 32)
+        .unwrap();
+    assert_eq!(store.len(), RECORDS + 1);
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let child = fork(|| {
+        // Wait for the parent to close (and commit) first.
+        let mut byte = 0u8;
+        // SAFETY: reads one byte from the pipe's read end into `byte`.
+        unsafe { libc::read(fds[0], (&raw mut byte).cast(), 1) };
+        let mut code = 0;
+        if store.len() != RECORDS {
+            code |= 1;
+        }
+        if store.sync().is_err() {
+            code |= 2;
+        }
+        let mut buf = [0u8; 32];
+        if !matches!(
+            store.gather(&[RECORDS], &mut buf, 32),
+            Err(Error::IndexOutOfRange { .. })
+        ) {
+            code |= 4;
+        }
+        if !matches!(store.append_fixed(&buf, 1, 32), Err(Error::Locked { .. })) {
+            code |= 8;
+        }
+        code
+    });
+    drop(store);
+    // SAFETY: writes one byte to the pipe's write end.
+    unsafe { libc::write(fds[1], [1u8].as_ptr().cast(), 1) };
+    assert_eq!(
+        wait(child, Duration::from_secs(20)),
+        Some(0),
+        "child: len is the parent's commit (1), sync returns (2), the pending record is out \
+         of range (4), append refused (8); None: it hung"
+    );
+    let reopened: Store<Raw> = Store::open(&path).unwrap();
+    assert_eq!(
+        reopened.len(),
+        RECORDS + 1,
+        "the parent committed its append"
+    );
 }

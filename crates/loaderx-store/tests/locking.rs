@@ -73,7 +73,7 @@ fn a_refused_compaction_keeps_its_handle_visible() {
     let mut c: Store<Deflate> = Store::open(&path).unwrap();
     let err = c.compact().unwrap_err();
     assert!(matches!(err, Error::Locked { .. }), "{err}");
-    assert!(err.to_string().contains("have the store open"), "{err}");
+    assert!(err.to_string().contains("has the store open"), "{err}");
     let mut buf = vec![0u8; 100];
     a.gather(&[0], &mut buf, 100).unwrap();
     drop(a);

@@ -62,6 +62,10 @@ struct MemFile {
     disk: Image,
     /// Changes since the last `sync`, oldest first.
     pending: Vec<Change>,
+    /// Changes a failed `sync` dropped: as on Linux, whose `fsync` marks
+    /// the pages it could not write clean, no later `sync` writes them, but
+    /// power loss may still find any of them on the disk.
+    lost: Vec<Change>,
     /// Whether the file's directory entry is durable.
     named: bool,
 }
@@ -75,6 +79,7 @@ impl MemFile {
             },
             disk: Image::default(),
             pending: vec![Change::Len(len)],
+            lost: Vec::new(),
             named: false,
         }
     }
@@ -85,7 +90,7 @@ impl MemFile {
     fn survivor(&self, choose: &mut dyn FnMut(usize) -> usize) -> Image {
         let mut pages: BTreeMap<u64, Vec<&[u8]>> = BTreeMap::new();
         let mut lens = vec![self.disk.len];
-        for change in &self.pending {
+        for change in self.lost.iter().chain(&self.pending) {
             match change {
                 Change::Page { index, bytes } => pages.entry(*index).or_default().push(bytes),
                 Change::Len(len) => lens.push(*len),
@@ -256,6 +261,7 @@ impl MemStorage {
                     now: image.clone(),
                     disk: image,
                     pending: Vec::new(),
+                    lost: Vec::new(),
                     named: true,
                 };
                 (id, file)
@@ -294,6 +300,7 @@ impl MemStorage {
                 now: image.clone(),
                 disk: image,
                 pending: Vec::new(),
+                lost: Vec::new(),
                 named: true,
             },
         );
@@ -435,9 +442,27 @@ impl Storage for MemStorage {
         if self.read_only {
             return Ok(());
         }
-        self.mutate(&mut st, "sync")?;
+        if let Err(e) = self.mutate(&mut st, "sync") {
+            // Linux: the pages the failed fsync could not write are marked
+            // clean; a retried fsync succeeds without writing them.
+            if let Some(mf) = st.files.get_mut(&file) {
+                let dropped = std::mem::take(&mut mf.pending);
+                mf.lost.extend(dropped);
+            }
+            return Err(e);
+        }
         let mf = st.files.get_mut(&file).ok_or_else(|| missing(file))?;
-        mf.disk = mf.now.clone();
+        if mf.lost.is_empty() {
+            mf.disk = mf.now.clone();
+        } else {
+            // Only what was written since the failure reaches the disk.
+            for change in &mf.pending {
+                match change {
+                    Change::Page { index, bytes } => mf.disk.put_page(*index, bytes),
+                    Change::Len(len) => mf.disk.set_len(*len),
+                }
+            }
+        }
         mf.pending.clear();
         Ok(())
     }
@@ -477,6 +502,7 @@ impl Storage for MemStorage {
                 now: image.clone(),
                 disk: image,
                 pending: Vec::new(),
+                lost: Vec::new(),
                 named: true,
             },
         );

@@ -60,6 +60,16 @@ pub fn self_describing(id: u64) -> Vec<u8> {
     bytes
 }
 
+/// A [`self_describing`] record of `len` bytes (at least 12), whatever its
+/// id: for stores of fixed-size records.
+pub fn self_describing_sized(id: u64, len: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(len);
+    bytes.extend_from_slice(&id.to_le_bytes());
+    bytes.extend_from_slice(&(len as u32).to_le_bytes());
+    bytes.extend((12..len).map(|k| pattern(id, k)));
+    bytes
+}
+
 fn pattern(id: u64, k: usize) -> u8 {
     ((id.wrapping_mul(31) + k as u64 * 7) % 251) as u8 ^ 0x5a
 }
