@@ -7,6 +7,12 @@
 //! from the id), so a reader can check any record it gathers without knowing
 //! which index a delete moved it to.
 //!
+//! A third run keeps raw fixed-size records (format v2), whose gathers take
+//! the path that copies covered small records straight from the maps. The
+//! mutator must get most of its deletes and compactions through (at least
+//! [`MIN_MUTATIONS`] of its attempts), so the test exercises them rather
+//! than their refusal.
+//!
 //! The children are this test binary, re-run with `--exact` on the
 //! `#[ignore]`d entry point and told their role through the environment.
 //! `LOADERX_STRESS_SCALE` (default 1) multiplies every process's operation
@@ -25,17 +31,26 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{check_self_describing as check, ragged_batch, spawn_child};
+use common::{check_self_describing as check, ragged_batch, self_describing_sized, spawn_child};
 use loaderx_store::{Deflate, Error, Store};
 
 const STORE_ENV: &str = "LOADERX_MP_STORE";
 const ROLE_ENV: &str = "LOADERX_MP_ROLE";
+/// Set (to the record length) for the run on raw fixed-size records.
+const FIXED_ENV: &str = "LOADERX_MP_FIXED";
 const SCALE_ENV: &str = "LOADERX_STRESS_SCALE";
 
 /// Records the store holds at most, give or take one batch.
 const CAP: u64 = 512;
 /// Records the writer appends at a time.
 const BATCH: u64 = 16;
+/// The share of the mutator's attempts that must succeed.
+const MIN_MUTATIONS: f64 = 0.5;
+
+/// The record length of the fixed-size run, or `None` for ragged records.
+fn fixed() -> Option<usize> {
+    env::var(FIXED_ENV).ok().and_then(|s| s.parse().ok())
+}
 
 fn scale() -> u64 {
     env::var(SCALE_ENV)
@@ -87,8 +102,19 @@ fn writer(path: &Path) {
             if store.len() >= CAP {
                 break;
             }
-            let (src, offsets, lens) = ragged_batch(next..next + BATCH);
-            match store.append_ragged(&src, &offsets, &lens) {
+            let appended = match fixed() {
+                Some(len) => {
+                    let src: Vec<u8> = (next..next + BATCH)
+                        .flat_map(|id| self_describing_sized(id, len))
+                        .collect();
+                    store.append_fixed(&src, BATCH as usize, len)
+                }
+                None => {
+                    let (src, offsets, lens) = ragged_batch(next..next + BATCH);
+                    store.append_ragged(&src, &offsets, &lens)
+                }
+            };
+            match appended {
                 Ok(_) => next += BATCH,
                 Err(e) if locked(&e) => break,
                 Err(e) => panic!("append failed: {e}"),
@@ -125,6 +151,18 @@ fn reader(path: &Path, seed: u64) {
                     rng % len
                 })
                 .collect();
+            if let Some(len) = fixed() {
+                // Strided, as a batch of labels is gathered.
+                let mut dst = vec![0u8; idxs.len() * len];
+                store.gather(&idxs, &mut dst, len).expect("gather");
+                for (i, bytes) in dst.chunks_exact(len).enumerate() {
+                    if let Err(why) = check(bytes) {
+                        panic!("index {}: {why}", idxs[i]);
+                    }
+                    checked += 1;
+                }
+                continue;
+            }
             let mut lens = vec![0u32; idxs.len()];
             store.lengths(&idxs, &mut lens).expect("lengths");
             let mut offsets = Vec::with_capacity(idxs.len());
@@ -210,45 +248,72 @@ fn multiprocess_child() {
 
 #[test]
 fn one_writer_many_readers_across_processes() {
-    stress(false);
+    stress(Kind::V1);
 }
 
 /// The same on a format v2 store with three write lanes.
 #[test]
 fn one_writer_many_readers_across_processes_in_format_v2() {
-    stress(true);
+    stress(Kind::V2);
 }
 
-fn stress(v2: bool) {
+/// The same with raw 48-byte records in format v2, gathered strided.
+#[test]
+fn one_writer_many_readers_across_processes_on_raw_fixed_records() {
+    stress(Kind::RawFixed(48));
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    V1,
+    V2,
+    RawFixed(usize),
+}
+
+fn stress(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     {
         // Seed it so readers have something from the start.
-        let store: Store<Deflate> = if v2 {
+        let v2 = |codec, lanes| {
             let options = loaderx_store::OpenOptions {
-                lanes: 3,
+                lanes,
                 ..loaderx_store::OpenOptions::default()
             };
-            let schema =
-                loaderx_store::format::v2::Schema::bytes(loaderx_store::format::CodecTag::FLATE);
-            Store::create_v2(&path, &schema, options).unwrap()
-        } else {
-            Store::open(&path).unwrap()
+            let schema = loaderx_store::format::v2::Schema::bytes(codec);
+            Store::<Deflate>::create_v2(&path, &schema, options).unwrap()
         };
-        let (records, offsets, lens) = ragged_batch(10_000_000..10_000_064);
-        store.append_ragged(&records, &offsets, &lens).unwrap();
+        let store = match kind {
+            Kind::V1 => Store::open(&path).unwrap(),
+            Kind::V2 => v2(loaderx_store::format::CodecTag::FLATE, 3),
+            Kind::RawFixed(_) => v2(loaderx_store::format::CodecTag::RAW, 1),
+        };
+        if let Kind::RawFixed(len) = kind {
+            let src: Vec<u8> = (10_000_000..10_000_064)
+                .flat_map(|id| self_describing_sized(id, len))
+                .collect();
+            store.append_fixed(&src, 64, len).unwrap();
+        } else {
+            let (records, offsets, lens) = ragged_batch(10_000_000..10_000_064);
+            store.append_ragged(&records, &offsets, &lens).unwrap();
+        }
         store.sync().unwrap();
     }
+    let fixed_len = match kind {
+        Kind::RawFixed(len) => len.to_string(),
+        _ => String::new(),
+    };
     let roles = [
         "writer", "reader0", "reader1", "reader2", "mutator", "opener",
     ];
     let children: Vec<_> = roles
         .iter()
         .map(|role| {
-            let child = spawn_child(
-                "multiprocess_child",
-                &[(STORE_ENV, path.as_os_str()), (ROLE_ENV, role.as_ref())],
-            );
+            let mut envs = vec![(STORE_ENV, path.as_os_str()), (ROLE_ENV, role.as_ref())];
+            if !fixed_len.is_empty() {
+                envs.push((FIXED_ENV, fixed_len.as_ref()));
+            }
+            let child = spawn_child("multiprocess_child", &envs);
             (role, child)
         })
         .collect();
@@ -264,6 +329,9 @@ fn stress(v2: bool) {
             })
             .collect();
         println!("{role}: {:?} {}", out.status, summary.join("; "));
+        if *role == "mutator" && out.status.success() {
+            check_mutations(&summary.join(" "));
+        }
         if !out.status.success() {
             failures.push(format!(
                 "{role} failed ({:?}):\n{}\n{}",
@@ -292,4 +360,24 @@ fn stress(v2: bool) {
         let id = check(&buf).unwrap_or_else(|why| panic!("index {i}: {why}"));
         assert!(seen.insert(id), "record {id} appears twice");
     }
+}
+
+/// Fails unless the mutator's summary ("mutator did D deletes and C
+/// compactions; R were refused") shows both kinds done and at least
+/// [`MIN_MUTATIONS`] of its attempts through.
+fn check_mutations(summary: &str) {
+    let numbers: Vec<f64> = summary
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [deletes, compactions, refused, ..] = numbers[..] else {
+        panic!("no counts in the mutator's summary: {summary:?}");
+    };
+    assert!(deletes > 0.0 && compactions > 0.0, "{summary}");
+    let share = (deletes + compactions) / (deletes + compactions + refused);
+    assert!(
+        share >= MIN_MUTATIONS,
+        "only {:.0}% of the mutator's attempts got through: {summary}",
+        share * 100.0
+    );
 }
