@@ -191,6 +191,12 @@ impl Handle {
     /// only tries (briefly, for a thread of its own closing the store), and
     /// then reports the handle unusable rather than wait forever.
     fn read_guard(&self) -> loaderx_store::Result<RwLockReadGuard<'_, Option<Engine>>> {
+        // Uncontended, which is the rule, without asking for the process id.
+        match self.engine.try_read() {
+            Ok(guard) => return Ok(guard),
+            Err(TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+            Err(TryLockError::WouldBlock) => {}
+        }
         if !self.forked() {
             return Ok(self.engine.read().unwrap_or_else(PoisonError::into_inner));
         }
