@@ -45,6 +45,7 @@ from . import _native
 from ._zrecord import (
     _BEHIND_NOTE,
     _INDEX_OUT_OF_RANGE,
+    _IO,
     _OPEN,
     _RECORD_SIZE,
     ArgumentTypeError,
@@ -428,6 +429,9 @@ class _Container(_Closing):
         self._behind_failure: list[BaseException] = []
         self._behind_buffer: np.ndarray | None = None
         self._spare: np.ndarray | None = None
+        # The process a writer from `create` was made in, once this copy of
+        # it is in a child forked from there (`_forget_in_child`).
+        self._forked_from: int | None = None
         #: Whether records are encoded images (codec ``jpeg`` or ``png``).
         self.is_image: bool = self.codec in IMAGE_CODECS
         #: JPEG quality of appended arrays (``jpeg`` stores).
@@ -512,6 +516,29 @@ class _Container(_Closing):
             self._settle()
         return store
 
+    def _forked_writer(self, op: str) -> ZrecordError:
+        return ZrecordError(
+            _IO,
+            f"cannot {op} {self.path} in process {os.getpid()}: this {type(self).__name__} "
+            f"writer was created in process {self._forked_from}, and a child forked from "
+            f"there cannot write behind its parent's back (the parent's appends, some "
+            f"perhaps still being written at the fork, are the parent's); append through "
+            f"the parent's writer",
+        )
+
+    def _forget_in_child(self, parent: int) -> None:
+        """In a child just forked from `parent`: the write-behind state
+        belongs to a helper thread that does not exist here (its lock may
+        have been held at the fork), and a writer from ``create`` is the
+        parent's, so its appends, ``sync`` and ``len`` raise at once."""
+        self._behind_lock = threading.Lock()
+        self._behind = None
+        self._behind_failure = []
+        self._behind_buffer = None
+        self._spare = None
+        if not self._readable and self._store is not None:
+            self._forked_from = parent
+
     def _closed(self) -> ClosedError:
         return ClosedError(f"operation on a closed {type(self).__name__} ({self.path})")
 
@@ -525,6 +552,8 @@ class _Container(_Closing):
         return store
 
     def _appending(self, settle: bool = True) -> _native.Store:
+        if self._forked_from is not None:
+            raise self._forked_writer("append to")
         store = self._live(settle)
         if not self._writable:
             raise ContainerModeError(
@@ -553,6 +582,8 @@ class _Container(_Closing):
         return not self._readable
 
     def __len__(self) -> int:
+        if self._forked_from is not None:
+            raise self._forked_writer("count the records of")
         return len(self._live())
 
     def __repr__(self) -> str:
@@ -576,19 +607,28 @@ class _Container(_Closing):
 
     def close(self) -> None:
         """Publish what was appended and release the store. Idempotent;
-        waits for the calls in flight."""
-        store = getattr(self, "_store", None)
-        if store is not None:
+        waits for the calls in flight. An append on another thread that
+        races with it is either stored or raises :class:`ClosedError`."""
+        if getattr(self, "_store", None) is None:
+            return
+        # Under the write-behind lock: an append submitted after this
+        # looked for one in flight would run against the closed store.
+        with self._behind_lock:
+            store = self._store
+            if store is None:
+                return
             try:
-                self._settle()
+                self._settle_locked()
             finally:
                 self._store = None
                 self._spare = None
-                store.close()
+        store.close()
 
     def sync(self) -> None:
         """Make everything appended so far durable and visible to handles
         opened from now on (``close()`` does it too)."""
+        if self._forked_from is not None:
+            raise self._forked_writer("sync")
         self._appending().sync()
 
     # --- write-behind -----------------------------------------------------------------
@@ -817,6 +857,18 @@ class _Container(_Closing):
                 f"from {type(self).__name__}.open"
             )
         return None
+
+
+def _forget_writes_behind_in_child() -> None:
+    """After ``os.fork()``, in the child (see `_Container._forget_in_child`)."""
+    parent = os.getppid()
+    for handle in list(_OPEN):
+        if isinstance(handle, _Container):
+            handle._forget_in_child(parent)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_writes_behind_in_child)
 
 
 class Dense(_Container):
