@@ -4,6 +4,9 @@ goes on; close() returns promptly in every state."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -211,3 +214,79 @@ def test_close_wakes_a_consumer_blocked_in_next(pair: Any, engine: str) -> None:
     assert not closer.is_alive(), f"DataLoader.close() did not return within {CLOSE_BOUND} s"
     with pytest.raises(StopIteration):
         next(loader)
+
+
+BLOCKED_USER_CODE = textwrap.dedent(
+    """
+    import sys, threading, time
+    import numpy as np
+    from loaderx import DataLoader, Dataset
+
+    root, engine = sys.argv[1], sys.argv[2]
+    ds, ls = Dataset(root + "/d"), Dataset(root + "/l")
+
+    class Table:
+        def __init__(self, values):
+            self.values = values
+        def __len__(self):
+            return len(self.values)
+        def __getitems__(self, idxs):
+            return self.values[np.asarray(idxs, dtype=np.int64)]
+
+    class Stuck(Table):
+        def __init__(self, values, started):
+            super().__init__(values)
+            self.started = started
+        def __getitems__(self, idxs):
+            self.started.set()
+            time.sleep(3600)
+
+    def blocked():
+        started = threading.Event()
+        def transform(batch):
+            started.set()
+            time.sleep(3600)
+        if engine == "native+transform":
+            loader = DataLoader(ds, ls, num_workers=1, batch_size=4, transform=transform)
+        elif engine == "python+transform":
+            table = Table(np.arange(len(ls)))
+            loader = DataLoader(table, ls, num_workers=1, batch_size=4, transform=transform)
+        else:
+            loader = DataLoader(Stuck(np.arange(len(ls)), started), ls, num_workers=1, batch_size=4)
+        assert started.wait(60), "the user code never ran"
+        return loader
+
+    loader = blocked()
+    start = time.monotonic()
+    loader.close()
+    print("closed in", round(time.monotonic() - start, 1), flush=True)
+    # Another one left open: the interpreter's exit closes it.
+    left_open = blocked()
+    print("exiting", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("engine", ["native+transform", "python+transform", "python"])
+def test_close_and_exit_do_not_wait_for_user_code_that_never_returns(
+    pair: Any, engine: str
+) -> None:
+    """A transform (or a duck-typed stream's ``__getitems__``) blocked for
+    an hour: close() returns within its bound, and so does the interpreter's
+    exit with such a loader still open. The thread running the user code is
+    not joined (a daemon thread, its result dropped)."""
+    root = Path(pair[0].path).parent
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", BLOCKED_USER_CODE, str(root), engine],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"close() or the interpreter's exit waited for user code: {exc.stdout!r}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0].startswith("closed in "), out.stdout
+    assert float(lines[0].split()[-1]) <= CLOSE_BOUND, out.stdout
+    assert lines[1] == "exiting", out.stdout

@@ -36,9 +36,13 @@ interface (``_engine.Engine``); this module is the facade that picks one.
 
 Either way batches arrive in sampler order, so a seed fixes the whole
 stream; a failed batch raises its exception from ``next()`` in its place
-and the loader goes on; ``close()`` never hangs (workers finish at most the
-batch they are on, a consumer blocked in ``next()`` is woken with
-``StopIteration``); and loaders still open at interpreter exit are closed.
+and the loader goes on (a ``StopIteration`` from a transform or a stream
+fails its batch as a ``RuntimeError`` naming it, as PEP 479 does for
+generators); ``close()`` never hangs (workers finish at most the batch they
+are on, threads running user code are waited for at most a second and then
+left behind as daemon threads, a consumer blocked in ``next()`` is woken
+with ``StopIteration``); and loaders still open at interpreter exit are
+closed.
 
 A stream plugs into the native loader through two methods: ``native_stream(
 name)`` returns ``(name, native store, bytes per record)`` (0 bytes: ragged
@@ -63,6 +67,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._engine import Engine
+from ._engine import name_of as _engine_name_of
 from ._nativeengine import NativeEngine, View
 from ._pyengine import PyEngine
 from ._sampler import Sampler, resolve_world
@@ -138,6 +143,8 @@ class _PairTransform:
 
     def __init__(self, transform: Callable[[Any], Any]) -> None:
         self.transform = transform
+        # Errors name the user's transform (`_engine.name_of`).
+        self.__qualname__ = _engine_name_of(transform)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         data, label = self.transform((batch["data"], batch["label"]))
@@ -341,7 +348,10 @@ class DataLoader(_Closing):
 
     def close(self) -> None:
         """Stop the workers and drop prefetched batches. Idempotent; never hangs
-        on a full queue; waits at most for the batches being gathered."""
+        on a full queue; waits for the batches being gathered, and at most a
+        second for a thread running user code (a ``transform``, a duck-typed
+        stream's ``__getitems__``), which is then left to finish on its own
+        (a daemon thread; its batch is dropped)."""
         engine = getattr(self, "_engine", None)
         if engine is not None:
             self._engine = None
