@@ -639,6 +639,33 @@ def test_append_flat_refusals_change_nothing(tmp_path: Path) -> None:
         assert [x.tolist() for x in r[:]] == [[0, 1, 2], list(range(3, 10))]
 
 
+def test_append_flat_refuses_values_out_of_range_naming_them(tmp_path: Path) -> None:
+    # Dimensions are stored as 32-bit lengths: a larger one wrapped
+    # ([[2**32, 0]] read back as (0, 0)); an empty offsets array was taken
+    # as no records; uint64 offsets past int64 were shown as -1.
+    flat = np.arange(10, dtype=np.int32)
+    with Ragged.create(tmp_path / "m", "int32", 2, codec="zstd") as w:
+        for dims in ([[2**32, 0]], [[0, 2**63 - 1]], [[2**64 - 1, 0]], [[2**64, 0]]):
+            big = max(dims[0])
+            with pytest.raises(ValueError, match=rf"record 0: dimension {big} .*4294967295"):
+                w.append_flat(flat, [0, 0], dims)
+        assert len(w) == 0
+    with Ragged.create(tmp_path / "r", "int32", 1, codec="raw") as w:
+        with pytest.raises(ValueError, match="offsets.*empty"):
+            w.append_flat(flat, np.array([], dtype=np.int64))
+        top = 2**64 - 1
+        with pytest.raises(ValueError, match=rf"offsets\[0\] = {top}, outside 0\.\.10"):
+            w.append_flat(flat, np.array([top, top], dtype=np.uint64))
+        with pytest.raises(ValueError, match=r"offsets\[1\] = 5 is below offsets\[0\] = 7"):
+            w.append_flat(flat, np.array([7, 5], dtype=np.uint64))
+        assert len(w) == 0
+        w.append_flat(flat, np.array([0, 4, 10], dtype=np.uint64))
+        w.append_flat(flat, [3])  # one offset: no records
+        assert len(w) == 2
+    with Ragged.open(tmp_path / "r") as r:
+        assert [x.tolist() for x in r[:]] == [[0, 1, 2, 3], list(range(4, 10))]
+
+
 def test_empty_split_and_null_column(tmp_path: Path) -> None:
     ds = datasets.Dataset.from_dict({"x": np.arange(3, dtype=np.int8), "s": [[1], [2, 3], [4]]})
     counts = convert(datasets.DatasetDict(train=ds, test=ds.select([])), tmp_path / "o", codec="zstd")

@@ -285,6 +285,34 @@ def _pack_files(files: Iterable[Any]) -> Iterator[tuple[np.ndarray, np.ndarray, 
         yield packed()
 
 
+#: Largest dimension length of a ragged record (stored as a 32-bit length).
+_MAX_DIM = 2**32 - 1
+
+
+def _flat_dims(shapes: Any, n: int, ndim: int) -> np.ndarray:
+    """`shapes` of :meth:`Ragged.append_flat` as an ``(n, ndim)`` int64
+    array, every dimension within ``0..2^32 - 1``; ``ValueError`` naming
+    the first that is not, checked on the values as given (a conversion
+    could wrap them)."""
+    # Not an array: its values as given (NumPy would make floats of
+    # Python ints past int64 next to small ones).
+    given = shapes if isinstance(shapes, np.ndarray) else np.array(shapes, dtype=object)
+    if given.shape != (n, ndim):
+        raise ValueError(f"shapes must be ({n}, {ndim}), found {given.shape}")
+    values = given.reshape(-1)
+    try:
+        outside = np.flatnonzero((values < 0) | (values > _MAX_DIM))
+    except TypeError:
+        outside = np.zeros(0, dtype=np.intp)  # not numbers: the conversion names them
+    if outside.size:
+        record, axis = divmod(int(outside[0]), ndim)
+        raise ValueError(
+            f"record {record}: dimension {int(values[outside[0]])} (axis {axis}) is outside "
+            f"0..{_MAX_DIM}, the largest length a dimension may have"
+        )
+    return np.asarray(given, dtype=np.int64)
+
+
 def _is_record_index(idx: Any) -> bool:
     if isinstance(idx, (bool, np.bool_)):
         return False
@@ -1327,26 +1355,43 @@ class Ragged(_Container):
         bounds = np.asarray(offsets)
         if bounds.ndim != 1 or bounds.dtype.kind not in "iu":
             raise TypeError("offsets must be a 1-D integer array of n + 1 element offsets")
+        if bounds.size == 0:
+            raise ValueError(
+                "offsets must hold n + 1 element offsets (at least one: where record 0 "
+                "starts), found an empty array"
+            )
+        # Range first, on the values as given (a uint64 past int64 would
+        # wrap to a negative one in the cast below).
+        outside = np.flatnonzero((bounds < 0) | (bounds > flat.size))
+        if outside.size:
+            at = int(outside[0])
+            raise ValueError(
+                f"offsets must be non-decreasing within 0..{flat.size} (the length of flat), "
+                f"found offsets[{at}] = {int(bounds[at])}, outside 0..{flat.size}"
+            )
         bounds = bounds.astype(np.int64)
         n = bounds.size - 1
-        if n <= 0:
+        if n == 0:
             return
         lens = np.diff(bounds)
-        if bounds[0] < 0 or bounds[-1] > flat.size or (lens < 0).any():
+        if (lens < 0).any():
+            at = int(np.flatnonzero(lens < 0)[0])
             raise ValueError(
                 f"offsets must be non-decreasing within 0..{flat.size}, found "
-                f"{int(bounds[0])}..{int(bounds[-1])}"
+                f"offsets[{at + 1}] = {int(bounds[at + 1])} is below offsets[{at}] = "
+                f"{int(bounds[at])}"
             )
         if shapes is None:
             if self.ndim != 1:
                 raise ValueError(f"{self.path} holds {self.ndim}-axis records: pass shapes")
             dims = lens.reshape(n, 1)
         else:
-            dims = np.asarray(shapes, dtype=np.int64)
-            if dims.shape != (n, self.ndim):
-                raise ValueError(f"shapes must be ({n}, {self.ndim}), found {dims.shape}")
-            if (dims < 0).any() or (dims.prod(axis=1) != lens).any():
-                bad = int(np.flatnonzero((dims < 0).any(axis=1) | (dims.prod(axis=1) != lens))[0])
+            dims = _flat_dims(shapes, n, self.ndim)
+            # The int64 product may wrap; the float one says when it could
+            # have (a length is at most flat.size, far below 2^62).
+            wrong = (dims.prod(axis=1) != lens) | (dims.astype(np.float64).prod(axis=1) > 2.0**62)
+            if wrong.any():
+                bad = int(np.flatnonzero(wrong)[0])
                 raise ValueError(
                     f"record {bad}: shape {tuple(dims[bad].tolist())} does not hold its "
                     f"{int(lens[bad])} elements"
