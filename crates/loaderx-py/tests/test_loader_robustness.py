@@ -290,3 +290,59 @@ def test_close_and_exit_do_not_wait_for_user_code_that_never_returns(
     assert lines[0].startswith("closed in "), out.stdout
     assert float(lines[0].split()[-1]) <= CLOSE_BOUND, out.stdout
     assert lines[1] == "exiting", out.stdout
+
+
+HUGE_SETTING = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from loaderx import DataLoader, Dataset
+
+    class Table:
+        def __init__(self, values):
+            self.values = values
+        def __len__(self):
+            return len(self.values)
+        def __getitems__(self, idxs):
+            return self.values[np.asarray(idxs, dtype=np.int64)]
+
+    root, engine, setting = sys.argv[1], sys.argv[2], sys.argv[3]
+    ds, ls = Dataset(root + "/d"), Dataset(root + "/l")
+    data = ds if engine == "native" else Table(np.arange(len(ls)))
+    try:
+        loader = DataLoader(data, ls, **{setting: 2**40})
+        try:
+            batch = next(loader)
+            print("batch of", len(batch["label"]), flush=True)
+        finally:
+            loader.close()
+    except (MemoryError, ValueError) as exc:
+        print("raised", type(exc).__name__, exc, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("setting", ["batch_size", "prefetch_size", "num_workers"])
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_a_huge_size_raises_instead_of_aborting_the_interpreter(
+    pair: Any, engine: str, setting: str
+) -> None:
+    """No size a user passes reaches an allocation that aborts when it
+    fails: 2^40 of anything either works (workers beyond the prefetch have
+    nothing to do and are not started) or raises MemoryError/ValueError
+    naming what it could not allocate for."""
+    root = Path(pair[0].path).parent
+    out = subprocess.run(
+        [sys.executable, "-c", HUGE_SETTING, str(root), engine, setting],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, f"exit status {out.returncode}: {out.stdout}{out.stderr}"
+    line = out.stdout.strip().splitlines()[-1]
+    if setting == "num_workers" or (engine, setting) == ("python", "prefetch_size"):
+        assert line == "batch of 256", out.stdout
+    else:
+        assert line.startswith("raised MemoryError"), out.stdout
+        named = "batch" if setting == "batch_size" else "prefetch"
+        assert named in line and str(2**40) in line, line
