@@ -427,6 +427,19 @@ def test_load_state_dict_mismatch_raises(pair: Any, engine: str) -> None:
         assert next(loader)["label"].tolist() == [0, 1, 2, 3]  # still usable
 
 
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("step", [-1, 1 << 64, None])
+def test_load_state_dict_names_a_bad_step(pair: Any, engine: str, step: Any) -> None:
+    ds, ls = pair
+    data = ds if engine == "native" else Table(ds[:])
+    with DataLoader(data, ls, batch_size=4, mode=0) as loader:
+        state = {**loader.state_dict(), "step": step}
+        with pytest.raises((ValueError, TypeError), match=f"'step'.*{step}") as caught:
+            loader.load_state_dict(state)
+        assert not isinstance(caught.value, OverflowError)
+        assert next(loader)["label"].tolist() == [0, 1, 2, 3]  # still usable
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_forked_child_gets_a_clean_error_and_exits(pair: Any, engine: str) -> None:

@@ -183,6 +183,20 @@ def _check_streams(streams: Mapping[Any, Any]) -> int:
     return next(iter(lengths.values()))
 
 
+def _check_not_empty(streams: Mapping[str, Any], length: int) -> None:
+    """``ValueError`` naming the streams (and where they are) when they hold
+    no records: an endless loader has nothing to draw from."""
+    if length == 0:
+        where = ", ".join(
+            f"{name!r} at {value.path}" if getattr(value, "path", None) else repr(name)
+            for name, value in streams.items()
+        )
+        raise ValueError(
+            f"DataLoader streams {list(streams)} hold no records ({where}); an endless loader "
+            f"needs at least one"
+        )
+
+
 def _fixed_view(dtype: np.dtype, shape: tuple[int, ...]) -> View:
     def view(data: np.ndarray, _offsets: np.ndarray | None, _idxs: np.ndarray) -> np.ndarray:
         return data.view(dtype).reshape((-1, *shape))
@@ -259,6 +273,7 @@ class DataLoader(_Closing):
             workers_name = given[0] if given else "transform_workers"
             self.streams: dict[str, Any] = dict(opts["streams"])
             length = _check_streams(self.streams)
+            _check_not_empty(self.streams, length)
             rank, world_size = resolve_world(opts["rank"], opts["world_size"])
         else:
             workers = opts["num_workers"]
@@ -273,6 +288,7 @@ class DataLoader(_Closing):
             self.labelset = labelset
             self.streams = {"data": dataset, "label": labelset}
             length = len(dataset)
+            _check_not_empty(self.streams, length)
             # The 0.5.x shape stays single-host unless told otherwise.
             if opts["rank"] is None and opts["world_size"] is None:
                 rank, world_size = 0, 1

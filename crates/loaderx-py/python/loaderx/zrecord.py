@@ -351,6 +351,28 @@ def _pipelined(blocks: Iterator[Any], write: Callable[[Any], None]) -> None:
         raise failure[0]
 
 
+def _missing_dirs(path: str) -> list[str]:
+    """`path` and those of its parents that do not exist, deepest first."""
+    missing = []
+    at = os.path.abspath(path)
+    while not os.path.exists(at):
+        missing.append(at)
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    return missing
+
+
+def _remove_empty(dirs: list[str]) -> None:
+    """Removes `dirs` (deepest first) while they are empty directories."""
+    for d in dirs:
+        try:
+            os.rmdir(d)
+        except OSError:
+            return
+
+
 def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
     """Unpickles a reader."""
     return cls._open(path, False, check_raw)
@@ -526,12 +548,17 @@ class _Container(_Closing):
                 f"{shown} is a directory with other files in it: create a {cls.__name__} in a "
                 f"new or empty directory"
             )
+        made = _missing_dirs(shown)
         try:
             store = _native.Store.create_typed(
                 shown, cls._KIND, found.str, list(shape), ndim, codec, dictionary, lanes
             )
         except FileExistsError as exc:
             raise ContainerExistsError(str(exc)) from None
+        except BaseException:
+            # A refused create leaves nothing behind: the directories it made.
+            _remove_empty(made)
+            raise
         return cls._make(store, shown, False, True, False)
 
     # --- the handle -------------------------------------------------------------------
@@ -1389,7 +1416,8 @@ class Ragged(_Container):
             dims = _flat_dims(shapes, n, self.ndim)
             # The int64 product may wrap; the float one says when it could
             # have (a length is at most flat.size, far below 2^62).
-            wrong = (dims.prod(axis=1) != lens) | (dims.astype(np.float64).prod(axis=1) > 2.0**62)
+            wrong = dims.prod(axis=1) != lens
+            wrong |= dims.astype(np.float64).prod(axis=1) > 2.0**62
             if wrong.any():
                 bad = int(np.flatnonzero(wrong)[0])
                 raise ValueError(
