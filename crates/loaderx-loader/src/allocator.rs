@@ -94,7 +94,13 @@ impl BufferAllocator for VecPool {
             }
             // Growing would copy bytes about to be overwritten; a zeroed
             // allocation is cheaper.
-            _ => Some(vec![0; len]),
+            _ => {
+                // `vec![0; len]` would abort rather than fail.
+                let mut buf = Vec::new();
+                buf.try_reserve_exact(len).ok()?;
+                buf.resize(len, 0);
+                Some(buf)
+            }
         }
     }
 

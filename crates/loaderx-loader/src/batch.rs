@@ -143,6 +143,11 @@ impl<B: AsRef<[u8]>> Batch<B> {
     pub fn into_columns(self) -> Vec<Column<B>> {
         self.columns
     }
+
+    /// The indices and the columns, to take both without a copy.
+    pub fn into_parts(self) -> (Vec<u64>, Vec<Column<B>>) {
+        (self.indices, self.columns)
+    }
 }
 
 impl<B: AsRef<[u8]>> fmt::Debug for Batch<B> {

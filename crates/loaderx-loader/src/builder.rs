@@ -55,7 +55,8 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
     }
 
     /// Number of worker threads (at least 1). Workers beyond `prefetch`
-    /// have nothing to do: at most `prefetch` batches are in the making at once.
+    /// would have nothing to do (at most `prefetch` batches are in the
+    /// making at once), so at most `prefetch` are started.
     #[must_use]
     pub fn num_workers(mut self, num_workers: usize) -> Self {
         self.num_workers = num_workers;
@@ -87,17 +88,32 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
     ///
     /// No streams, duplicate names, a fixed `item_len` of 0, streams of
     /// different lengths, a sampler drawing past the streams' length, zero
-    /// workers or prefetch, or a thread that would not start.
+    /// workers or prefetch, a batch size or prefetch whose memory cannot be
+    /// allocated ([`Error::SettingTooLarge`]), or a thread that would not
+    /// start.
     pub fn build(self) -> Result<Loader<A>> {
         self.check()?;
+        let local_batch = self.sampler.local_batch_size();
+        // The indices of a batch, which every batch allocates: a size that
+        // cannot be had fails here rather than in every batch.
+        worker::batch_indices(local_batch)?;
+        let started = self.num_workers.min(self.prefetch);
+        let mut workers = Vec::new();
+        workers
+            .try_reserve_exact(started)
+            .map_err(|_| Error::SettingTooLarge {
+                setting: "num_workers",
+                value: started as u64,
+                what: "its thread handles",
+                bytes: u64::MAX,
+            })?;
         let shared = Arc::new(Shared {
-            local_batch: self.sampler.local_batch_size(),
-            window: Window::new(self.sampler, self.prefetch),
+            local_batch,
+            window: Window::new(self.sampler, self.prefetch)?,
             streams: self.streams.into_boxed_slice(),
             allocator: self.allocator,
         });
-        let mut workers = Vec::with_capacity(self.num_workers);
-        for i in 0..self.num_workers {
+        for i in 0..started {
             let for_worker = Arc::clone(&shared);
             let spawned = thread::Builder::new()
                 .name(format!("loaderx-loader-{i}"))

@@ -5,7 +5,8 @@ use std::{fmt, io, sync::Arc};
 
 /// Why a loader could not be built, or why a batch failed.
 ///
-/// Batch errors ([`Error::Gather`], [`Error::OutOfMemory`], [`Error::WorkerPanicked`]) are delivered in
+/// Batch errors ([`Error::Gather`], [`Error::OutOfMemory`], [`Error::SettingTooLarge`],
+/// [`Error::WorkerPanicked`]) are delivered in
 /// sampler order, in place of the batch they concern; the loader stays
 /// usable after them.
 #[derive(Debug)]
@@ -25,6 +26,20 @@ pub enum Error {
     OutOfMemory {
         /// The stream the buffer was for.
         stream: Arc<str>,
+        /// Bytes asked for (saturated at `u64::MAX` when the size overflows).
+        bytes: u64,
+    },
+    /// A setting asks for more memory than can be had: `prefetch` slots or
+    /// worker handles when the loader is built, the indices of a batch when
+    /// it is built or when a batch is made (then in place of that batch).
+    SettingTooLarge {
+        /// The setting: `"batch_size"` (this rank's share of a batch),
+        /// `"prefetch"` or `"num_workers"`.
+        setting: &'static str,
+        /// Its value.
+        value: u64,
+        /// What the memory is for.
+        what: &'static str,
         /// Bytes asked for (saturated at `u64::MAX` when the size overflows).
         bytes: u64,
     },
@@ -115,6 +130,16 @@ impl fmt::Display for Error {
             Error::OutOfMemory { stream, bytes } => write!(
                 f,
                 "out of memory allocating a {bytes} byte buffer for stream {stream:?}"
+            ),
+            Error::SettingTooLarge {
+                setting,
+                value,
+                what,
+                bytes,
+            } => write!(
+                f,
+                "out of memory: {setting} {value} needs {bytes} bytes for {what}, which cannot \
+                 be allocated"
             ),
             Error::WorkerPanicked { step, message } => {
                 write!(

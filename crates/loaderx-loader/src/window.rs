@@ -68,21 +68,33 @@ pub(crate) struct Window<B> {
 }
 
 impl<B> Window<B> {
-    /// A window of `prefetch` slots whose first step is `sampler.step()`.
-    pub(crate) fn new(sampler: Sampler, prefetch: usize) -> Window<B> {
+    /// A window of `prefetch` slots whose first step is `sampler.step()`;
+    /// [`Error::SettingTooLarge`] when the slots cannot be allocated.
+    pub(crate) fn new(sampler: Sampler, prefetch: usize) -> Result<Window<B>> {
         let step = sampler.step();
-        Window {
+        let mut slots = VecDeque::new();
+        slots
+            .try_reserve_exact(prefetch)
+            .map_err(|_| Error::SettingTooLarge {
+                setting: "prefetch",
+                value: prefetch as u64,
+                what: "its batch slots",
+                bytes: (prefetch as u64)
+                    .saturating_mul(std::mem::size_of::<Option<Outcome<B>>>() as u64),
+            })?;
+        slots.resize_with(prefetch, || None);
+        Ok(Window {
             state: Mutex::new(State {
                 sampler,
                 generation: 0,
                 next_claim: step,
                 next_deliver: step,
-                slots: (0..prefetch).map(|_| None).collect(),
+                slots,
                 closed: false,
             }),
             claimable: Condvar::new(),
             deliverable: Condvar::new(),
-        }
+        })
     }
 
     /// The state, even if a thread panicked holding the lock: every update
@@ -255,7 +267,7 @@ mod tests {
     #[test]
     fn out_of_order_completions_are_delivered_in_order_within_the_bound() {
         let sampler = Sampler::new(10, 1, Mode::Sequential, 0).unwrap();
-        let window = Arc::new(Window::<Vec<u8>>::new(sampler, 3));
+        let window = Arc::new(Window::<Vec<u8>>::new(sampler, 3).unwrap());
         let claims: Vec<Claim> = (0..3).map(|_| window.claim().unwrap()).collect();
         assert_eq!(claims.iter().map(|c| c.step).collect::<Vec<_>>(), [0, 1, 2]);
 

@@ -66,6 +66,22 @@ pub(crate) fn run<A: BufferAllocator>(shared: &Shared<A>) {
     }
 }
 
+/// A zeroed buffer for the `local_batch` indices of a batch, or
+/// [`Error::SettingTooLarge`] (never an abort: the size is the user's).
+pub(crate) fn batch_indices(local_batch: usize) -> Result<Vec<u64>> {
+    let mut indices = Vec::new();
+    indices
+        .try_reserve_exact(local_batch)
+        .map_err(|_| Error::SettingTooLarge {
+            setting: "batch_size",
+            value: local_batch as u64,
+            what: "the indices of a batch (this rank's share)",
+            bytes: (local_batch as u64).saturating_mul(8),
+        })?;
+    indices.resize(local_batch, 0);
+    Ok(indices)
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
@@ -82,7 +98,7 @@ fn produce<A: BufferAllocator>(
     claim: &Claim,
     scratch: &mut Scratch,
 ) -> Outcome<A::Buffer> {
-    let mut indices = vec![0u64; shared.local_batch];
+    let mut indices = batch_indices(shared.local_batch)?;
     claim.sampler.indices_at(claim.step, &mut indices)?;
     let mut columns = Vec::with_capacity(shared.streams.len());
     for (number, stream) in shared.streams.iter().enumerate() {
@@ -154,9 +170,15 @@ fn gather_column<A: BufferAllocator>(
                 .source
                 .with_view(&mut |view| {
                     lengths.clear();
+                    let mut offsets = Vec::new();
+                    if lengths.try_reserve_exact(indices.len()).is_err()
+                        || offsets.try_reserve_exact(indices.len() + 1).is_err()
+                    {
+                        short_of = Some(u64::MAX);
+                        return Ok(());
+                    }
                     lengths.resize(indices.len(), 0);
                     view.lengths(indices, lengths)?;
-                    let mut offsets = Vec::with_capacity(indices.len() + 1);
                     let mut end = 0u64;
                     offsets.push(end);
                     for &l in lengths.iter() {

@@ -65,7 +65,9 @@ fn loader_error(py: Python<'_>, err: Error) -> PyErr {
     }
     match err {
         Error::Sampler(e) => sampler_error(e),
-        Error::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
+        Error::OutOfMemory { .. } | Error::SettingTooLarge { .. } => {
+            PyMemoryError::new_err(err.to_string())
+        }
         Error::NoStreams
         | Error::DuplicateStream { .. }
         | Error::ZeroItemLen { .. }
@@ -139,10 +141,11 @@ impl Loader {
             match py.detach(|| inner.next_timeout(WAKE)) {
                 Ok(Some(batch)) => {
                     let step = batch.step();
-                    let indices = PyArray1::from_slice(py, batch.indices());
+                    // Handed over, not copied (the batch size is the user's).
+                    let (indices, columns) = batch.into_parts();
+                    let indices = PyArray1::from_vec(py, indices);
                     let pool = inner.allocator();
-                    let columns = batch
-                        .into_columns()
+                    let columns = columns
                         .into_iter()
                         .map(|column| {
                             let stream = column.stream();

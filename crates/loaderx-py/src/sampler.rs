@@ -5,7 +5,7 @@ use std::sync::{Mutex, PoisonError};
 
 use loaderx_sampler::{Mode, SamplerState};
 use numpy::PyReadwriteArray1;
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList};
 
@@ -69,9 +69,42 @@ pub(crate) fn state_dict<'py>(py: Python<'py>, s: &SamplerState) -> PyResult<Bou
 /// read; extra keys are ignored.
 pub(crate) fn state_from(state: &Bound<'_, PyAny>) -> PyResult<SamplerState> {
     let int = state.py().get_type::<PyInt>();
+    // Every entry as an unsigned integer up to `max` (the field's width),
+    // or an error naming the entry.
+    let entry = |key: &str, max: u64| -> PyResult<u64> {
+        let value = match state.get_item(key) {
+            Ok(value) => value,
+            Err(err) if err.is_instance_of::<PyKeyError>(state.py()) => {
+                return Err(PyValueError::new_err(format!(
+                    "sampler state has no '{key}' entry"
+                )));
+            }
+            Err(err) => return Err(err),
+        };
+        let shown = value
+            .repr()
+            .map_or_else(|_| "an object".to_owned(), |r| r.to_string());
+        let number = int.call1((&value,)).map_err(|err| {
+            let message = format!("sampler state entry '{key}' must be an integer, got {shown}");
+            if err.is_instance_of::<PyTypeError>(state.py()) {
+                PyTypeError::new_err(message)
+            } else {
+                PyValueError::new_err(message)
+            }
+        })?;
+        number
+            .extract::<u64>()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "sampler state entry '{key}' is {shown}, outside 0..={max}"
+                ))
+            })
+    };
     match state.get_item(VERSION_KEY) {
-        Ok(value) => {
-            let version: u64 = int.call1((value,))?.extract()?;
+        Ok(_) => {
+            let version = entry(VERSION_KEY, u64::MAX)?;
             if version != u64::from(SamplerState::VERSION) {
                 return Err(PyValueError::new_err(format!(
                     "state has version {version}, but this build reads version {}",
@@ -82,24 +115,17 @@ pub(crate) fn state_from(state: &Bound<'_, PyAny>) -> PyResult<SamplerState> {
         Err(err) if err.is_instance_of::<PyKeyError>(state.py()) => {}
         Err(err) => return Err(err),
     }
-    let entry = |key: &str| -> PyResult<Bound<'_, PyAny>> {
-        match state.get_item(key) {
-            Ok(value) => int.call1((value,)),
-            Err(err) if err.is_instance_of::<PyKeyError>(state.py()) => Err(PyValueError::new_err(
-                format!("sampler state has no '{key}' entry"),
-            )),
-            Err(err) => Err(err),
-        }
-    };
+    let word = |key: &str| entry(key, u64::MAX);
+    let size = |key: &str| entry(key, usize::MAX as u64).map(|n| n as usize);
     let [seed, mode, length, batch_size, step, rank, world_size] = STATE_KEYS;
     Ok(SamplerState {
-        seed: entry(seed)?.extract()?,
-        mode: Mode::from_u8(entry(mode)?.extract()?).map_err(sampler_error)?,
-        len: entry(length)?.extract()?,
-        batch_size: entry(batch_size)?.extract()?,
-        step: entry(step)?.extract()?,
-        rank: entry(rank)?.extract()?,
-        world_size: entry(world_size)?.extract()?,
+        seed: word(seed)?,
+        mode: Mode::from_u8(entry(mode, u64::from(u8::MAX))? as u8).map_err(sampler_error)?,
+        len: word(length)?,
+        batch_size: size(batch_size)?,
+        step: word(step)?,
+        rank: size(rank)?,
+        world_size: size(world_size)?,
     })
 }
 

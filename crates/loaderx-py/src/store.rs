@@ -333,6 +333,16 @@ impl Store {
     ) -> PyResult<Self> {
         non_empty(&path)?;
         let dictionary = dictionary.map(|d| d.as_bytes().to_vec());
+        if let Some(bytes) = &dictionary {
+            // A bad argument, refused before anything is created.
+            loaderx_store::ZstdDictionary::new(bytes).map_err(|err| {
+                PyValueError::new_err(format!(
+                    "cannot create {}: dict_bytes is not a usable zstd dictionary ({err}); \
+                     train one with loaderx.utils.train_dict",
+                    path.display()
+                ))
+            })?;
+        }
         let schema = typed::build_schema(kind, dtype, shape, ndim, codec, dictionary)?;
         let options = OpenOptions {
             lanes: typed::lanes(lanes)?,

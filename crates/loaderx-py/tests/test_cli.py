@@ -147,6 +147,24 @@ def test_bench_prints_a_row_per_configuration(tmp_path: Path, images_npy) -> Non
     assert bad.returncode != 0 and "positive" in bad.stderr
 
 
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0", "soon"])
+def test_bench_refuses_a_duration_that_is_not_a_positive_number(
+    tmp_path: Path, images_npy, seconds: str
+) -> None:
+    # nan ran forever (no time is >= nan) and -1 was taken.
+    src, _ = images_npy
+    assert loaderx("convert", src, tmp_path / "out", "-q").returncode == 0
+    try:
+        bad = subprocess.run(
+            [str(SCRIPT), "bench", str(tmp_path / "out"), "--seconds", seconds],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"loaderx bench --seconds {seconds} ran on")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "--seconds" in bad.stderr and "positive" in bad.stderr and seconds in bad.stderr
+
+
 def test_progress_without_a_terminal_is_plain_lines(tmp_path: Path, images_npy) -> None:
     src, _ = images_npy
     done = loaderx("convert", src, tmp_path / "out", "--progress-interval", "0")

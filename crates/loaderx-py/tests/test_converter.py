@@ -500,6 +500,65 @@ def test_parquet_refusals_name_the_column_and_row(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists() and leftovers(tmp_path, "out") == []
 
 
+def _cut(path: Path, keep: int) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+
+
+def _damaged_sources(root: Path) -> dict[str, tuple[Path, str]]:
+    """Files the converters cannot read, with a phrase the refusal carries."""
+    a = np.arange(4000, dtype=np.int64).reshape(1000, 4)
+    made: dict[str, tuple[Path, str]] = {}
+    np.save(root / "cut.npy", a)
+    _cut(root / "cut.npy", 5000)
+    made["truncated npy"] = (root / "cut.npy", "cannot read")
+    np.save(root / "obj.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    made["object npy"] = (root / "obj.npy", "Python objects")
+    np.savez(root / "cut.npz", x=a, y=a[:, 0])
+    _cut(root / "cut.npz", 20000)
+    made["truncated npz"] = (root / "cut.npz", "cannot read")
+    np.savez_compressed(root / "cutc.npz", x=a, y=a[:, 0])
+    _cut(root / "cutc.npz", (root / "cutc.npz").stat().st_size // 2)
+    made["truncated compressed npz"] = (root / "cutc.npz", "cannot read")
+    table = pa.table({"x": a[:, 0], "y": a[:, 1]})
+    pq.write_table(table, root / "cut.parquet")
+    _cut(root / "cut.parquet", (root / "cut.parquet").stat().st_size - 100)
+    made["truncated parquet"] = (root / "cut.parquet", "cannot read")
+    pq.write_table(table, root / "holed.parquet")
+    data = (root / "holed.parquet").read_bytes()
+    (root / "holed.parquet").write_bytes(data[: len(data) // 2] + data[len(data) // 2 + 50 :])
+    made["damaged parquet"] = (root / "holed.parquet", "cannot read")
+    twice = pa.Table.from_arrays([pa.array(a[:, 0]), pa.array(a[:, 1])], names=["x", "x"])
+    pq.write_table(twice, root / "twice.parquet")
+    made["duplicate parquet columns"] = (root / "twice.parquet", "'x' appears 2 times")
+    pq.write_table(pa.table({}), root / "none.parquet")
+    made["parquet with no columns"] = (root / "none.parquet", "no columns")
+    return made
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated npy",
+        "object npy",
+        "truncated npz",
+        "truncated compressed npz",
+        "truncated parquet",
+        "damaged parquet",
+        "duplicate parquet columns",
+        "parquet with no columns",
+    ],
+)
+def test_a_source_that_cannot_be_read_is_refused_naming_the_file(tmp_path: Path, case: str) -> None:
+    # NumPy and pyarrow errors came through without the file's name (or,
+    # for a Parquet file with no columns, an empty output was written).
+    source, phrase = _damaged_sources(tmp_path)[case]
+    with pytest.raises(ConversionError, match=phrase) as caught:
+        convert_path(source, tmp_path / "out", codec="zstd")
+    assert str(source) in str(caught.value), caught.value
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path, "out") == []
+
+
 # --- image folders -------------------------------------------------------------------------
 
 
@@ -637,6 +696,33 @@ def test_append_flat_refusals_change_nothing(tmp_path: Path) -> None:
         assert len(w) == 0
     with Ragged.open(tmp_path / "r") as r:
         assert [x.tolist() for x in r[:]] == [[0, 1, 2], list(range(3, 10))]
+
+
+def test_append_flat_refuses_values_out_of_range_naming_them(tmp_path: Path) -> None:
+    # Dimensions are stored as 32-bit lengths: a larger one wrapped
+    # ([[2**32, 0]] read back as (0, 0)); an empty offsets array was taken
+    # as no records; uint64 offsets past int64 were shown as -1.
+    flat = np.arange(10, dtype=np.int32)
+    with Ragged.create(tmp_path / "m", "int32", 2, codec="zstd") as w:
+        for dims in ([[2**32, 0]], [[0, 2**63 - 1]], [[2**64 - 1, 0]], [[2**64, 0]]):
+            big = max(dims[0])
+            with pytest.raises(ValueError, match=rf"record 0: dimension {big} .*4294967295"):
+                w.append_flat(flat, [0, 0], dims)
+        assert len(w) == 0
+    with Ragged.create(tmp_path / "r", "int32", 1, codec="raw") as w:
+        with pytest.raises(ValueError, match="offsets.*empty"):
+            w.append_flat(flat, np.array([], dtype=np.int64))
+        top = 2**64 - 1
+        with pytest.raises(ValueError, match=rf"offsets\[0\] = {top}, outside 0\.\.10"):
+            w.append_flat(flat, np.array([top, top], dtype=np.uint64))
+        with pytest.raises(ValueError, match=r"offsets\[1\] = 5 is below offsets\[0\] = 7"):
+            w.append_flat(flat, np.array([7, 5], dtype=np.uint64))
+        assert len(w) == 0
+        w.append_flat(flat, np.array([0, 4, 10], dtype=np.uint64))
+        w.append_flat(flat, [3])  # one offset: no records
+        assert len(w) == 2
+    with Ragged.open(tmp_path / "r") as r:
+        assert [x.tolist() for x in r[:]] == [[0, 1, 2, 3], list(range(4, 10))]
 
 
 def test_empty_split_and_null_column(tmp_path: Path) -> None:

@@ -249,6 +249,51 @@ def test_transform_exception_surfaces_in_consumer(pair: Any) -> None:
         close_within(loader)
 
 
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("shape", ["pair", "named"])
+def test_a_transform_raising_stop_iteration_is_a_runtime_error_naming_it(
+    pair: Any, engine: str, shape: str
+) -> None:
+    """StopIteration out of a transform would end a ``for`` loop over the
+    endless loader silently; like a generator under PEP 479, it comes out
+    as a RuntimeError naming the transform, with the StopIteration as its
+    cause."""
+    ds, ls = pair
+    data = ds if engine == "native" else Table(ds[:])
+
+    def stopping_transform(_: Any) -> Any:
+        raise StopIteration("out of ideas")
+
+    if shape == "pair":
+        loader = DataLoader(data, ls, batch_size=2, mode=0, transform=stopping_transform)
+    else:
+        loader = DataLoader(
+            {"data": data, "label": ls}, batch_size=2, mode=0, transform=stopping_transform
+        )
+    try:
+        with pytest.raises(RuntimeError, match="stopping_transform.*StopIteration") as caught:
+            for _ in loader:
+                pass
+        assert isinstance(caught.value.__cause__, StopIteration)
+    finally:
+        close_within(loader)
+
+
+def test_a_stream_raising_stop_iteration_is_a_runtime_error_naming_it() -> None:
+    class Ended(Table):
+        def __getitems__(self, idxs: Any) -> np.ndarray:
+            raise StopIteration
+
+    values = np.arange(30)
+    loader = DataLoader({"tokens": Ended(values), "label": Table(values)}, batch_size=2, mode=0)
+    try:
+        with pytest.raises(RuntimeError, match="'tokens'.*StopIteration"):
+            for _ in loader:
+                pass
+    finally:
+        close_within(loader)
+
+
 def test_close_is_idempotent_and_stops_iteration(pair: Any) -> None:
     loader = DataLoader(*pair, batch_size=4)
     next(loader)
@@ -379,6 +424,19 @@ def test_load_state_dict_mismatch_raises(pair: Any, engine: str) -> None:
             loader.load_state_dict(state)
         with pytest.raises(ValueError):
             loader.load_state_dict({"step": 3})
+        assert next(loader)["label"].tolist() == [0, 1, 2, 3]  # still usable
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("step", [-1, 1 << 64, None])
+def test_load_state_dict_names_a_bad_step(pair: Any, engine: str, step: Any) -> None:
+    ds, ls = pair
+    data = ds if engine == "native" else Table(ds[:])
+    with DataLoader(data, ls, batch_size=4, mode=0) as loader:
+        state = {**loader.state_dict(), "step": step}
+        with pytest.raises((ValueError, TypeError), match=f"'step'.*{step}") as caught:
+            loader.load_state_dict(state)
+        assert not isinstance(caught.value, OverflowError)
         assert next(loader)["label"].tolist() == [0, 1, 2, 3]  # still usable
 
 

@@ -65,6 +65,34 @@ def test_zstd_dict_without_a_dictionary(tmp_path: Path, dictionary: Any) -> None
     Dense.create(path, np.uint8, (2,), codec="raw").close()
 
 
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_an_unusable_dictionary_is_a_bad_argument_and_leaves_nothing_behind(
+    tmp_path: Path, kind: str
+) -> None:
+    # A zstd dictionary header with dictionary id 0, which zstd reserves.
+    unusable = b"\x37\xa4\x30\xec" + bytes(4) + bytes(200)
+
+    def create(path: Path) -> Any:
+        if kind == "dense":
+            return Dense.create(path, np.uint8, (8,), codec="zstd_dict", dict_bytes=unusable)
+        return Ragged.create(path, np.uint8, 1, codec="zstd_dict", dict_bytes=unusable)
+
+    nested = tmp_path / "n1" / "n2" / "n3"
+    with pytest.raises(ValueError, match="dict_bytes.*not a usable zstd dictionary") as caught:
+        create(nested)
+    assert not isinstance(caught.value, ZrecordError), caught.value
+    assert str(nested) in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # A directory that was there before stays, empty.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="not a usable zstd dictionary"):
+        create(empty)
+    assert empty.is_dir() and not any(empty.iterdir())
+    with Dense.create(nested, np.uint8, (8,), codec="zstd") as w:  # the path is free
+        w.append(np.zeros((1, 8), np.uint8))
+
+
 def test_create_on_a_store_or_a_foreign_directory_is_code_minus_12(tmp_path: Path) -> None:
     store = dense_store(tmp_path / "s")
     before = sorted((p.name, p.stat().st_size) for p in store.iterdir())
@@ -201,6 +229,18 @@ def test_sampler_arguments_out_of_range_are_value_errors(args: tuple[int, ...]) 
 def test_sampler_seek_out_of_range_is_a_value_error(step: int) -> None:
     with pytest.raises(ValueError, match=r"step must be in 0\.\.2\^64-1"):
         Sampler(8, 4, Sampler.Mode.CYCLIC).seek(step)
+
+
+def test_a_loader_over_empty_streams_names_them(tmp_path: Path) -> None:
+    for name in ("images", "labels"):
+        Dense.create(tmp_path / name, np.uint8, (4,), codec="raw").close()
+    with Dense.open(tmp_path / "images") as a, Dense.open(tmp_path / "labels") as b:
+        with pytest.raises(ValueError, match=r"\['images', 'labels'\].*no records") as caught:
+            DataLoader({"images": a, "labels": b})
+        assert str(tmp_path / "images") in str(caught.value)
+        with pytest.raises(ValueError, match=r"\['data', 'label'\].*no records") as caught:
+            DataLoader(a, b)
+        assert str(tmp_path / "labels") in str(caught.value)
 
 
 def test_a_cyclic_batch_larger_than_the_data_is_one_permutation(tmp_path: Path) -> None:

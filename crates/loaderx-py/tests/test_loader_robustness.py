@@ -4,6 +4,9 @@ goes on; close() returns promptly in every state."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -211,3 +214,135 @@ def test_close_wakes_a_consumer_blocked_in_next(pair: Any, engine: str) -> None:
     assert not closer.is_alive(), f"DataLoader.close() did not return within {CLOSE_BOUND} s"
     with pytest.raises(StopIteration):
         next(loader)
+
+
+BLOCKED_USER_CODE = textwrap.dedent(
+    """
+    import sys, threading, time
+    import numpy as np
+    from loaderx import DataLoader, Dataset
+
+    root, engine = sys.argv[1], sys.argv[2]
+    ds, ls = Dataset(root + "/d"), Dataset(root + "/l")
+
+    class Table:
+        def __init__(self, values):
+            self.values = values
+        def __len__(self):
+            return len(self.values)
+        def __getitems__(self, idxs):
+            return self.values[np.asarray(idxs, dtype=np.int64)]
+
+    class Stuck(Table):
+        def __init__(self, values, started):
+            super().__init__(values)
+            self.started = started
+        def __getitems__(self, idxs):
+            self.started.set()
+            time.sleep(3600)
+
+    def blocked():
+        started = threading.Event()
+        def transform(batch):
+            started.set()
+            time.sleep(3600)
+        if engine == "native+transform":
+            loader = DataLoader(ds, ls, num_workers=1, batch_size=4, transform=transform)
+        elif engine == "python+transform":
+            table = Table(np.arange(len(ls)))
+            loader = DataLoader(table, ls, num_workers=1, batch_size=4, transform=transform)
+        else:
+            loader = DataLoader(Stuck(np.arange(len(ls)), started), ls, num_workers=1, batch_size=4)
+        assert started.wait(60), "the user code never ran"
+        return loader
+
+    loader = blocked()
+    start = time.monotonic()
+    loader.close()
+    print("closed in", round(time.monotonic() - start, 1), flush=True)
+    # Another one left open: the interpreter's exit closes it.
+    left_open = blocked()
+    print("exiting", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("engine", ["native+transform", "python+transform", "python"])
+def test_close_and_exit_do_not_wait_for_user_code_that_never_returns(
+    pair: Any, engine: str
+) -> None:
+    """A transform (or a duck-typed stream's ``__getitems__``) blocked for
+    an hour: close() returns within its bound, and so does the interpreter's
+    exit with such a loader still open. The thread running the user code is
+    not joined (a daemon thread, its result dropped)."""
+    root = Path(pair[0].path).parent
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", BLOCKED_USER_CODE, str(root), engine],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"close() or the interpreter's exit waited for user code: {exc.stdout!r}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0].startswith("closed in "), out.stdout
+    assert float(lines[0].split()[-1]) <= CLOSE_BOUND, out.stdout
+    assert lines[1] == "exiting", out.stdout
+
+
+HUGE_SETTING = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from loaderx import DataLoader, Dataset
+
+    class Table:
+        def __init__(self, values):
+            self.values = values
+        def __len__(self):
+            return len(self.values)
+        def __getitems__(self, idxs):
+            return self.values[np.asarray(idxs, dtype=np.int64)]
+
+    root, engine, setting = sys.argv[1], sys.argv[2], sys.argv[3]
+    ds, ls = Dataset(root + "/d"), Dataset(root + "/l")
+    data = ds if engine == "native" else Table(np.arange(len(ls)))
+    try:
+        loader = DataLoader(data, ls, **{setting: 2**40})
+        try:
+            batch = next(loader)
+            print("batch of", len(batch["label"]), flush=True)
+        finally:
+            loader.close()
+    except (MemoryError, ValueError) as exc:
+        print("raised", type(exc).__name__, exc, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("setting", ["batch_size", "prefetch_size", "num_workers"])
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_a_huge_size_raises_instead_of_aborting_the_interpreter(
+    pair: Any, engine: str, setting: str
+) -> None:
+    """No size a user passes reaches an allocation that aborts when it
+    fails: 2^40 of anything either works (workers beyond the prefetch have
+    nothing to do and are not started) or raises MemoryError/ValueError
+    naming what it could not allocate for."""
+    root = Path(pair[0].path).parent
+    out = subprocess.run(
+        [sys.executable, "-c", HUGE_SETTING, str(root), engine, setting],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, f"exit status {out.returncode}: {out.stdout}{out.stderr}"
+    line = out.stdout.strip().splitlines()[-1]
+    if setting == "num_workers" or (engine, setting) == ("python", "prefetch_size"):
+        assert line == "batch of 256", out.stdout
+    else:
+        assert line.startswith("raised MemoryError"), out.stdout
+        named = "batch" if setting == "batch_size" else "prefetch"
+        assert named in line and str(2**40) in line, line

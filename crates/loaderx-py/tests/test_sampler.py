@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -138,6 +141,30 @@ def test_state_dict_mismatch_raises() -> None:
         Sampler(99, 10, 1).load_state_dict(state)
     with pytest.raises(ValueError):
         Sampler(100, 10, 1).load_state_dict({"seed": 1})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("step", -1, ValueError),
+        ("step", 1 << 64, ValueError),
+        ("step", None, TypeError),
+        ("step", "soon", ValueError),
+        ("seed", -5, ValueError),
+        ("mode", 256, ValueError),
+        ("world_size", [1], TypeError),
+        ("version", -1, ValueError),
+    ],
+)
+def test_a_bad_state_entry_is_named(key: str, value: Any, error: type) -> None:
+    # int() conversions and their ranges used to raise OverflowError or
+    # TypeError naming neither the entry nor its value.
+    sampler = Sampler(100, 10, 1)
+    state: dict[str, Any] = {**sampler.state_dict(), key: value}
+    with pytest.raises(error, match=rf"'{key}'.*{re.escape(repr(value))}") as caught:
+        sampler.load_state_dict(state)
+    assert not isinstance(caught.value, OverflowError)
+    assert sampler.step == 0
 
 
 def test_bad_sharding_raises() -> None:

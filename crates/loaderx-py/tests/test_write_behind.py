@@ -7,6 +7,7 @@ writer, with the store holding exactly the appends before it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -290,3 +291,135 @@ def test_a_read_only_map_is_written_from_the_map_and_a_writable_one_from_a_copy(
         with Dense.open(path) as r:
             np.testing.assert_array_equal(r[:], data[100:] if view else data)
         del src
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_an_append_that_returned_survives_a_close_from_another_thread(tmp_path, kind):
+    # A thread loops appends while the main thread closes the writer: every
+    # append that returned is in the reopened store, and the one that lost
+    # the race raises ClosedError (a write behind submitted after close()
+    # looked for one in flight used to run against the closed store, its
+    # error dropped).
+    import threading
+
+    from loaderx.zrecord import ClosedError
+
+    for run in range(30):
+        path = tmp_path / f"s{run}"
+        if kind == "dense":
+            w = Dense.create(path, np.int64, (64,), codec="zstd")
+        else:
+            w = Ragged.create(path, np.int64, 2, codec="zstd")
+        returned = [0]
+        failures: list[BaseException] = []
+        first = threading.Event()
+
+        def loop() -> None:
+            try:
+                while True:
+                    if kind == "dense":
+                        w.append(np.full((1000, 64), returned[0], np.int64))
+                        returned[0] += 1000
+                    else:
+                        w.append([np.full((1000, 64), returned[0], np.int64)])
+                        returned[0] += 1
+                    first.set()
+            except ClosedError:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failures.append(exc)
+            finally:
+                first.set()
+
+        appender = threading.Thread(target=loop)
+        appender.start()
+        first.wait(60)
+        w.close()
+        appender.join(60)
+        assert not appender.is_alive()
+        assert not failures, failures
+        opened = Dense.open(path) if kind == "dense" else Ragged.open(path)
+        with opened as r:
+            assert len(r) == returned[0], f"run {run}: {returned[0]} returned, {len(r)} stored"
+
+
+FORK_DURING_WRITE_BEHIND = textwrap.dedent(
+    """
+    import os, sys, time
+    import numpy as np
+    from loaderx.zrecord import Dense, Ragged, ZrecordError
+
+    path, kind = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(0)
+    big = rng.integers(0, 50, (20000, 64), dtype=np.int64)  # 10 MiB: written behind
+    if kind == "dense":
+        w = Dense.create(path, np.int64, (64,), codec="zstd")
+        w.append(big)
+    else:
+        w = Ragged.create(path, np.int64, 2, codec="zstd")
+        w.append([big])
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for op in ("append", "sync", "len"):
+                try:
+                    if op == "append":
+                        w.append(big[:10] if kind == "dense" else [big[:10]])
+                    elif op == "sync":
+                        w.sync()
+                    else:
+                        len(w)
+                    print("child", op, "returned", flush=True)
+                    code = 2
+                except ZrecordError as exc:
+                    if exc.code != -2 or "fork" not in str(exc) or path not in str(exc):
+                        print("child", op, "raised", exc.code, exc, flush=True)
+                        code = 3
+            w.close()
+            w.close()
+        except BaseException as exc:
+            print("child failed:", type(exc).__name__, exc, flush=True)
+            code = 4
+        os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            print("child hung", flush=True)
+            sys.exit(1)
+        time.sleep(0.05)
+    # The parent's writer goes on: its appends are all stored.
+    w.append(big[:5] if kind == "dense" else [big[:5]])
+    n = len(w)
+    w.close()
+    r = Dense.open(path) if kind == "dense" else Ragged.open(path)
+    stored = len(r)
+    r.close()
+    print("parent", os.waitstatus_to_exitcode(status), n, stored, flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_a_child_forked_during_a_write_behind_gets_the_fork_error_at_once(tmp_path, kind):
+    # The child of a fork made while a write behind the call is in flight
+    # has a copy of the writer whose helper thread does not exist there: its
+    # append, sync and len raise ZrecordError -2 (a forked child cannot
+    # write behind its parent's back) and its close returns, instead of
+    # hanging on state the helper thread held at the fork.
+    path = tmp_path / "s"
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_DURING_WRITE_BEHIND, str(path), kind],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    expected = 20005 if kind == "dense" else 2
+    assert out.stdout.strip().splitlines()[-1] == f"parent 0 {expected} {expected}", out.stdout

@@ -14,10 +14,37 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Protocol
+import time
+from typing import Any, Callable, Protocol
 
 #: Seconds between checks of a stop flag (and, in ``next()``, for Ctrl-C).
 POLL = 0.1
+
+#: Longest ``close()`` waits for threads to finish the batch they are on.
+#: A thread still running user code (a ``transform``, a duck-typed
+#: stream's ``__getitems__``) after that is not waited for: it is a daemon
+#: thread, and what it produces is dropped.
+CLOSE_WAIT = 1.0
+
+
+def name_of(fn: Any) -> str:
+    """How an error names the user's callable `fn`."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else repr(fn)
+
+
+def call_user(fn: Callable[[Any], Any], arg: Any, what: str) -> Any:
+    """``fn(arg)``, with a StopIteration it raises turned into a
+    RuntimeError naming `what` (as PEP 479 does for generators): a
+    StopIteration handed out by ``next()`` would end a ``for`` loop over
+    the endless loader silently."""
+    try:
+        return fn(arg)
+    except StopIteration as exc:
+        raise RuntimeError(
+            f"{what} raised StopIteration, which would silently end a for loop over the "
+            f"loader; raise another exception to fail the batch"
+        ) from exc
 
 FORKED_MESSAGE = (
     "this DataLoader was created in the parent of this forked process and its "
@@ -50,7 +77,10 @@ class Threaded:
     with the condition held, ``_ready`` (is the next item there?), ``_pop``
     (take it, as ``(ok, value)``) and ``_discard`` (drop all). Stopping never
     hangs: the threads finish at most the batch they are on, and a consumer
-    waiting in ``_take`` gets ``StopIteration``. In a child forked after the
+    waiting in ``_take`` gets ``StopIteration``. ``close()`` waits at most
+    ``CLOSE_WAIT`` for the threads: one still running user code is left
+    behind (a daemon thread, which finds the engine stopped when the user
+    code returns). In a child forked after the
     threads started, their condition may have been held at the fork by a
     thread that does not exist there, so stopping touches nothing (the child
     just stops using the engine) and taking raises ``RuntimeError``.
@@ -98,7 +128,10 @@ class Threaded:
             raise value
         return value
 
-    def _stop(self) -> None:
+    def _stop(self, wait: float | None = None) -> None:
+        """Stops the threads and waits for them: until they end (a restore,
+        which restarts them from a new position, must not race with them),
+        or at most `wait` seconds in all (``close``)."""
         if os.getpid() != self.pid:
             return
         with self.cond:
@@ -106,6 +139,7 @@ class Threaded:
             self._discard()
             self.cond.notify_all()
         current = threading.current_thread()
+        deadline = None if wait is None else time.monotonic() + wait
         for thread in self.threads:
             if thread is not current:
-                thread.join()
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

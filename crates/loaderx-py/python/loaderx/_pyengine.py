@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import _native
-from ._engine import POLL, Threaded
+from ._engine import CLOSE_WAIT, POLL, Threaded, call_user, name_of
 from ._sampler import Sampler
 
 
@@ -34,7 +34,14 @@ class PyEngine(Threaded):
         self.sampler = sampler
         self.transform = transform
         self.prefetch = prefetch
-        self.workers = workers
+        # At most `prefetch` batches are in the making at once: more
+        # threads would only wait.
+        self.workers = min(workers, prefetch)
+        self.transform_what = f"the transform {name_of(transform)}"
+        self.stream_what = {
+            name: f"__getitems__ of stream {name!r} ({type(s).__name__})"
+            for name, s in streams.items()
+        }
         self._start()
 
     def _start(self) -> None:
@@ -74,8 +81,14 @@ class PyEngine(Threaded):
                     continue
                 self.issued += 1
             try:
-                batch = {name: s.__getitems__(idxs) for name, s in self.streams.items()}
-                item: tuple[bool, Any] = (True, self.transform(batch))
+                batch = {
+                    name: call_user(s.__getitems__, idxs, self.stream_what[name])
+                    for name, s in self.streams.items()
+                }
+                item: tuple[bool, Any] = (
+                    True,
+                    call_user(self.transform, batch, self.transform_what),
+                )
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 item = (False, exc)
             with cond:
@@ -105,4 +118,4 @@ class PyEngine(Threaded):
             self._start()
 
     def close(self) -> None:
-        self._stop()
+        self._stop(CLOSE_WAIT)  # not longer: the workers run user code

@@ -112,7 +112,14 @@ class Sampler:
 
     def next(self) -> np.ndarray:
         """This rank's share of the next batch: a fresh uint64 array the caller may keep."""
-        out = np.empty(self.local_batch_size, dtype=np.uint64)
+        try:
+            out = np.empty(self.local_batch_size, dtype=np.uint64)
+        except MemoryError:
+            raise MemoryError(
+                f"out of memory: batch_size {self.local_batch_size} (this rank's share) needs "
+                f"{8 * self.local_batch_size} bytes for the indices of a batch, which cannot be "
+                f"allocated"
+            ) from None
         self._native.fill(out)
         return out
 

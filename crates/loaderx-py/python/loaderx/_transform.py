@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._engine import POLL, Threaded
+from ._engine import CLOSE_WAIT, POLL, Threaded, call_user, name_of
 from ._nativeengine import NativeEngine
 
 
@@ -24,6 +24,7 @@ class TransformStage(Threaded):
         super().__init__()
         self.source = source
         self.transform = transform
+        self.what = f"the transform {name_of(transform)}"
         self.prefetch = prefetch
         self._start()
 
@@ -58,7 +59,11 @@ class TransformStage(Threaded):
                 if got is None:  # the native loader was closed
                     return
                 step, batch = got
-                item: tuple[int, bool, Any] = (step, True, self.transform(batch))
+                item: tuple[int, bool, Any] = (
+                    step,
+                    True,
+                    call_user(self.transform, batch, self.what),
+                )
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 item = (step, False, exc)
             with cond:
@@ -91,4 +96,4 @@ class TransformStage(Threaded):
 
     def close(self) -> None:
         self.source.close()  # wakes the stage thread if it waits in the source
-        self._stop()
+        self._stop(CLOSE_WAIT)  # not longer: the stage thread runs the transform

@@ -39,6 +39,9 @@ _INDEX_OUT_OF_RANGE = _CODE_OF["INDEX_OUT_OF_RANGE"]
 _RECORD_SIZE = _CODE_OF["RECORD_SIZE"]
 # The code of a gather that met a record of the wrong size.
 _BUFFER_TOO_SMALL = _CODE_OF["BUFFER_TOO_SMALL"]
+# The code of a write refused because another process holds the store (a
+# forked child writing through its parent's writer).
+_IO = _CODE_OF["IO"]
 
 
 _C = TypeVar("_C", bound="_Closing")

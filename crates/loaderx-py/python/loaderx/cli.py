@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -378,6 +379,18 @@ def _parse_ints(text: str, what: str) -> list[int]:
     return values
 
 
+def _seconds(text: str) -> float:
+    """``--seconds``: a positive, finite number (with nan no run ever ends:
+    no time is ``>=`` it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .dataloader import DataLoader
 
@@ -504,7 +517,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("path", type=Path)
     p.add_argument("--batch-sizes", default="32,256,1024", help="(default 32,256,1024)")
     p.add_argument("--workers", default="1,2,4", help="transform workers (default 1,2,4)")
-    p.add_argument("--seconds", type=float, default=1.0, help="per configuration (default 1)")
+    p.add_argument("--seconds", type=_seconds, default=1.0, help="per configuration (default 1)")
     _common(p)
     p.set_defaults(run=cmd_bench)
     return top

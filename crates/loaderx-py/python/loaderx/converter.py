@@ -19,6 +19,7 @@ Memory stays bounded: sources are read in batches of about
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import re
@@ -27,6 +28,8 @@ import sys
 import shutil
 import tarfile
 import zipfile
+import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -66,6 +69,54 @@ def _storable(dtype: Any, where: str) -> np.dtype:
             f"the column to numbers first"
         )
     return found
+
+
+# What NumPy, zipfile and pyarrow raise for a file they cannot read
+# (pyarrow's errors subclass ValueError, OSError or KeyError).
+_READ_ERRORS = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+
+
+@contextlib.contextmanager
+def _reading(path: Any, what: str) -> Iterator[None]:
+    """Turns an error reading `path` as `what` (a truncated or damaged file)
+    into a :class:`ConversionError` naming the file; errors of this module
+    pass as they are."""
+    try:
+        yield
+    except ConversionError:
+        raise
+    except _READ_ERRORS as exc:
+        raise ConversionError(
+            f"{path}: cannot read it as {what}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _read_each(items: Iterable[Any], path: Any, what: str) -> Iterator[Any]:
+    """The items of `items`, with an error producing one turned into a
+    :class:`ConversionError` naming `path` (see `_reading`); errors of the
+    code consuming them are left alone."""
+    it = iter(items)
+    while True:
+        with _reading(path, what):
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+        yield item
+
+
+def _check_columns(names: list[str], path: Any) -> None:
+    """One store per column: refuses a file with no columns, or a column
+    name twice, naming the file."""
+    if not names:
+        raise ConversionError(f"{path} has no columns: there is nothing to convert")
+    twice = {name: n for name, n in Counter(names).items() if n > 1}
+    if twice:
+        name, n = next(iter(twice.items()))
+        raise ConversionError(
+            f"{path}: column {name!r} appears {n} times; each column becomes a store named "
+            f"after it, so column names must be unique (repeated: {sorted(twice)})"
+        )
 
 
 # --- zstd_dict: a dictionary per store, trained on its first batch ---------------------------
@@ -646,6 +697,17 @@ def _append_dense_chunks(
             progress(done[0], total)
 
 
+def _npy_header(fh: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` from the header of the ``.npy``
+    data `fh` is at."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+    else:
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    return tuple(shape), bool(fortran), dtype
+
+
 def _check_array(array: np.ndarray, where: str) -> np.dtype:
     if array.ndim == 0:
         raise ConversionError(f"{where}: a 0-d array has no records (axis 0)")
@@ -662,7 +724,16 @@ def convert_npy(
 ) -> dict[str, int]:
     """A ``.npy`` file (memory-mapped) as one ``Dense`` store at `output`:
     one record per slice along axis 0."""
-    array = np.load(os.fspath(src), mmap_mode="r", allow_pickle=False)
+    path = os.fspath(src)
+    with _reading(path, "a .npy file"):
+        with open(path, "rb") as fh:
+            _shape, _fortran, found = _npy_header(fh)
+        if found.hasobject:
+            raise ConversionError(
+                f"{path} holds Python objects (dtype {found}), which cannot be stored; "
+                f"save the values as numbers"
+            )
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
     dtype = _check_array(array, str(src))
 
     def body(out: _Output) -> None:
@@ -689,14 +760,10 @@ class _NpzMember:
             self.shape, self.fortran, self.dtype = self._header(member)
 
     def _header(self, fh: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        shape, fortran, dtype = _npy_header(fh)
         if dtype.hasobject:
             raise ConversionError(f"{self.path}: member {self.name!r} holds Python objects")
-        return tuple(shape), bool(fortran), dtype
+        return shape, fortran, dtype
 
     def _mapped(self) -> np.ndarray:
         with open(self.path, "rb") as fh:
@@ -770,7 +837,8 @@ def convert_npz(
     0. Uncompressed members (``np.savez``) are memory-mapped, compressed
     ones (``np.savez_compressed``) streamed through the decompressor."""
     path = os.fspath(src)
-    members = _npz_members(path)
+    with _reading(path, "a .npz archive"):
+        members = _npz_members(path)
     if not members:
         raise ConversionError(f"{path} holds no arrays")
     for m in members:
@@ -787,7 +855,8 @@ def convert_npz(
         for m in members:
             writer = out.dense(m.name, m.dtype, m.shape[1:])
             row = max(1, m.dtype.itemsize * int(np.prod(m.shape[1:], dtype=np.int64)))
-            for block in m.blocks(_rows_per_batch(row, batch_bytes)):
+            rows = _rows_per_batch(row, batch_bytes)
+            for block in _read_each(m.blocks(rows), path, f"a .npz archive (member {m.name!r})"):
                 writer.append(block)
                 done[0] += block.shape[0]
                 if progress is not None:
@@ -930,12 +999,15 @@ def convert_parquet(
     # Without pre-buffering, and one row group at a time: pyarrow otherwise
     # keeps the column chunks of every row group read so far (a 2 GiB file
     # held ~1.8 GiB resident when measured).
-    pf = pq.ParquetFile(os.fspath(src), pre_buffer=False)
-    meta = pf.metadata
-    total = meta.num_rows
-    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    path = os.fspath(src)
+    with _reading(path, "a Parquet file"):
+        pf = pq.ParquetFile(path, pre_buffer=False)
+        meta = pf.metadata
+        total = meta.num_rows
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        schema = pf.schema_arrow
     rows = _rows_per_batch(size / max(1, total), batch_bytes)
-    schema = pf.schema_arrow
+    _check_columns(schema.names, path)
     for f in schema:
         _arrow_layout(f, f.name)
 
@@ -945,7 +1017,8 @@ def convert_parquet(
             for group in range(pf.num_row_groups)
             for batch in pf.iter_batches(batch_size=rows, row_groups=[group])
         )
-        _convert_batches(out, schema, batches, total, progress)
+        read = _read_each(batches, path, "a Parquet file")
+        _convert_batches(out, schema, read, total, progress)
 
     return _run(output, codec, body)
 
@@ -966,26 +1039,34 @@ def convert_arrow(
     # Read, not memory-mapped: a map's pages stay resident as the
     # conversion goes (a 2 GB file held 2 GB); a read batch is freed once
     # written.
-    source = pa.OSFile(path, "rb")
+    with _reading(path, "an Arrow IPC file"):
+        source = pa.OSFile(path, "rb")
     try:
-        reader: Any = pa.ipc.open_file(source)
-        total: int | None = (
-            int(reader.count_rows()) if hasattr(reader, "count_rows") else None
-        )
-        batches: Iterable[Any] = (
-            reader.get_batch(i) for i in range(reader.num_record_batches)
-        )
-    except pa.ArrowInvalid:
-        source.seek(0)
-        reader = pa.ipc.open_stream(source)
-        total = None
-        batches = reader
-    schema = reader.schema
-    for f in schema:
-        _arrow_layout(f, f.name)
+        with _reading(path, "an Arrow IPC file"):
+            try:
+                reader: Any = pa.ipc.open_file(source)
+                total: int | None = (
+                    int(reader.count_rows()) if hasattr(reader, "count_rows") else None
+                )
+                batches: Iterable[Any] = (
+                    reader.get_batch(i) for i in range(reader.num_record_batches)
+                )
+            except pa.ArrowInvalid:
+                source.seek(0)
+                reader = pa.ipc.open_stream(source)
+                total = None
+                batches = reader
+            schema = reader.schema
+        _check_columns(schema.names, path)
+        for f in schema:
+            _arrow_layout(f, f.name)
+    except BaseException:
+        source.close()
+        raise
 
     def body(out: _Output) -> None:
-        _convert_batches(out, schema, batches, total, progress)
+        read = _read_each(batches, path, "an Arrow IPC file")
+        _convert_batches(out, schema, read, total, progress)
 
     try:
         return _run(output, codec, body)

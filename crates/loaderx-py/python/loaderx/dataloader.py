@@ -36,9 +36,13 @@ interface (``_engine.Engine``); this module is the facade that picks one.
 
 Either way batches arrive in sampler order, so a seed fixes the whole
 stream; a failed batch raises its exception from ``next()`` in its place
-and the loader goes on; ``close()`` never hangs (workers finish at most the
-batch they are on, a consumer blocked in ``next()`` is woken with
-``StopIteration``); and loaders still open at interpreter exit are closed.
+and the loader goes on (a ``StopIteration`` from a transform or a stream
+fails its batch as a ``RuntimeError`` naming it, as PEP 479 does for
+generators); ``close()`` never hangs (workers finish at most the batch they
+are on, threads running user code are waited for at most a second and then
+left behind as daemon threads, a consumer blocked in ``next()`` is woken
+with ``StopIteration``); and loaders still open at interpreter exit are
+closed.
 
 A stream plugs into the native loader through two methods: ``native_stream(
 name)`` returns ``(name, native store, bytes per record)`` (0 bytes: ragged
@@ -63,6 +67,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._engine import Engine
+from ._engine import name_of as _engine_name_of
 from ._nativeengine import NativeEngine, View
 from ._pyengine import PyEngine
 from ._sampler import Sampler, resolve_world
@@ -138,6 +143,8 @@ class _PairTransform:
 
     def __init__(self, transform: Callable[[Any], Any]) -> None:
         self.transform = transform
+        # Errors name the user's transform (`_engine.name_of`).
+        self.__qualname__ = _engine_name_of(transform)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         data, label = self.transform((batch["data"], batch["label"]))
@@ -174,6 +181,20 @@ def _check_streams(streams: Mapping[Any, Any]) -> int:
     if len(set(lengths.values())) > 1:
         raise ValueError(f"streams must have the same length, got {lengths}")
     return next(iter(lengths.values()))
+
+
+def _check_not_empty(streams: Mapping[str, Any], length: int) -> None:
+    """``ValueError`` naming the streams (and where they are) when they hold
+    no records: an endless loader has nothing to draw from."""
+    if length == 0:
+        where = ", ".join(
+            f"{name!r} at {value.path}" if getattr(value, "path", None) else repr(name)
+            for name, value in streams.items()
+        )
+        raise ValueError(
+            f"DataLoader streams {list(streams)} hold no records ({where}); an endless loader "
+            f"needs at least one"
+        )
 
 
 def _fixed_view(dtype: np.dtype, shape: tuple[int, ...]) -> View:
@@ -252,6 +273,7 @@ class DataLoader(_Closing):
             workers_name = given[0] if given else "transform_workers"
             self.streams: dict[str, Any] = dict(opts["streams"])
             length = _check_streams(self.streams)
+            _check_not_empty(self.streams, length)
             rank, world_size = resolve_world(opts["rank"], opts["world_size"])
         else:
             workers = opts["num_workers"]
@@ -266,6 +288,7 @@ class DataLoader(_Closing):
             self.labelset = labelset
             self.streams = {"data": dataset, "label": labelset}
             length = len(dataset)
+            _check_not_empty(self.streams, length)
             # The 0.5.x shape stays single-host unless told otherwise.
             if opts["rank"] is None and opts["world_size"] is None:
                 rank, world_size = 0, 1
@@ -341,7 +364,10 @@ class DataLoader(_Closing):
 
     def close(self) -> None:
         """Stop the workers and drop prefetched batches. Idempotent; never hangs
-        on a full queue; waits at most for the batches being gathered."""
+        on a full queue; waits for the batches being gathered, and at most a
+        second for a thread running user code (a ``transform``, a duck-typed
+        stream's ``__getitems__``), which is then left to finish on its own
+        (a daemon thread; its batch is dropped)."""
         engine = getattr(self, "_engine", None)
         if engine is not None:
             self._engine = None

@@ -45,6 +45,7 @@ from . import _native
 from ._zrecord import (
     _BEHIND_NOTE,
     _INDEX_OUT_OF_RANGE,
+    _IO,
     _OPEN,
     _RECORD_SIZE,
     ArgumentTypeError,
@@ -284,6 +285,34 @@ def _pack_files(files: Iterable[Any]) -> Iterator[tuple[np.ndarray, np.ndarray, 
         yield packed()
 
 
+#: Largest dimension length of a ragged record (stored as a 32-bit length).
+_MAX_DIM = 2**32 - 1
+
+
+def _flat_dims(shapes: Any, n: int, ndim: int) -> np.ndarray:
+    """`shapes` of :meth:`Ragged.append_flat` as an ``(n, ndim)`` int64
+    array, every dimension within ``0..2^32 - 1``; ``ValueError`` naming
+    the first that is not, checked on the values as given (a conversion
+    could wrap them)."""
+    # Not an array: its values as given (NumPy would make floats of
+    # Python ints past int64 next to small ones).
+    given = shapes if isinstance(shapes, np.ndarray) else np.array(shapes, dtype=object)
+    if given.shape != (n, ndim):
+        raise ValueError(f"shapes must be ({n}, {ndim}), found {given.shape}")
+    values = given.reshape(-1)
+    try:
+        outside = np.flatnonzero((values < 0) | (values > _MAX_DIM))
+    except TypeError:
+        outside = np.zeros(0, dtype=np.intp)  # not numbers: the conversion names them
+    if outside.size:
+        record, axis = divmod(int(outside[0]), ndim)
+        raise ValueError(
+            f"record {record}: dimension {int(values[outside[0]])} (axis {axis}) is outside "
+            f"0..{_MAX_DIM}, the largest length a dimension may have"
+        )
+    return np.asarray(given, dtype=np.int64)
+
+
 def _is_record_index(idx: Any) -> bool:
     if isinstance(idx, (bool, np.bool_)):
         return False
@@ -320,6 +349,28 @@ def _pipelined(blocks: Iterator[Any], write: Callable[[Any], None]) -> None:
             worker.join()
     if failure:
         raise failure[0]
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """`path` and those of its parents that do not exist, deepest first."""
+    missing = []
+    at = os.path.abspath(path)
+    while not os.path.exists(at):
+        missing.append(at)
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    return missing
+
+
+def _remove_empty(dirs: list[str]) -> None:
+    """Removes `dirs` (deepest first) while they are empty directories."""
+    for d in dirs:
+        try:
+            os.rmdir(d)
+        except OSError:
+            return
 
 
 def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
@@ -428,6 +479,9 @@ class _Container(_Closing):
         self._behind_failure: list[BaseException] = []
         self._behind_buffer: np.ndarray | None = None
         self._spare: np.ndarray | None = None
+        # The process a writer from `create` was made in, once this copy of
+        # it is in a child forked from there (`_forget_in_child`).
+        self._forked_from: int | None = None
         #: Whether records are encoded images (codec ``jpeg`` or ``png``).
         self.is_image: bool = self.codec in IMAGE_CODECS
         #: JPEG quality of appended arrays (``jpeg`` stores).
@@ -494,12 +548,17 @@ class _Container(_Closing):
                 f"{shown} is a directory with other files in it: create a {cls.__name__} in a "
                 f"new or empty directory"
             )
+        made = _missing_dirs(shown)
         try:
             store = _native.Store.create_typed(
                 shown, cls._KIND, found.str, list(shape), ndim, codec, dictionary, lanes
             )
         except FileExistsError as exc:
             raise ContainerExistsError(str(exc)) from None
+        except BaseException:
+            # A refused create leaves nothing behind: the directories it made.
+            _remove_empty(made)
+            raise
         return cls._make(store, shown, False, True, False)
 
     # --- the handle -------------------------------------------------------------------
@@ -511,6 +570,29 @@ class _Container(_Closing):
         if settle:
             self._settle()
         return store
+
+    def _forked_writer(self, op: str) -> ZrecordError:
+        return ZrecordError(
+            _IO,
+            f"cannot {op} {self.path} in process {os.getpid()}: this {type(self).__name__} "
+            f"writer was created in process {self._forked_from}, and a child forked from "
+            f"there cannot write behind its parent's back (the parent's appends, some "
+            f"perhaps still being written at the fork, are the parent's); append through "
+            f"the parent's writer",
+        )
+
+    def _forget_in_child(self, parent: int) -> None:
+        """In a child just forked from `parent`: the write-behind state
+        belongs to a helper thread that does not exist here (its lock may
+        have been held at the fork), and a writer from ``create`` is the
+        parent's, so its appends, ``sync`` and ``len`` raise at once."""
+        self._behind_lock = threading.Lock()
+        self._behind = None
+        self._behind_failure = []
+        self._behind_buffer = None
+        self._spare = None
+        if not self._readable and self._store is not None:
+            self._forked_from = parent
 
     def _closed(self) -> ClosedError:
         return ClosedError(f"operation on a closed {type(self).__name__} ({self.path})")
@@ -525,6 +607,8 @@ class _Container(_Closing):
         return store
 
     def _appending(self, settle: bool = True) -> _native.Store:
+        if self._forked_from is not None:
+            raise self._forked_writer("append to")
         store = self._live(settle)
         if not self._writable:
             raise ContainerModeError(
@@ -553,6 +637,8 @@ class _Container(_Closing):
         return not self._readable
 
     def __len__(self) -> int:
+        if self._forked_from is not None:
+            raise self._forked_writer("count the records of")
         return len(self._live())
 
     def __repr__(self) -> str:
@@ -576,19 +662,28 @@ class _Container(_Closing):
 
     def close(self) -> None:
         """Publish what was appended and release the store. Idempotent;
-        waits for the calls in flight."""
-        store = getattr(self, "_store", None)
-        if store is not None:
+        waits for the calls in flight. An append on another thread that
+        races with it is either stored or raises :class:`ClosedError`."""
+        if getattr(self, "_store", None) is None:
+            return
+        # Under the write-behind lock: an append submitted after this
+        # looked for one in flight would run against the closed store.
+        with self._behind_lock:
+            store = self._store
+            if store is None:
+                return
             try:
-                self._settle()
+                self._settle_locked()
             finally:
                 self._store = None
                 self._spare = None
-                store.close()
+        store.close()
 
     def sync(self) -> None:
         """Make everything appended so far durable and visible to handles
         opened from now on (``close()`` does it too)."""
+        if self._forked_from is not None:
+            raise self._forked_writer("sync")
         self._appending().sync()
 
     # --- write-behind -----------------------------------------------------------------
@@ -817,6 +912,18 @@ class _Container(_Closing):
                 f"from {type(self).__name__}.open"
             )
         return None
+
+
+def _forget_writes_behind_in_child() -> None:
+    """After ``os.fork()``, in the child (see `_Container._forget_in_child`)."""
+    parent = os.getppid()
+    for handle in list(_OPEN):
+        if isinstance(handle, _Container):
+            handle._forget_in_child(parent)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_writes_behind_in_child)
 
 
 class Dense(_Container):
@@ -1275,26 +1382,44 @@ class Ragged(_Container):
         bounds = np.asarray(offsets)
         if bounds.ndim != 1 or bounds.dtype.kind not in "iu":
             raise TypeError("offsets must be a 1-D integer array of n + 1 element offsets")
+        if bounds.size == 0:
+            raise ValueError(
+                "offsets must hold n + 1 element offsets (at least one: where record 0 "
+                "starts), found an empty array"
+            )
+        # Range first, on the values as given (a uint64 past int64 would
+        # wrap to a negative one in the cast below).
+        outside = np.flatnonzero((bounds < 0) | (bounds > flat.size))
+        if outside.size:
+            at = int(outside[0])
+            raise ValueError(
+                f"offsets must be non-decreasing within 0..{flat.size} (the length of flat), "
+                f"found offsets[{at}] = {int(bounds[at])}, outside 0..{flat.size}"
+            )
         bounds = bounds.astype(np.int64)
         n = bounds.size - 1
-        if n <= 0:
+        if n == 0:
             return
         lens = np.diff(bounds)
-        if bounds[0] < 0 or bounds[-1] > flat.size or (lens < 0).any():
+        if (lens < 0).any():
+            at = int(np.flatnonzero(lens < 0)[0])
             raise ValueError(
                 f"offsets must be non-decreasing within 0..{flat.size}, found "
-                f"{int(bounds[0])}..{int(bounds[-1])}"
+                f"offsets[{at + 1}] = {int(bounds[at + 1])} is below offsets[{at}] = "
+                f"{int(bounds[at])}"
             )
         if shapes is None:
             if self.ndim != 1:
                 raise ValueError(f"{self.path} holds {self.ndim}-axis records: pass shapes")
             dims = lens.reshape(n, 1)
         else:
-            dims = np.asarray(shapes, dtype=np.int64)
-            if dims.shape != (n, self.ndim):
-                raise ValueError(f"shapes must be ({n}, {self.ndim}), found {dims.shape}")
-            if (dims < 0).any() or (dims.prod(axis=1) != lens).any():
-                bad = int(np.flatnonzero((dims < 0).any(axis=1) | (dims.prod(axis=1) != lens))[0])
+            dims = _flat_dims(shapes, n, self.ndim)
+            # The int64 product may wrap; the float one says when it could
+            # have (a length is at most flat.size, far below 2^62).
+            wrong = dims.prod(axis=1) != lens
+            wrong |= dims.astype(np.float64).prod(axis=1) > 2.0**62
+            if wrong.any():
+                bad = int(np.flatnonzero(wrong)[0])
                 raise ValueError(
                     f"record {bad}: shape {tuple(dims[bad].tolist())} does not hold its "
                     f"{int(lens[bad])} elements"
