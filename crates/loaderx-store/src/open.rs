@@ -321,26 +321,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
         let meta_len = files.current_len(FileId::Meta)?;
         let head = read_head(&mut files, meta_len)?;
         let chunk_lens = ChunkLens::new();
-        // Format v1 opens every chunk now (at most 4096); v2 only the lanes'
-        // tails, the rest on first touch.
-        let eager: Vec<u32> = match files.layout() {
-            Layout::V1 => head.chunks().collect(),
-            Layout::V2 { .. } => head.lane_tails().iter().map(|t| t.chunk).collect(),
-        };
-        for id in eager {
-            let file = FileId::Chunk(id);
-            let Some(len) = files.open(file)? else {
-                let says = match files.layout() {
-                    Layout::V1 => format!("chunks 0..={} exist", head.tails[0].chunk),
-                    Layout::V2 { .. } => "it exists".to_owned(),
-                };
-                return Err(Error::NotAStore {
-                    path: files.path(file),
-                    reason: format!("chunk file is missing (the header says {says})"),
-                });
-            };
-            chunk_lens.set(id, len);
-        }
+        open_eager_chunks(&files, &head, &chunk_lens)?;
         Ok(Store {
             files,
             capacity: options.chunk_capacity,
@@ -362,6 +343,41 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             _codec: PhantomData,
         })
     }
+}
+
+/// Opens the chunk files an open measures at once: every one in format v1
+/// (at most 4096), the lanes' tails in v2 (the rest on first touch). Each
+/// is opened before anything is kept for it: a header may name any chunk
+/// id, and only a file that exists justifies memory for it.
+fn open_eager_chunks<S: Storage>(
+    files: &Files<S>,
+    head: &Head,
+    chunk_lens: &ChunkLens,
+) -> Result<()> {
+    let eager: Vec<(Option<usize>, u32)> = match files.layout() {
+        Layout::V1 => head.chunks().map(|id| (None, id)).collect(),
+        Layout::V2 { .. } => head
+            .lane_tails()
+            .iter()
+            .enumerate()
+            .map(|(lane, t)| (Some(lane), t.chunk))
+            .collect(),
+    };
+    for (lane, id) in eager {
+        let file = FileId::Chunk(id);
+        let Some(len) = files.open(file)? else {
+            let says = match lane {
+                None => format!("the header says chunks 0..={} exist", head.tails[0].chunk),
+                Some(lane) => format!("the header's lane {lane} tail_chunk {id} names it"),
+            };
+            return Err(Error::NotAStore {
+                path: files.path(file),
+                reason: format!("chunk file {id}.zr is missing ({says})"),
+            });
+        };
+        chunk_lens.set(id, len);
+    }
+    Ok(())
 }
 
 /// Why a store's codecs are not usable, before the store's path is known.

@@ -589,7 +589,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
                             ),
                         });
                     }
-                    scratch.resize(loc.logic_length as usize, 0);
+                    // A table entry may claim up to 2 GiB for a record of
+                    // a few stored bytes: the allocation may fail, never abort.
+                    let need = loc.logic_length as usize;
+                    scratch.clear();
+                    scratch
+                        .try_reserve_exact(need)
+                        .map_err(|_| Error::OutOfMemory { bytes: need as u64 })?;
+                    scratch.resize(need, 0);
                     self.decode_checked(i, &loc, &mut scratch, true)
                 });
                 match checked {
