@@ -48,8 +48,11 @@ pub struct OpenOptions {
     /// touches costs it a length check and a map.
     pub lane_bytes: u64,
     /// Check the CRC32C of raw records on every gather too (format v2).
-    /// Compressed records are always checked; raw ones would cost a second
-    /// pass over their bytes, so this is off by default (`docs/FORMAT.md`).
+    /// Compressed records are always checked, and so is every record of a
+    /// store whose schema codec is not `raw` (its records kept raw because
+    /// they did not shrink included). In a raw store the check costs a
+    /// second pass over bytes that are otherwise only copied, so there it
+    /// is off by default (`docs/FORMAT.md`, "Checksums").
     pub check_raw: bool,
     /// The codecs past the built-ins the handle can use: the image codecs
     /// and codecs defined outside loaderx. Opening a store whose schema
@@ -322,13 +325,17 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
         let head = read_head(&mut files, meta_len)?;
         let chunk_lens = ChunkLens::new();
         open_eager_chunks(&files, &head, &chunk_lens)?;
+        // A store whose schema codec compresses checks every record, the
+        // ones kept raw (that did not shrink) included: who chose a
+        // compressed codec gets its checks on all of them.
+        let check_raw = options.check_raw || schema.as_ref().is_some_and(Schema::compresses);
         Ok(Store {
             files,
             capacity: options.chunk_capacity,
             frontier: Frontier::new(&head),
             committed: Mutex::new(head),
             schema,
-            check_raw: options.check_raw,
+            check_raw,
             lane_bytes: options.lane_bytes,
             dictionary,
             owner: std::process::id(),

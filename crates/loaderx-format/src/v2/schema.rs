@@ -272,6 +272,14 @@ impl Schema {
         }
     }
 
+    /// Whether the store's codec encodes records (anything but `raw`):
+    /// readers then check every record's CRC32C, the ones kept raw
+    /// because they did not shrink included (`docs/FORMAT.md`, "Checksums").
+    #[must_use]
+    pub fn compresses(&self) -> bool {
+        self.codec != CodecTag::RAW
+    }
+
     /// The codec table's entry for `tag`, if the store lists it.
     #[must_use]
     pub fn codec_ref(&self, tag: CodecTag) -> Option<&CodecRef> {
