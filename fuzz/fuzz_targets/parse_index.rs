@@ -30,10 +30,7 @@ use loaderx_format::{
     },
     validate_entry,
 };
-
-/// Where a slot's schema checksum and its own checksum sit.
-const SCHEMA_CRC_AT: usize = 28;
-const SLOT_CRC_AT: usize = HEADER_V2_LEN - 4;
+use loaderx_fuzz::fix_v2_checksums;
 
 fn v1(image: &[u8], lens: &[u64]) {
     let full = parse_index(image, lens);
@@ -54,38 +51,6 @@ fn slots(rest: &[u8]) -> (&[u8], &[u8], &[u8]) {
     let (slot0, rest) = rest.split_at(rest.len().min(HEADER_V2_LEN));
     let (slot1, rest) = rest.split_at(rest.len().min(HEADER_V2_LEN));
     (slot0, slot1, rest)
-}
-
-/// Recomputes every checksum of a squeezed v2 image in place, with the
-/// rules `docs/FORMAT.md` gives (written out here, not borrowed from the
-/// encoders, so the two are checked against each other).
-fn fix_checksums(image: &mut [u8]) {
-    let schema_len = |slot: &[u8]| u32::from_le_bytes(slot[24..28].try_into().unwrap()) as usize;
-    let after_slots = (2 * HEADER_V2_LEN).min(image.len());
-    let (slot_bytes, rest) = image.split_at_mut(after_slots);
-    for slot in slot_bytes.chunks_exact_mut(HEADER_V2_LEN) {
-        if let Some(block) = rest.get(..schema_len(slot)) {
-            slot[SCHEMA_CRC_AT..SCHEMA_CRC_AT + 4]
-                .copy_from_slice(&v2::crc32c(block).to_le_bytes());
-        }
-        let crc = v2::crc32c(&slot[..SLOT_CRC_AT]);
-        slot[SLOT_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-    }
-    let Some(slot0) = slot_bytes.get(..HEADER_V2_LEN) else {
-        return;
-    };
-    let entry_len = usize::from(u16::from_le_bytes([slot0[32], slot0[33]]));
-    let Some(table) = rest.get_mut(schema_len(slot0)..) else {
-        return;
-    };
-    if entry_len < v2::ENTRY_BASE_LEN {
-        return;
-    }
-    for (i, entry) in table.chunks_exact_mut(entry_len).enumerate() {
-        let body = entry.len() - 4;
-        let crc = v2::crc32c_append(v2::crc32c(&(i as u64).to_le_bytes()), &entry[..body]);
-        entry[body..].copy_from_slice(&crc.to_le_bytes());
-    }
 }
 
 fn v2_meta(image: &[u8], lens: &[u64], fixed: bool) {
@@ -234,7 +199,7 @@ fuzz_target!(|data: &[u8]| {
         1 => v2_meta(rest, &lens, false),
         2 => {
             let mut image = rest.to_vec();
-            fix_checksums(&mut image);
+            fix_v2_checksums(&mut image);
             v2_meta(&image, &lens, true);
         }
         _ => v2_undo(rest),

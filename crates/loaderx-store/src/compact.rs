@@ -50,8 +50,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         let lanes = u32::from(head.lanes);
         let lane = |loc: &RecordLoc| (loc.chunk_id % lanes) as usize;
-        let mut order: Vec<(u64, RecordLoc)> =
-            Vec::with_capacity(usize::try_from(head.length).unwrap_or(0));
+        // As long as the table on disk, which a damaged header sets: the
+        // allocation may fail, never abort.
+        let n = usize::try_from(head.length).unwrap_or(usize::MAX);
+        let mut order: Vec<(u64, RecordLoc)> = Vec::new();
+        order.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            bytes: (n as u64).saturating_mul(std::mem::size_of::<(u64, RecordLoc)>() as u64),
+        })?;
         for i in 0..head.length {
             order.push((i, self.entry(i, &head)?));
         }

@@ -96,9 +96,11 @@ impl<S: Storage> Files<S> {
     pub(crate) fn entry_at(&self, index: u64) -> u64 {
         match self.layout {
             Layout::V1 => entry_offset(index as u32),
+            // Saturating: a damaged header's length may be anything, and
+            // the table end it gives must then exceed the file, not wrap.
             Layout::V2 {
                 table, entry_len, ..
-            } => table + index * entry_len as u64,
+            } => table.saturating_add(index.saturating_mul(entry_len as u64)),
         }
     }
 
@@ -316,8 +318,20 @@ impl<S: Storage> Files<S> {
                 schema_crc,
                 ..
             } => {
+                // The slot with the larger sequence wins: a sequence that
+                // cannot grow (only a damaged header's can be that large)
+                // would make this commit lose to the one before it.
+                let last = self.sequence.load(Ordering::Acquire);
+                let Some(sequence) = last.checked_add(1) else {
+                    return Err(Error::format(
+                        self.path(FileId::Meta),
+                        FormatError::BadHeader(format!(
+                            "header sequence {last} cannot advance: refusing to commit over it"
+                        )),
+                    ));
+                };
                 let header = HeaderV2 {
-                    sequence: self.sequence.load(Ordering::Acquire) + 1,
+                    sequence,
                     head: *head,
                     schema_len,
                     schema_crc,

@@ -43,8 +43,11 @@ pub struct OpenOptions {
     /// touches costs it a length check and a map.
     pub lane_bytes: u64,
     /// Check the CRC32C of raw records on every gather too (format v2).
-    /// Compressed records are always checked; raw ones would cost a second
-    /// pass over their bytes, so this is off by default (`docs/FORMAT.md`).
+    /// Compressed records are always checked, and so is every record of a
+    /// store whose schema codec is not `raw` (its records kept raw because
+    /// they did not shrink included). In a raw store the check costs a
+    /// second pass over bytes that are otherwise only copied, so there it
+    /// is off by default (`docs/FORMAT.md`, "Checksums").
     pub check_raw: bool,
     /// The codecs past the built-ins the handle can use: the image codecs
     /// and codecs defined outside loaderx. Opening a store whose schema
@@ -316,33 +319,18 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
         let meta_len = files.current_len(FileId::Meta)?;
         let head = read_head(&mut files, meta_len)?;
         let chunk_lens = ChunkLens::new();
-        // Format v1 opens every chunk now (at most 4096); v2 only the lanes'
-        // tails, the rest on first touch.
-        let eager: Vec<u32> = match files.layout() {
-            Layout::V1 => head.chunks().collect(),
-            Layout::V2 { .. } => head.lane_tails().iter().map(|t| t.chunk).collect(),
-        };
-        for id in eager {
-            let file = FileId::Chunk(id);
-            let Some(len) = files.open(file)? else {
-                let says = match files.layout() {
-                    Layout::V1 => format!("chunks 0..={} exist", head.tails[0].chunk),
-                    Layout::V2 { .. } => "it exists".to_owned(),
-                };
-                return Err(Error::NotAStore {
-                    path: files.path(file),
-                    reason: format!("chunk file is missing (the header says {says})"),
-                });
-            };
-            chunk_lens.set(id, len);
-        }
+        open_eager_chunks(&files, &head, &chunk_lens)?;
+        // A store whose schema codec compresses checks every record, the
+        // ones kept raw (that did not shrink) included: who chose a
+        // compressed codec gets its checks on all of them.
+        let check_raw = options.check_raw || schema.as_ref().is_some_and(Schema::compresses);
         Ok(Store {
             files,
             capacity: options.chunk_capacity,
             frontier: Frontier::new(&head),
             committed: Mutex::new(head),
             schema,
-            check_raw: options.check_raw,
+            check_raw,
             lane_bytes: options.lane_bytes,
             dictionary,
             owner: std::process::id(),
@@ -357,6 +345,41 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             _codec: PhantomData,
         })
     }
+}
+
+/// Opens the chunk files an open measures at once: every one in format v1
+/// (at most 4096), the lanes' tails in v2 (the rest on first touch). Each
+/// is opened before anything is kept for it: a header may name any chunk
+/// id, and only a file that exists justifies memory for it.
+fn open_eager_chunks<S: Storage>(
+    files: &Files<S>,
+    head: &Head,
+    chunk_lens: &ChunkLens,
+) -> Result<()> {
+    let eager: Vec<(Option<usize>, u32)> = match files.layout() {
+        Layout::V1 => head.chunks().map(|id| (None, id)).collect(),
+        Layout::V2 { .. } => head
+            .lane_tails()
+            .iter()
+            .enumerate()
+            .map(|(lane, t)| (Some(lane), t.chunk))
+            .collect(),
+    };
+    for (lane, id) in eager {
+        let file = FileId::Chunk(id);
+        let Some(len) = files.open(file)? else {
+            let says = match lane {
+                None => format!("the header says chunks 0..={} exist", head.tails[0].chunk),
+                Some(lane) => format!("the header's lane {lane} tail_chunk {id} names it"),
+            };
+            return Err(Error::NotAStore {
+                path: files.path(file),
+                reason: format!("chunk file {id}.zr is missing ({says})"),
+            });
+        };
+        chunk_lens.set(id, len);
+    }
+    Ok(())
 }
 
 /// Why a store's codecs are not usable, before the store's path is known.

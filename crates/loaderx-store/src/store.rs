@@ -63,7 +63,8 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// Format v2's schema (`None` for a v1 store).
     pub(crate) schema: Option<Schema>,
     /// Whether gathers check the CRC32C of raw records too (compressed
-    /// records are always checked in format v2).
+    /// records are always checked in format v2): `OpenOptions::check_raw`,
+    /// or a store whose schema codec compresses ([`Schema::compresses`]).
     pub(crate) check_raw: bool,
     /// [`OpenOptions::lane_bytes`](crate::OpenOptions::lane_bytes).
     pub(crate) lane_bytes: u64,
@@ -678,7 +679,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
                             ),
                         });
                     }
-                    scratch.resize(loc.logic_length as usize, 0);
+                    // A table entry may claim up to 2 GiB for a record of
+                    // a few stored bytes: the allocation may fail, never abort.
+                    let need = loc.logic_length as usize;
+                    scratch.clear();
+                    scratch
+                        .try_reserve_exact(need)
+                        .map_err(|_| Error::OutOfMemory { bytes: need as u64 })?;
+                    scratch.resize(need, 0);
                     self.decode_checked(i, &loc, &mut scratch, true)
                 });
                 match checked {
@@ -754,14 +762,25 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 crate::codec::image::decode_record(schema, loc.codec, src, out)
             });
         }
-        let raw_unchecked = loc.codec == CodecTag::RAW && !(self.schema.is_some() && check_raw);
-        if raw_unchecked
+        if loc.codec == CodecTag::RAW
             && u64::from(loc.phys_length) >= crate::parallel::copy_reads_at()
             && out.len() == loc.phys_length as usize
         {
-            // See `copy_reads_at`: large raw records are read, not mapped.
+            // See `copy_reads_at`: large raw records are read, not mapped,
+            // straight into place, and checked there when they are checked.
             let file = FileId::Chunk(loc.chunk_id);
-            return self.files.copy(file, u64::from(loc.offset), out, "read");
+            self.files.copy(file, u64::from(loc.offset), out, "read")?;
+            if self.schema.is_some() && check_raw {
+                let crc = loaderx_format::v2::crc32c(out);
+                if crc != loc.crc {
+                    return Err(Error::Corrupt {
+                        path: self.file_path(file),
+                        entry: index,
+                        reason: format!("raw record: {}", crc_mismatch(crc, loc.crc)),
+                    });
+                }
+            }
+            return Ok(());
         }
         let plugged = if codec.is_builtin() {
             if let Some(feature) = codec.missing_feature() {
@@ -805,10 +824,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             if check {
                 let crc = loaderx_format::v2::crc32c(src);
                 if crc != loc.crc {
-                    return Err(crate::DecodeError::new(format!(
-                        "checksum mismatch: stored bytes have CRC32C {crc:#010x}, the table says {:#010x}",
-                        loc.crc
-                    )));
+                    return Err(crate::DecodeError::new(crc_mismatch(crc, loc.crc)));
                 }
             }
             f(src)
@@ -850,6 +866,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.sync()
     }
+}
+
+/// What a record whose stored bytes fail their checksum is told.
+fn crc_mismatch(computed: u32, stored: u32) -> String {
+    format!(
+        "checksum mismatch: stored bytes have CRC32C {computed:#010x}, the table says {stored:#010x}"
+    )
 }
 
 impl<C: Codec, S: Storage> Drop for Store<C, S> {

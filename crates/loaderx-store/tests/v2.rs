@@ -753,3 +753,135 @@ fn appends_use_as_many_lanes_as_they_fill() {
     store.gather_exact(&[0, 1, 2, 3, 4], &mut out, 100).unwrap();
     assert_eq!(out, records[..500]);
 }
+
+/// `n` records of `len` random bytes: no codec shrinks them, so a
+/// compressed store keeps each raw.
+fn incompressible(seed: u64, n: usize, len: usize) -> Vec<Vec<u8>> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Where record `index`'s stored bytes are, read from the table on disk.
+fn stored_at(path: &std::path::Path, index: u64) -> loaderx_store::format::RecordLoc {
+    use loaderx_store::format::v2;
+    let meta = fs::read(path.join("meta.zr")).unwrap();
+    let schema_len = u32::from_le_bytes(meta[24..28].try_into().unwrap());
+    let entry_len = usize::from(u16::from_le_bytes(meta[32..34].try_into().unwrap()));
+    let at = v2::table_offset(schema_len) as usize + index as usize * entry_len;
+    v2::decode_entry(index, &meta[at..at + entry_len]).unwrap()
+}
+
+#[test]
+fn a_damaged_raw_kept_record_of_a_compressed_store_fails_every_gather() {
+    let mut codecs: Vec<CodecTag> = available_codecs().filter(|&c| c != CodecTag::RAW).collect();
+    if cfg!(feature = "zstd") {
+        codecs.push(CodecTag::ZSTD_DICT);
+    }
+    // Small records (gathered from the map, and in batches of one length
+    // through the index of raw records) and large ones (read with pread).
+    for len in [96usize, 150 << 10] {
+        for &codec in &codecs {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s");
+            let records = incompressible(len as u64, 12, len);
+            let schema = if codec == CodecTag::ZSTD_DICT {
+                let samples = tokens(5, 400);
+                let (src, _, lens) = pack(&samples);
+                let sizes: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
+                let dict = train_dictionary(&src, &sizes, 8 << 10).unwrap();
+                ragged("|u1", 1, codec, Some(dict))
+            } else {
+                Schema::bytes(codec)
+            };
+            {
+                let store: Store =
+                    Store::create_v2(&path, &schema, OpenOptions::default()).unwrap();
+                let dims = vec![len as u32; records.len()];
+                let (src, offsets, lens) = pack(&records);
+                if schema.kind == Kind::Ragged {
+                    store.append_shaped(&src, &offsets, &lens, &dims).unwrap();
+                } else {
+                    store.append_ragged(&src, &offsets, &lens).unwrap();
+                }
+            }
+            let loc = stored_at(&path, 5);
+            assert_eq!(loc.codec, CodecTag::RAW, "{codec:?}: record 5 was kept raw");
+            let mut chunk = fs::read(path.join(format!("{}.zr", loc.chunk_id))).unwrap();
+            chunk[loc.offset as usize + len / 2] ^= 0x10;
+            fs::write(path.join(format!("{}.zr", loc.chunk_id)), &chunk).unwrap();
+
+            let store: Store = Store::open_read_only(&path).unwrap();
+            let all: Vec<u64> = (0..12).collect();
+            let mut out = vec![0u8; all.len() * len];
+            // Twice: the first batch of small raw records indexes them, the
+            // second is copied through that index.
+            for round in 0..2 {
+                let err = store.gather(&all, &mut out, len).unwrap_err();
+                assert!(
+                    matches!(err, Error::Corrupt { entry: 5, .. }),
+                    "{codec:?}, {len}-byte records, round {round}: {err}"
+                );
+                assert!(err.to_string().contains("checksum"), "{err}");
+            }
+            let err = store.gather(&[5], &mut out[..len], len).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { entry: 5, .. }), "{err}");
+            // The other records still read, through every path.
+            let rest: Vec<u64> = (0..12).filter(|&i| i != 5).collect();
+            for _ in 0..2 {
+                store
+                    .gather(&rest, &mut out[..rest.len() * len], len)
+                    .unwrap();
+                for (k, &i) in rest.iter().enumerate() {
+                    assert_eq!(&out[k * len..(k + 1) * len], &records[i as usize][..]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_raw_store_checks_raw_records_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let records = incompressible(9, 12, 64);
+    {
+        let store: Store =
+            Store::create_v2(&path, &Schema::bytes(CodecTag::RAW), OpenOptions::default()).unwrap();
+        let (src, offsets, lens) = pack(&records);
+        store.append_ragged(&src, &offsets, &lens).unwrap();
+    }
+    let loc = stored_at(&path, 3);
+    let file = path.join(format!("{}.zr", loc.chunk_id));
+    let mut chunk = fs::read(&file).unwrap();
+    chunk[loc.offset as usize] ^= 1;
+    fs::write(&file, &chunk).unwrap();
+    let mut out = vec![0u8; 64];
+    // The documented trade: a raw store's reads copy without checking...
+    Store::<Deflate>::open_read_only(&path)
+        .unwrap()
+        .gather(&[3], &mut out, 64)
+        .unwrap();
+    // ...unless asked to, and verify always checks.
+    let checked: Store = Store::open_with(
+        &path,
+        OpenOptions {
+            check_raw: true,
+            ..OpenOptions::read_only()
+        },
+    )
+    .unwrap();
+    let err = checked.gather(&[3], &mut out, 64).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { entry: 3, .. }), "{err}");
+    assert!(checked.verify().is_err());
+}

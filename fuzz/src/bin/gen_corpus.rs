@@ -94,12 +94,14 @@ fn parse_index_v1_seeds(dir: &Path) {
 
 /// One v2 store of each kind, made by the engine in memory: its `meta.zr`
 /// squeezed as the target reads it (slot 0, slot 1, schema block, table),
-/// with its chunk lengths. Returns the squeezed image and the table alone.
+/// with its chunk lengths. Returns the squeezed image, the table alone and
+/// its entry length, and the `open_store` seed (the chunk files' bytes and
+/// the squeezed image).
 fn v2_image(
     schema: &Schema,
     lanes: u8,
     append: impl Fn(&Store<Deflate, MemStorage>),
-) -> (Vec<u8>, Vec<u8>, u16) {
+) -> (Vec<u8>, Vec<u8>, u16, Vec<u8>) {
     let storage = MemStorage::new();
     let options = OpenOptions {
         chunk_capacity: 4096,
@@ -156,7 +158,19 @@ fn v2_image(
         let fault = entry_fault(&loc, &header.head, lens[loc.chunk_id as usize], Rules::V2);
         assert_eq!(fault, None, "entry {i} of a real store");
     }
-    (seed, table.to_vec(), header.entry_len)
+    let squeezed = &seed[2 + 8 * n as usize..];
+    let mut open = vec![0u8, n as u8];
+    let chunks: Vec<Vec<u8>> = (0..n)
+        .map(|c| storage.contents(FileId::Chunk(c)).unwrap_or_default())
+        .collect();
+    for c in &chunks {
+        open.extend_from_slice(&(c.len() as u32).to_le_bytes());
+    }
+    for c in &chunks {
+        open.extend_from_slice(c);
+    }
+    open.extend_from_slice(squeezed);
+    (seed, table.to_vec(), header.entry_len, open)
 }
 
 fn parse_index_v2_seeds(dir: &Path) {
@@ -243,8 +257,15 @@ fn parse_index_v2_seeds(dir: &Path) {
             s.append_shaped(&src, &offsets, &lens, &dims).unwrap();
         }),
     ));
-    for (name, (seed, table, entry_len)) in &images {
+    for (name, (seed, table, entry_len, open)) in &images {
         write(dir, name, seed);
+        // The same stores whole, for `open_store`: read-only, and (flag 2)
+        // written to as well.
+        let open_dir = dir.parent().unwrap().join("open_store");
+        write(&open_dir, name, open);
+        let mut writable = open.clone();
+        writable[0] = 2;
+        write(&open_dir, &format!("{name}_writable"), &writable);
         let mut fixed = seed.clone();
         fixed[0] = MODE_V2_FIXED;
         write(dir, &format!("{name}_fixed"), &fixed);

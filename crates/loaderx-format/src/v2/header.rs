@@ -5,7 +5,10 @@
 //! | ZREC | ver=2  | lanes| 0   | sequence | length  | schema_len| schema_crc| entry_len | 0…   | 16 × (chunk, offset) | crc32c |
 //! ```
 
-use crate::{FormatError, Head, MAGIC, MAX_LANES, Tail, v2::VERSION_V2};
+use crate::{
+    FormatError, Head, MAGIC, MAX_LANES, Tail,
+    v2::{MAX_SCHEMA_LEN, VERSION_V2},
+};
 
 /// Bytes of one header slot (a slot starts every [`SLOT_LEN`] bytes).
 pub const HEADER_V2_LEN: usize = 172;
@@ -124,10 +127,16 @@ impl HeaderV2 {
             head.tails[l] = tail;
         }
         let entry_len = u16::from_le_bytes([b[32], b[33]]);
+        let schema_len = u32_at(24);
+        if schema_len > MAX_SCHEMA_LEN {
+            return bad(&format!(
+                "schema_len {schema_len} is over the {MAX_SCHEMA_LEN} bytes a schema block can have"
+            ));
+        }
         Ok(HeaderV2 {
             sequence: u64_at(8),
             head,
-            schema_len: u32_at(24),
+            schema_len,
             schema_crc: u32_at(28),
             entry_len,
         })
@@ -183,6 +192,19 @@ mod tests {
         assert_eq!(b[6], 4);
         assert_eq!(HeaderV2::decode(&b), Ok(h));
         assert_eq!(h.slot_offset(), SLOT_LEN);
+    }
+
+    #[test]
+    fn a_schema_len_past_any_schema_block_is_refused() {
+        let mut h = sample();
+        h.schema_len = MAX_SCHEMA_LEN;
+        assert_eq!(HeaderV2::decode(&h.encode()), Ok(h));
+        h.schema_len = MAX_SCHEMA_LEN + 1;
+        let err = HeaderV2::decode(&h.encode()).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("schema_len {}", MAX_SCHEMA_LEN + 1)),
+            "{err}"
+        );
     }
 
     #[test]

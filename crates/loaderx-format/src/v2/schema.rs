@@ -22,6 +22,19 @@ pub const MAX_NDIM: usize = 16;
 /// Largest zstd dictionary a schema may carry.
 pub const MAX_DICT_LEN: usize = 4 << 20;
 
+/// Most bytes a schema block can have: every part at its largest (the
+/// dtype name, a dense shape of [`MAX_NDIM`] dimensions, the largest
+/// dictionary, a full codec table). A header that says more is damaged, and
+/// is refused before a block that large is read.
+pub const MAX_SCHEMA_LEN: u32 = (8
+    + MAX_DTYPE_NAME
+    + 8 * MAX_NDIM
+    + 8
+    + MAX_DICT_LEN
+    + CODECS_MAGIC.len()
+    + 1
+    + 255 * (6 + MAX_CODEC_NAME)) as u32;
+
 const MAGIC: [u8; 4] = *b"ZSCH";
 const CODECS_MAGIC: [u8; 4] = *b"ZCDC";
 
@@ -257,6 +270,14 @@ impl Schema {
             dictionary: None,
             codecs: Vec::new(),
         }
+    }
+
+    /// Whether the store's codec encodes records (anything but `raw`):
+    /// readers then check every record's CRC32C, the ones kept raw
+    /// because they did not shrink included (`docs/FORMAT.md`, "Checksums").
+    #[must_use]
+    pub fn compresses(&self) -> bool {
+        self.codec != CodecTag::RAW
     }
 
     /// The codec table's entry for `tag`, if the store lists it.
@@ -810,6 +831,26 @@ mod tests {
             name: name.into(),
             version: 1,
         }
+    }
+
+    #[test]
+    fn the_largest_schema_block_fits_the_header_limit() {
+        let mut codecs: Vec<CodecRef> = (128..=255)
+            .map(|t| external(t, &"n".repeat(MAX_CODEC_NAME)))
+            .collect();
+        codecs.sort_by_key(|c| c.tag);
+        let name = "<U".to_owned() + &"9".repeat(MAX_DTYPE_NAME - 2);
+        let schema = Schema {
+            kind: Kind::Dense,
+            dtype: Dtype::from_name(&name).unwrap_or(Dtype::U8),
+            shape: vec![1; MAX_NDIM],
+            ndim: MAX_NDIM as u8,
+            codec: CodecTag::ZSTD_DICT,
+            dictionary: Some(vec![7; MAX_DICT_LEN]),
+            codecs,
+        };
+        schema.check().unwrap();
+        assert!(schema.encode().len() <= MAX_SCHEMA_LEN as usize);
     }
 
     #[test]

@@ -990,8 +990,9 @@ class Dense(_Container):
     ) -> Any:
         """A reader of the store at `path`; with ``writable=True`` it also
         appends, deletes and compacts. Reads check the checksum of every
-        compressed record; ``check_raw=True`` checks raw records too (a
-        second pass over their bytes). `quality`: JPEG quality of arrays
+        record of a store whose codec compresses (raw-kept records
+        included); in a ``raw`` store ``check_raw=True`` checks raw records
+        too (a second pass over their bytes). `quality`: JPEG quality of arrays
         appended through a writable handle.
 
         An image store opened with ``resize=(H, W)`` is an :class:`Images`
@@ -1185,8 +1186,9 @@ class Ragged(_Container):
     ) -> Any:
         """A reader of the store at `path`; with ``writable=True`` it also
         appends, deletes and compacts. Reads check the checksum of every
-        compressed record; ``check_raw=True`` checks raw records too (a
-        second pass over their bytes). `quality`: JPEG quality of arrays
+        record of a store whose codec compresses (raw-kept records
+        included); in a ``raw`` store ``check_raw=True`` checks raw records
+        too (a second pass over their bytes). `quality`: JPEG quality of arrays
         appended through a writable handle.
 
         An image store opened with ``resize=(H, W)`` is an :class:`Images`

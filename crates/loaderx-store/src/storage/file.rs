@@ -319,11 +319,23 @@ impl FileStorage {
         }
     }
 
+    /// The slot of `file`, allocating it: only for files that exist (the
+    /// caller opened them), so a chunk id a damaged table names allocates
+    /// nothing.
     fn slot(&self, file: FileId) -> &OnceLock<Mapped> {
         match file {
             FileId::Meta => &self.meta,
             FileId::Undo => &self.undo,
             FileId::Chunk(id) => self.chunks.get(id),
+        }
+    }
+
+    /// The slot of `file`, if it was ever allocated.
+    fn find(&self, file: FileId) -> Option<&OnceLock<Mapped>> {
+        match file {
+            FileId::Meta => Some(&self.meta),
+            FileId::Undo => Some(&self.undo),
+            FileId::Chunk(id) => self.chunks.peek(id),
         }
     }
 
@@ -336,7 +348,9 @@ impl FileStorage {
     }
 
     fn mapped(&self, file: FileId) -> io::Result<&Mapped> {
-        self.slot(file).get().ok_or_else(|| not_open(file))
+        self.find(file)
+            .and_then(OnceLock::get)
+            .ok_or_else(|| not_open(file))
     }
 
     fn extent(&self, file: FileId) -> u64 {
@@ -357,8 +371,7 @@ impl Storage for FileStorage {
     }
 
     fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>> {
-        let slot = self.slot(file);
-        if let Some(m) = slot.get() {
+        if let Some(m) = self.find(file).and_then(OnceLock::get) {
             return m.file.metadata().map(|md| Some(md.len()));
         }
         let path = self.dir.join(file.file_name());
@@ -394,7 +407,7 @@ impl Storage for FileStorage {
         // for how far it reaches on each platform).
         let len = md.len();
         let view = View::new(&f, self.extent(file), len)?;
-        let _ = slot.set(Mapped { file: f, view });
+        let _ = self.slot(file).set(Mapped { file: f, view });
         Ok(Some(len))
     }
 
@@ -454,7 +467,7 @@ impl Storage for FileStorage {
         if self.read_only {
             return Ok(());
         }
-        match self.slot(file).get() {
+        match self.find(file).and_then(OnceLock::get) {
             Some(m) => m.file.sync_data(),
             None => Ok(()),
         }
