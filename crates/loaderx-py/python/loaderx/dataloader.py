@@ -192,8 +192,8 @@ def _check_not_empty(streams: Mapping[str, Any], length: int) -> None:
             for name, value in streams.items()
         )
         raise ValueError(
-            f"DataLoader streams {list(streams)} hold no records ({where}); an endless loader "
-            f"needs at least one"
+            f"DataLoader streams {list(streams)} hold no records ({where}): their length is 0, "
+            f"and an endless loader needs at least one"
         )
 
 
