@@ -9,7 +9,8 @@ the Rust benches under ``"criterion"``; ``docs/bench/latest.json``),
 "typed"``; ``docs/bench/typed.json``) and ``field.py`` (every store and
 loader of the field, ``"kind": "field"``; ``docs/bench/field.json``). This
 script turns such files into the tables the docs show, so that every figure
-in ``docs/BENCHMARKS.md`` and ``README.md`` comes from one run of each::
+in ``docs/BENCHMARKS.md``, ``README.md`` and ``docs/bench/{typed,field}.md``
+(the full reports of those runs) comes from one run of each::
 
     python3 benches/tables.py docs/bench/*.json            # print
     python3 benches/tables.py docs/bench/*.json --write    # update the docs
@@ -37,7 +38,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = (REPO / "docs" / "BENCHMARKS.md", REPO / "README.md")
+# The generated docs: the reference, the README, and the full reports of the
+# typed and field runs beside their JSON (the reference keeps their targets).
+DOCS = (REPO / "docs" / "BENCHMARKS.md", REPO / "README.md",
+        REPO / "docs" / "bench" / "typed.md", REPO / "docs" / "bench" / "field.md")
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
@@ -655,7 +659,7 @@ def typed_report(result: dict[str, Any]) -> str:
 
 def typed_blocks(result: dict[str, Any]) -> dict[str, str]:
     """The generated blocks of a ``typed.py`` run."""
-    return {"typed": typed_report(result)}
+    return {"typed": typed_report(result), "typed-targets": typed_targets_table(result)}
 
 
 # ----------------------------------------------------------------- field.py
@@ -1002,7 +1006,8 @@ def field_summary(result: dict[str, Any]) -> str:
 
 
 def field_blocks(result: dict[str, Any]) -> dict[str, str]:
-    return {"field": field_report(result), "field-summary": field_summary(result)}
+    return {"field": field_report(result), "field-summary": field_summary(result),
+            "field-targets": field_targets_table(result)}
 
 
 # ----------------------------------------------------------------- blocks

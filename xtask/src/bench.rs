@@ -23,8 +23,9 @@
 //! compare.py's run is kept in `docs/bench/latest.json` (with the criterion
 //! estimates), typed.py's in `docs/bench/typed.json` and field.py's in
 //! `docs/bench/field.json`; `benches/tables.py --write` regenerates every
-//! table of `docs/BENCHMARKS.md` and the figures of `README.md` from those
-//! files, so the docs quote exactly one run of each.
+//! table of `docs/BENCHMARKS.md`, the figures of `README.md` and the full
+//! reports `docs/bench/{typed,field}.md` from those files, so the docs quote
+//! exactly one run of each.
 //!
 //! `cargo xtask test` runs [`smoke`]: the same scripts on tiny data, which
 //! checks that they work, not how fast anything is. It never installs
@@ -311,7 +312,7 @@ fn tables(ws: &Workspace, venv: &Venv, jsons: &[PathBuf], write: bool) -> Result
         cmd.arg("--write");
     }
     let name = if write {
-        "benches/tables.py --write (docs/BENCHMARKS.md, README.md)"
+        "benches/tables.py --write (docs/BENCHMARKS.md, README.md, docs/bench/*.md)"
     } else {
         "benches/tables.py (render only)"
     };
