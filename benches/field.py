@@ -75,6 +75,7 @@ import statistics
 import struct
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -365,6 +366,12 @@ class Contender:
     # says "not measured" with the reason from `supports`).
     workloads: tuple[str, ...] | None = None
     single_file = False
+    # The library it needs, imported into `lib` when it is made (a failed
+    # import makes the contender missing, with the reason).
+    library: str | None = None
+
+    def __init__(self) -> None:
+        self.lib: Any = importlib.import_module(self.library) if self.library else None
 
     def supports(self, w: Workload, codec: str) -> str | None:
         """None, or why this (workload, codec) is not measured."""
@@ -473,13 +480,11 @@ class NpyMmap(Contender):
 
 class Hdf5(Contender):
     name, label, codecs = "h5py", "HDF5 (h5py)", ("raw", "gzip")
-
-    def __init__(self) -> None:
-        self.h5py = importlib.import_module("h5py")
+    library = "h5py"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
         comp = {"compression": "gzip", "compression_opts": 4} if codec == "gzip" else {}
-        with self.h5py.File(path, "w") as f:
+        with self.lib.File(path, "w") as f:
             if w.kind == "dense":
                 ds = f.create_dataset("data", shape=(w.n, *w.shape), dtype=w.dtype,
                                       chunks=(1, *w.shape) if w.shape else (min(w.n, 4096),), **comp)
@@ -487,7 +492,7 @@ class Hdf5(Contender):
                 for s in range(0, w.n, step):
                     ds[s:s + step] = w.arr[s:s + step]
             else:
-                ds = f.create_dataset("data", shape=(w.n,), dtype=self.h5py.vlen_dtype(w.dtype),
+                ds = f.create_dataset("data", shape=(w.n,), dtype=self.lib.vlen_dtype(w.dtype),
                                       chunks=(1,), **comp)
                 f.create_dataset("shapes", data=w.shapes)
                 for i in range(w.n):
@@ -495,7 +500,7 @@ class Hdf5(Contender):
         fsync_tree(path)
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        f = self.h5py.File(path, "r")
+        f = self.lib.File(path, "r")
         ds = f["data"]
         # One read per record: h5py's fancy selection (ds[sorted_unique])
         # builds a point selection and was 25x slower on these chunks.
@@ -516,16 +521,14 @@ class Hdf5(Contender):
 
 class Lmdb(Contender):
     name, label = "lmdb", "LMDB"
-
-    def __init__(self) -> None:
-        self.lmdb = importlib.import_module("lmdb")
+    library = "lmdb"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
         # The map is only address space (the file grows as written), so be
         # generous: a value just over half a page (tok512's 2 KiB records)
         # takes a whole overflow page, doubling the logical size.
         size = int(w.logical_bytes * 4 + w.n * 256 + 256 * MIB)
-        env = self.lmdb.open(str(path), map_size=size, subdir=True, sync=True)
+        env = self.lib.open(str(path), map_size=size, subdir=True, sync=True)
         step = 4096
         for s in range(0, w.n, step):
             with env.begin(write=True) as txn:
@@ -537,7 +540,7 @@ class Lmdb(Contender):
         env.close()
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        env = self.lmdb.open(str(path), readonly=True, lock=False, readahead=False)
+        env = self.lib.open(str(path), readonly=True, lock=False, readahead=False)
         keys = [struct.pack(">Q", i) for i in range(w.n)]
 
         def gather(idx: np.ndarray) -> Any:
@@ -573,12 +576,10 @@ def arrow_decode(tbl: Any, w: Workload) -> Any:
 
 class ArrowIpc(Contender):
     name, label, codecs = "arrow", "Arrow IPC file", ("raw", "zstd")
-
-    def __init__(self) -> None:
-        self.pa = importlib.import_module("pyarrow")
+    library = "pyarrow"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
-        pa = self.pa
+        pa = self.lib
         opts = pa.ipc.IpcWriteOptions(compression="zstd" if codec == "zstd" else None)
         writer = None
         with pa.OSFile(str(path), "wb") as sink:
@@ -592,7 +593,7 @@ class ArrowIpc(Contender):
         fsync_tree(path)
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        pa = self.pa
+        pa = self.lib
         reader = pa.ipc.open_file(pa.memory_map(str(path)))
 
         def gather(idx: np.ndarray) -> Any:
@@ -636,12 +637,10 @@ class Parquet(Contender):
 
 class ArrayRecord(Contender):
     name, label = "arrayrecord", "ArrayRecord (group_size:1)"
-
-    def __init__(self) -> None:
-        self.arm = importlib.import_module("array_record.python.array_record_module")
+    library = "array_record.python.array_record_module"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
-        wr = self.arm.ArrayRecordWriter(str(path), "group_size:1")
+        wr = self.lib.ArrayRecordWriter(str(path), "group_size:1")
         for i in range(w.n):
             r = w.record(i)
             wr.write(r.tobytes() if w.kind == "dense" else encode_shape(r))
@@ -649,7 +648,7 @@ class ArrayRecord(Contender):
         fsync_tree(path)
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        rd = self.arm.ArrayRecordReader(str(path))
+        rd = self.lib.ArrayRecordReader(str(path))
 
         return lambda idx: from_bytes(rd.read(idx.tolist()), w)
 
@@ -933,6 +932,17 @@ class GrainParse:
         return {"image": np.frombuffer(rec, dtype=np.uint8, offset=8).reshape(self.shape), "label": label}
 
 
+def made_once(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(path)``, unless an earlier run finished it (its ``done`` mark
+    is there); what an unfinished one left is removed first."""
+    if (path / "done").exists():
+        return
+    if path.exists():
+        shutil.rmtree(path)
+    write(path)
+    (path / "done").write_text("")
+
+
 def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any], Callable[[], None], Callable[[Any], tuple[np.ndarray, np.ndarray]]]:
     """(next batch, close, (batch -> images, labels)) for loader ``name``;
     stores it needs are made here when missing (untimed)."""
@@ -950,15 +960,14 @@ def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any
 
         tag = "ours" if name == "loaderx" else "v240"
         ip, lp = d / f"{tag}-img224-{codec}", d / f"{tag}-labels"
+        def write_dense(p: Path, arr: np.ndarray, c: str) -> None:
+            wr = Dense.create(p, arr.dtype, arr.shape[1:], codec=c)
+            for s in range(0, len(arr), 1024):
+                wr.append(np.ascontiguousarray(arr[s:s + 1024]))
+            wr.close()
+
         for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
-            if not (p / "done").exists():
-                if p.exists():
-                    shutil.rmtree(p)
-                wr = Dense.create(p, arr.dtype, arr.shape[1:], codec=c)
-                for s in range(0, len(arr), 1024):
-                    wr.append(np.ascontiguousarray(arr[s:s + 1024]))
-                wr.close()
-                (p / "done").write_text("")
+            made_once(p, partial(write_dense, arr=arr, c=c))
         read_through(ip)
         streams = {"image": Dense.open(ip), "label": Dense.open(lp)}
         if name == "loaderx":
@@ -974,12 +983,11 @@ def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any
 
         tag = "v054" if name == "loaderx 0.5.4" else "pair"
         ip, lp = d / f"{tag}-img224-{codec}", d / f"{tag}-labels"
+        def write_v1(p: Path, arr: np.ndarray, c: str) -> None:
+            loaderx.Dataset.write(p, np.ascontiguousarray(arr), codec=c).close()
+
         for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
-            if not (p / "done").exists():
-                if p.exists():
-                    shutil.rmtree(p)
-                loaderx.Dataset.write(p, np.ascontiguousarray(arr), codec=c).close()
-                (p / "done").write_text("")
+            made_once(p, partial(write_v1, arr=arr, c=c))
         read_through(ip)
         dl = loaderx.DataLoader(loaderx.Dataset(ip), loaderx.Dataset(lp), LOADER_WORKERS, LOADER_BATCH,
                                 LOADER_PREFETCH)
