@@ -54,7 +54,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -67,7 +66,9 @@ from typing import Any, Callable
 import numpy as np
 
 import loaderx
-from tables import collect_criterion, report
+from benchlib import MIB, allocated_bytes, data_dir, drop_page_cache, finish, load_1min, log
+from benchlib import machine, read_through, target_dir
+from tables import collect_criterion, compare_report
 
 # ----------------------------------------------------------------- workload
 
@@ -91,15 +92,11 @@ LOADER_PREFETCH = 4
 LOADER_WARMUP = 20
 LOADER_MEASURE = 300
 
-MIB = 1 << 20
-
 TARGETS = {
     "sampler": 2.0,  # Sampler vs default_rng at batch 256
     "store": 1.3,  # loaderx raw gather vs npy-mmap gather
     "loader": 1.0,  # ours vs loaderx 0.5.4, raw and flate (strictly greater)
 }
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def generate(start: int, count: int) -> np.ndarray:
@@ -170,10 +167,6 @@ def shrink_for_smoke() -> None:
 # ----------------------------------------------------------------- helpers
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def impl_name(impl: str) -> str:
     return f"loaderx {loaderx.__version__}" if impl == "ours" else "loaderx 0.5.4"
 
@@ -200,18 +193,6 @@ def codecs_for(impl: str) -> list[str]:
     return [c for c in wanted if c in available]
 
 
-def allocated_bytes(path: Path) -> int:
-    """Blocks actually allocated (st_blocks * 512), so sparse files count
-    for what they hold."""
-    if path.is_file():
-        return path.stat().st_blocks * 512
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
-    return total
-
-
 def calls_per_round(fn: Callable[[], Any], seconds: float) -> int:
     """How many back-to-back calls of ``fn`` take about ``seconds``."""
     n = 1
@@ -231,35 +212,6 @@ def time_calls(fn: Callable[[], Any], n: int) -> float:
     for _ in range(n):
         fn()
     return (time.perf_counter() - t0) / n
-
-
-def machine() -> dict[str, Any]:
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for raw in f:
-                if raw.startswith("model name"):
-                    model = raw.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count() or 0
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = float("nan")
-    return {
-        "nproc": usable,
-        "cpu_model": model,
-        "system": f"{platform.system()} {platform.machine()}",
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "loaderx": loaderx.__version__,
-        "load_1min": round(load, 2),
-    }
 
 
 # ----------------------------------------------------------------- sampler
@@ -421,32 +373,6 @@ class Stores:
         self.commit(codecs)
 
 
-DROP_CACHES = Path("/proc/sys/vm/drop_caches")
-
-
-def drop_page_cache() -> bool:
-    """``sync; echo 3 > /proc/sys/vm/drop_caches``: write back dirty pages and
-    drop the clean ones, so a write starts from the same state whatever ran
-    before it. False when the process may not (not root, or /proc read-only)."""
-    os.sync()
-    try:
-        with open(DROP_CACHES, "w") as f:
-            f.write("3\n")
-    except OSError:
-        return False
-    return True
-
-
-def read_through(path: Path) -> None:
-    """Pull every file under ``path`` into the page cache."""
-    files = [path] if path.is_file() else [Path(r) / n for r, _d, fs in os.walk(path) for n in fs]
-    buf = bytearray(8 * MIB)
-    for file in files:
-        with open(file, "rb", buffering=0) as f:
-            while f.readinto(buf):
-                pass
-
-
 def bench_store(impl: str, data_dir: Path, rounds: int, drop_cache: bool) -> tuple[list[dict[str, Any]], str]:
     """The store section; also says what was done to the page cache before
     each write: "dropped", "not permitted" or "not tried" (``--smoke``)."""
@@ -474,7 +400,7 @@ def bench_store(impl: str, data_dir: Path, rounds: int, drop_cache: bool) -> tup
                 dropped = drop_page_cache() and dropped
             write_samples[name].append(write())
     if drop_cache and not dropped:
-        log(f"  note: could not drop the page cache ({DROP_CACHES} is not writable); writes ran without it")
+        log("  note: could not drop the page cache (not permitted here); writes ran without it")
     page_cache = "not tried" if not drop_cache else "dropped" if dropped else "not permitted"
     write_s = {name: statistics.median(v) for name, v in write_samples.items()}
     for name, secs in write_s.items():
@@ -796,20 +722,15 @@ def main(argv: list[str] | None = None) -> int:
     impl = args.impl or detected
     if impl != detected:
         parser.error(f"--impl {impl}, but the imported loaderx is {loaderx.__version__} ({loaderx.__file__})")
-    if args.data_dir is None:
-        target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-        args.data_dir = target if target.is_absolute() else REPO / target
-        args.data_dir = args.data_dir / ("bench-smoke" if args.smoke else "bench-data")
-    args.data_dir = args.data_dir.resolve()
-    args.data_dir.mkdir(parents=True, exist_ok=True)
+    args.data_dir = data_dir(args.data_dir, "bench-smoke" if args.smoke else "bench-data")
     if args.original_python is None:
-        default = REPO / "target" / "compat-venv" / "bin" / "python"
+        default = target_dir() / "compat-venv" / "bin" / "python"
         args.original_python = default if default.exists() else None
     args.rounds = 1 if args.smoke else max(1, args.rounds)
     args.rounds_sampler = 1 if args.smoke else max(1, args.rounds_sampler)
 
     started = time.perf_counter()
-    info = machine()
+    info = machine(numpy=np.__version__, loaderx=loaderx.__version__, load_1min=load_1min())
     everything = "all" in args.sections
     if everything and impl == "ours":
         result = orchestrate(args)
@@ -819,29 +740,12 @@ def main(argv: list[str] | None = None) -> int:
         result = run_sections(args, impl)
         if "loader" in result:
             with_loader_ratios(result["loader"])
-    try:
-        info["load_1min_end"] = round(os.getloadavg()[0], 2)
-    except OSError:
-        pass
+    info["load_1min_end"] = load_1min()
     result = {"machine": info, "workload": workload(), "smoke": args.smoke, **result}
     result["targets"] = targets(result)
     if args.criterion_dir is not None:
         result["criterion"] = collect_criterion(args.criterion_dir)
-    result["seconds"] = round(time.perf_counter() - started, 1)
-
-    text = report(result) + f"\n\n(total {result['seconds']:.0f} s)\n"
-    if args.json_out == "-":
-        if not args.no_report:
-            sys.stderr.write(text)
-        json.dump(result, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(text)
-        if args.json_out:
-            out = Path(args.json_out)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return finish(result, started, compare_report, args.json_out, quiet=args.no_report)
 
 
 if __name__ == "__main__":

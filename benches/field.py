@@ -59,32 +59,33 @@ Usage::
     .venv/bin/python benches/field.py --field-python target/bench-venv-*/bin/python \\
         --v054-python target/compat-venv/bin/python \\
         --v240-python target/compat24-venv/bin/python --json docs/bench/field.json
-    python3 benches/field_tables.py docs/bench/field.json
+    python3 benches/tables.py docs/bench/field.json
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import struct
-import subprocess
 import sys
-import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-MIB = 1 << 20
+from benchlib import MIB, Remote, allocated_bytes, drop_page_cache, finish, fsync_tree, load_1min, log
+from benchlib import data_dir as data_dir_of
+from benchlib import machine, memory_bytes, pss_rss_of, read_through, reply_channel, rotated, run_sampled, send, serve
+
 SCRIPT = Path(__file__).resolve()
-REPO = SCRIPT.parent.parent
 
 GATHER_BATCH = 256
 # Photos average about 1 MiB: a batch of 256 would be a quarter of a GiB
@@ -126,13 +127,6 @@ def configure(scale: float, smoke: bool) -> None:
         loader_warmup=10 if scale >= 0.5 else 4, loader_batches=100 if scale >= 0.5 else 20,
         smoke=False, scale=scale,
     )
-
-
-T0 = time.perf_counter()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------- workloads
@@ -329,49 +323,6 @@ class Batches:
 # ----------------------------------------------------------------- helpers
 
 
-def allocated_bytes(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_blocks * 512
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
-    return total
-
-
-def drop_page_cache() -> bool:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
-def read_through(path: Path) -> None:
-    """Reads `path` (a file or a tree) into the page cache. Into one small
-    buffer: 16 MiB reads into fresh `bytes` left up to 32 MiB of freed heap
-    in the process (glibc raises its mmap threshold after the first one is
-    freed), which a loader process then carried in its measured PSS."""
-    files = [path] if path.is_file() else [Path(r) / n for r, _d, fs in os.walk(path) for n in fs]
-    buf = memoryview(bytearray(1 << 20))
-    for f in files:
-        with open(f, "rb", buffering=0) as fh:
-            while fh.readinto(buf):
-                pass
-
-
-def fsync_tree(path: Path) -> None:
-    files = [path] if path.is_file() else [Path(r) / n for r, _d, fs in os.walk(path) for n in fs]
-    for f in files:
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def encode_shape(a: np.ndarray) -> bytes:
     """Record bytes for stores that keep bytes only: the shape (int32 per
     axis) ahead of the data, for ragged records."""
@@ -383,8 +334,11 @@ def decode_shape(b: Any, dtype: np.dtype, ndim: int) -> np.ndarray:
     return np.frombuffer(b, dtype=dtype, offset=4 * ndim).reshape(shape)
 
 
-def stack_bytes(values: list[Any], w: Workload) -> np.ndarray:
-    """Dense records given as bytes-likes, stacked into one new array."""
+def from_bytes(values: list[Any], w: Workload) -> Any:
+    """Records given as bytes-likes (``encode_shape``'s for ragged ones):
+    dense ones stacked into one new array, ragged ones as a list of arrays."""
+    if w.kind != "dense":
+        return [decode_shape(v, w.dtype, w.ndim).copy() for v in values]
     out = np.empty((len(values), *w.shape), dtype=w.dtype)
     flat = out.reshape(len(values), -1).view(np.uint8)
     for k, v in enumerate(values):
@@ -412,6 +366,12 @@ class Contender:
     # says "not measured" with the reason from `supports`).
     workloads: tuple[str, ...] | None = None
     single_file = False
+    # The library it needs, imported into `lib` when it is made (a failed
+    # import makes the contender missing, with the reason).
+    library: str | None = None
+
+    def __init__(self) -> None:
+        self.lib: Any = importlib.import_module(self.library) if self.library else None
 
     def supports(self, w: Workload, codec: str) -> str | None:
         """None, or why this (workload, codec) is not measured."""
@@ -520,15 +480,11 @@ class NpyMmap(Contender):
 
 class Hdf5(Contender):
     name, label, codecs = "h5py", "HDF5 (h5py)", ("raw", "gzip")
-
-    def __init__(self) -> None:
-        import h5py
-
-        self.h5py = h5py
+    library = "h5py"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
         comp = {"compression": "gzip", "compression_opts": 4} if codec == "gzip" else {}
-        with self.h5py.File(path, "w") as f:
+        with self.lib.File(path, "w") as f:
             if w.kind == "dense":
                 ds = f.create_dataset("data", shape=(w.n, *w.shape), dtype=w.dtype,
                                       chunks=(1, *w.shape) if w.shape else (min(w.n, 4096),), **comp)
@@ -536,7 +492,7 @@ class Hdf5(Contender):
                 for s in range(0, w.n, step):
                     ds[s:s + step] = w.arr[s:s + step]
             else:
-                ds = f.create_dataset("data", shape=(w.n,), dtype=self.h5py.vlen_dtype(w.dtype),
+                ds = f.create_dataset("data", shape=(w.n,), dtype=self.lib.vlen_dtype(w.dtype),
                                       chunks=(1,), **comp)
                 f.create_dataset("shapes", data=w.shapes)
                 for i in range(w.n):
@@ -544,7 +500,7 @@ class Hdf5(Contender):
         fsync_tree(path)
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        f = self.h5py.File(path, "r")
+        f = self.lib.File(path, "r")
         ds = f["data"]
         # One read per record: h5py's fancy selection (ds[sorted_unique])
         # builds a point selection and was 25x slower on these chunks.
@@ -565,18 +521,14 @@ class Hdf5(Contender):
 
 class Lmdb(Contender):
     name, label = "lmdb", "LMDB"
-
-    def __init__(self) -> None:
-        import lmdb
-
-        self.lmdb = lmdb
+    library = "lmdb"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
         # The map is only address space (the file grows as written), so be
         # generous: a value just over half a page (tok512's 2 KiB records)
         # takes a whole overflow page, doubling the logical size.
         size = int(w.logical_bytes * 4 + w.n * 256 + 256 * MIB)
-        env = self.lmdb.open(str(path), map_size=size, subdir=True, sync=True)
+        env = self.lib.open(str(path), map_size=size, subdir=True, sync=True)
         step = 4096
         for s in range(0, w.n, step):
             with env.begin(write=True) as txn:
@@ -588,15 +540,12 @@ class Lmdb(Contender):
         env.close()
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        env = self.lmdb.open(str(path), readonly=True, lock=False, readahead=False)
+        env = self.lib.open(str(path), readonly=True, lock=False, readahead=False)
         keys = [struct.pack(">Q", i) for i in range(w.n)]
 
         def gather(idx: np.ndarray) -> Any:
             with env.begin(buffers=True) as txn:
-                vals = [txn.get(keys[i]) for i in idx.tolist()]
-                if w.kind == "dense":
-                    return stack_bytes(vals, w)
-                return [decode_shape(v, w.dtype, w.ndim).copy() for v in vals]
+                return from_bytes([txn.get(keys[i]) for i in idx.tolist()], w)
 
         return gather
 
@@ -627,14 +576,10 @@ def arrow_decode(tbl: Any, w: Workload) -> Any:
 
 class ArrowIpc(Contender):
     name, label, codecs = "arrow", "Arrow IPC file", ("raw", "zstd")
-
-    def __init__(self) -> None:
-        import pyarrow as pa
-
-        self.pa = pa
+    library = "pyarrow"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
-        pa = self.pa
+        pa = self.lib
         opts = pa.ipc.IpcWriteOptions(compression="zstd" if codec == "zstd" else None)
         writer = None
         with pa.OSFile(str(path), "wb") as sink:
@@ -648,7 +593,7 @@ class ArrowIpc(Contender):
         fsync_tree(path)
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        pa = self.pa
+        pa = self.lib
         reader = pa.ipc.open_file(pa.memory_map(str(path)))
 
         def gather(idx: np.ndarray) -> Any:
@@ -665,10 +610,7 @@ class Parquet(Contender):
     name, label, codecs = "parquet", "Parquet (256-record row groups)", ("raw", "zstd")
 
     def __init__(self) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        self.pa, self.pq = pa, pq
+        self.pa, self.pq = importlib.import_module("pyarrow"), importlib.import_module("pyarrow.parquet")
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
         writer = None
@@ -695,14 +637,10 @@ class Parquet(Contender):
 
 class ArrayRecord(Contender):
     name, label = "arrayrecord", "ArrayRecord (group_size:1)"
-
-    def __init__(self) -> None:
-        from array_record.python import array_record_module as arm
-
-        self.arm = arm
+    library = "array_record.python.array_record_module"
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
-        wr = self.arm.ArrayRecordWriter(str(path), "group_size:1")
+        wr = self.lib.ArrayRecordWriter(str(path), "group_size:1")
         for i in range(w.n):
             r = w.record(i)
             wr.write(r.tobytes() if w.kind == "dense" else encode_shape(r))
@@ -710,25 +648,16 @@ class ArrayRecord(Contender):
         fsync_tree(path)
 
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
-        rd = self.arm.ArrayRecordReader(str(path))
+        rd = self.lib.ArrayRecordReader(str(path))
 
-        def gather(idx: np.ndarray) -> Any:
-            vals = rd.read(idx.tolist())
-            if w.kind == "dense":
-                return stack_bytes(vals, w)
-            return [decode_shape(v, w.dtype, w.ndim).copy() for v in vals]
-
-        return gather
+        return lambda idx: from_bytes(rd.read(idx.tolist()), w)
 
 
 class Lance(Contender):
     name, label = "lance", "Lance (take)"
 
     def __init__(self) -> None:
-        import lance
-        import pyarrow as pa
-
-        self.lance, self.pa = lance, pa
+        self.lance, self.pa = importlib.import_module("lance"), importlib.import_module("pyarrow")
 
     def write(self, path: Path, w: Workload, codec: str) -> None:
         def batches() -> Iterator[Any]:
@@ -952,92 +881,10 @@ class Worker:
         return {}
 
 
-def serve(impl: str, data_dir: Path) -> int:
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    try:
-        worker = Worker(impl, data_dir)
-        out.write(json.dumps({"ok": worker.hello()}) + "\n")
-    except Exception as e:  # noqa: BLE001 - the whole contender is missing
-        out.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
-        out.flush()
-        return 1
-    out.flush()
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd.pop("op")
-        if op == "quit":
-            break
-        try:
-            reply = {"ok": getattr(worker, op)(**cmd)}
-        except Exception as e:  # noqa: BLE001 - reported to the driver
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-    return 0
-
-
 # ----------------------------------------------------------------- loaders
 #
 # One loader per fresh process (`field.py loader-run NAME CODEC`), over the
 # img224 images and an int64 label that is each record's index.
-
-
-def pss_rss_of(pid: int) -> tuple[int, int]:
-    pss = rss = 0
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    pss = int(line.split()[1]) * 1024
-                elif line.startswith("Rss:"):
-                    rss = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return pss, rss
-
-
-def tree_of(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-class TreeSampler(threading.Thread):
-    """Samples the summed PSS and RSS of a process tree until stopped."""
-
-    def __init__(self, root: int, period: float = 0.02) -> None:
-        super().__init__(daemon=True)
-        self.root, self.period = root, period
-        self.peak_pss = self.peak_rss = self.peak_procs = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            pids = tree_of(self.root)
-            pss = rss = 0
-            for p in pids:
-                a, b = pss_rss_of(p)
-                pss += a
-                rss += b
-            self.peak_pss = max(self.peak_pss, pss)
-            self.peak_rss = max(self.peak_rss, rss)
-            self.peak_procs = max(self.peak_procs, len(pids))
-            self.stop.wait(self.period)
 
 
 LOADERS: list[tuple[str, str, str]] = [
@@ -1085,6 +932,17 @@ class GrainParse:
         return {"image": np.frombuffer(rec, dtype=np.uint8, offset=8).reshape(self.shape), "label": label}
 
 
+def made_once(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(path)``, unless an earlier run finished it (its ``done`` mark
+    is there); what an unfinished one left is removed first."""
+    if (path / "done").exists():
+        return
+    if path.exists():
+        shutil.rmtree(path)
+    write(path)
+    (path / "done").write_text("")
+
+
 def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any], Callable[[], None], Callable[[Any], tuple[np.ndarray, np.ndarray]]]:
     """(next batch, close, (batch -> images, labels)) for loader ``name``;
     stores it needs are made here when missing (untimed)."""
@@ -1102,15 +960,14 @@ def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any
 
         tag = "ours" if name == "loaderx" else "v240"
         ip, lp = d / f"{tag}-img224-{codec}", d / f"{tag}-labels"
+        def write_dense(p: Path, arr: np.ndarray, c: str) -> None:
+            wr = Dense.create(p, arr.dtype, arr.shape[1:], codec=c)
+            for s in range(0, len(arr), 1024):
+                wr.append(np.ascontiguousarray(arr[s:s + 1024]))
+            wr.close()
+
         for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
-            if not (p / "done").exists():
-                if p.exists():
-                    shutil.rmtree(p)
-                wr = Dense.create(p, arr.dtype, arr.shape[1:], codec=c)
-                for s in range(0, len(arr), 1024):
-                    wr.append(np.ascontiguousarray(arr[s:s + 1024]))
-                wr.close()
-                (p / "done").write_text("")
+            made_once(p, partial(write_dense, arr=arr, c=c))
         read_through(ip)
         streams = {"image": Dense.open(ip), "label": Dense.open(lp)}
         if name == "loaderx":
@@ -1126,12 +983,11 @@ def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any
 
         tag = "v054" if name == "loaderx 0.5.4" else "pair"
         ip, lp = d / f"{tag}-img224-{codec}", d / f"{tag}-labels"
+        def write_v1(p: Path, arr: np.ndarray, c: str) -> None:
+            loaderx.Dataset.write(p, np.ascontiguousarray(arr), codec=c).close()
+
         for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
-            if not (p / "done").exists():
-                if p.exists():
-                    shutil.rmtree(p)
-                loaderx.Dataset.write(p, np.ascontiguousarray(arr), codec=c).close()
-                (p / "done").write_text("")
+            made_once(p, partial(write_v1, arr=arr, c=c))
         read_through(ip)
         dl = loaderx.DataLoader(loaderx.Dataset(ip), loaderx.Dataset(lp), LOADER_WORKERS, LOADER_BATCH,
                                 LOADER_PREFETCH)
@@ -1212,14 +1068,12 @@ def check_batch(name: str, codec: str, data_dir: Path, shape: tuple[int, ...], i
 
 def loader_run(name: str, codec: str, data_dir: Path) -> int:
     """One loader in this process: prints a JSON line on stdout."""
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    out = reply_channel()
     shape = np.load(data_dir / "source" / "img224.npy", mmap_mode="r").shape[1:]
     try:
         nxt, close, split = make_loader(name, codec, data_dir)
     except Exception as e:  # noqa: BLE001 - the loader is missing, with the reason
-        out.write(json.dumps({"missing": f"{type(e).__name__}: {e}"}) + "\n")
+        send(out, {"missing": f"{type(e).__name__}: {e}"})
         return 0
     # The process's own PSS once the loader is built and before its first
     # batch: the baseline of "PSS added by loader" (read after a batch it
@@ -1234,11 +1088,9 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
     try:
         check_batch(name, codec, data_dir, shape, *split(nxt()))
     except BaseException as e:  # noqa: BLE001 - reported to the driver, which stops
-        out.write(json.dumps({"failed": f"{type(e).__name__}: {e}"}) + "\n")
-        out.flush()
+        send(out, {"failed": f"{type(e).__name__}: {e}"})
         os._exit(1)
-    out.write(json.dumps({"ready": True, "pss_before": own_pss}) + "\n")
-    out.flush()
+    send(out, {"ready": True, "pss_before": own_pss})
     for _ in range(CFG["loader_warmup"]):
         nxt()
     times = []
@@ -1248,75 +1100,13 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
         nxt()
         times.append(time.perf_counter() - t0)
     total = time.perf_counter() - t_all
-    out.write(json.dumps({"total_s": total, "batch_s": times}) + "\n")
-    out.flush()
+    send(out, {"total_s": total, "batch_s": times})
     try:
         close()
     except Exception as e:  # noqa: BLE001 - measured already; the process ends here
         log(f"{name} {codec}: close failed: {e}")
     sys.stderr.flush()
     os._exit(0)
-
-
-def python_shared_memory() -> set[Path]:
-    """Python's shared-memory blocks there are now: the regular files named
-    ``psm_*`` in /dev/shm (none where the platform keeps them elsewhere)."""
-    try:
-        names = os.listdir("/dev/shm")
-    except OSError:
-        return set()
-    paths = (Path("/dev/shm", name) for name in names if name.startswith("psm_"))
-    return {path for path in paths if path.is_file()}
-
-
-def run_sampled(cmd: list[str], what: str) -> dict[str, Any]:
-    """Runs a loader process that prints one JSON line when it is ready
-    (with ``pss_before``, or ``missing`` and why it cannot run) and one with
-    its results, sampling the PSS and RSS of its process tree in between."""
-    # In a process group of its own, killed whole once the loader process
-    # has ended: a PyTorch spawn loader's workers can outlive it (their
-    # shutdown aborts in some rounds) and would hold memory and CPU through
-    # the rounds after.
-    shm_before = python_shared_memory()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline() or '{"missing": "the loader process exited at start"}')
-        if "missing" in first:
-            proc.wait()
-            return {"missing": first["missing"]}
-        if "failed" in first:
-            # A loader that runs but returns wrong batches stops the
-            # benchmark: its figures would be of something else.
-            raise SystemExit(f"{what}: its first batch failed the check: {first['failed']}")
-        sampler = TreeSampler(proc.pid)
-        sampler.start()
-        line = proc.stdout.readline()
-        sampler.stop.set()
-        sampler.join()
-        code = proc.wait()
-    finally:
-        if hasattr(os, "killpg"):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        proc.wait()
-        # Grain's workers leave their shared-memory batches behind when
-        # killed (about 600 MiB per run at batch 256 of img224): RAM that
-        # would stay taken for every run after it, and past the benchmark.
-        # Only Python's shared-memory blocks (``psm_`` names, which Grain's
-        # batches use) that are regular files: nothing else in /dev/shm is
-        # the loader's to remove, and a block that cannot go is reported.
-        for path in sorted(python_shared_memory() - shm_before):
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as e:
-                log(f"{what}: could not remove the shared memory {path} it left: {e}")
-    if not line:
-        raise SystemExit(f"{what} exited with {code} before reporting")
-    return {**json.loads(line), "peak_pss": sampler.peak_pss, "peak_rss": sampler.peak_rss,
-            "procs": sampler.peak_procs, "pss_before": first["pss_before"]}
 
 
 def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bool, scale: float) -> dict[str, Any]:
@@ -1330,40 +1120,6 @@ def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bo
 
 FIELD_HOLDS = ("NumPy mmap, HDF5, LMDB, Arrow IPC, Parquet, ArrayRecord, Lance, the in-memory ceiling, "
                "torch, Grain, jax-dataloader")
-
-
-class Remote:
-    def __init__(self, impl: str, python: str, data_dir: Path, argv: list[str]) -> None:
-        self.impl = impl
-        self.proc = subprocess.Popen([python, str(SCRIPT), *argv, "worker", impl, "--data-dir", str(data_dir)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.hello = self.reply("start")
-
-    def reply(self, what: str) -> Any:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.impl} worker exited during {what} (code {self.proc.wait()})")
-        msg = json.loads(line)
-        if "error" in msg:
-            raise RuntimeError(f"{what}: {msg['error']}")
-        return msg["ok"]
-
-    def call(self, op: str, **kw: Any) -> Any:
-        assert self.proc.stdin is not None
-        t0 = time.perf_counter()
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        res = self.reply(op)
-        if time.perf_counter() - t0 > 2.0:
-            log(f"  slow: {self.impl} {op} {kw} took {time.perf_counter() - t0:.1f} s")
-        return res
-
-    def quit(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin is not None:
-            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.proc.stdin.close()
-        self.proc.wait()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -1418,11 +1174,6 @@ def reclaim_since(before: dict[str, int]) -> dict[str, int]:
     return {**{k: now[k] - before[k] for k in RECLAIM_COUNTERS}, "mem_free_kib": before.get("mem_free_kib", 0)}
 
 
-def rotated(items: list[Any], r: int) -> list[Any]:
-    k = r % len(items) if items else 0
-    return items[k:] + items[:k]
-
-
 def p95(xs: list[float]) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))]
@@ -1455,27 +1206,6 @@ def prepare_sources(data_dir: Path) -> dict[str, Any]:
     return manifests
 
 
-def machine() -> dict[str, Any]:
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for raw in f:
-                if raw.startswith("model name"):
-                    model = raw.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = 0
-    try:
-        with open("/proc/meminfo") as f:
-            mem = int(f.readline().split()[1]) * 1024
-    except OSError:
-        pass
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu_model": model, "memory_bytes": mem,
-            "system": f"{platform.system()} {platform.release()} {platform.machine()}",
-            "python": platform.python_version(), "load_1min_start": round(os.getloadavg()[0], 2)}
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     data_dir: Path = args.data_dir
     argv = ["--smoke"] if args.smoke else ["--scale", str(args.scale)]
@@ -1499,7 +1229,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["missing"][impl] = why + (f" (so: {FIELD_HOLDS})" if impl == "field" else "")
             continue
         try:
-            workers[impl] = Remote(impl, str(py), data_dir, argv)
+            workers[impl] = Remote(impl, [str(py), str(SCRIPT), *argv, "worker", impl, "--data-dir", str(data_dir)])
         except RuntimeError as e:
             result["missing"][impl] = str(e)
             continue
@@ -1735,28 +1465,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure(args.scale, args.smoke)
     if args.mode == "worker":
-        return serve(args.impl, args.data_dir)
+        return serve(lambda: Worker(args.impl, args.data_dir))
     if args.mode == "loader-run":
         return loader_run(args.name, args.codec, args.data_dir)
-    if args.data_dir is None:
-        target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-        args.data_dir = target / ("bench-field-smoke" if args.smoke else "bench-field")
-    args.data_dir = args.data_dir.resolve()
-    args.data_dir.mkdir(parents=True, exist_ok=True)
+    args.data_dir = data_dir_of(args.data_dir, "bench-field-smoke" if args.smoke else "bench-field")
     started = time.perf_counter()
-    info = machine()
+    info = machine(memory_bytes=memory_bytes(), load_1min_start=load_1min())
     result = run(args)
-    info["load_1min_end"] = round(os.getloadavg()[0], 2)
+    info["load_1min_end"] = load_1min()
     result = {"machine": info, "config": dict(CFG), "smoke": args.smoke, **result}
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    from field_tables import report
+    from tables import field_report
 
-    sys.stdout.write(report(result) + f"\n\n(total {result['seconds']:.0f} s)\n")
-    if args.json_out:
-        out = Path(args.json_out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return finish(result, started, field_report, args.json_out)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from benchlib import pss_rss_of, run_sampled
+
 N = int(os.environ.get("LOADERX_IMAGES_N", "1024"))
 SIDE = 224
 BATCH = 256
@@ -179,8 +181,6 @@ class JpegFiles:
 def loader_worker(folder: str, name: str, batch: int, warmup: int, batches: int) -> None:
     """One loader in this process; prints a JSON line when ready (with its
     own PSS) and one with the timings."""
-    from field import pss_rss_of
-
     if name == "loaderx":
         from loaderx import DataLoader
         from loaderx.zrecord import Dense
@@ -237,8 +237,6 @@ WORKERS = 4
 
 
 def measure_loader(folder: str, name: str, batch: int, warmup: int, batches: int) -> dict[str, Any]:
-    from field import run_sampled
-
     cmd = [sys.executable, os.path.abspath(__file__), "--loader-worker", folder, name]
     cmd += ["--loader-shape", str(batch), str(warmup), str(batches)]
     return run_sampled(cmd, f"loader {name}")

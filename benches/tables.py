@@ -1,24 +1,27 @@
 #!/usr/bin/env python3
-"""Markdown tables of one benchmark run, from its JSON alone.
+"""Markdown tables (and the figures) of the benchmark runs, from their JSON
+alone.
 
-``benches/compare.py`` measures and saves a run as JSON (``--json``);
-``cargo xtask bench`` adds the criterion estimates of the Rust benches
-(``"criterion"``) and keeps the run in ``docs/bench/latest.json``.
-``benches/typed.py`` (the typed containers against loaderx 2.4.0) keeps its
-run in ``docs/bench/typed.json`` (marked ``"kind": "typed"``), and
-``benches/field.py`` (every contender of the field) in
-``docs/bench/field.json`` (``"kind": "field"``, rendered by
-``benches/field_tables.py``). This script
-turns such files into the tables the docs show, so that every figure in
-``docs/BENCHMARKS.md`` and ``README.md`` comes from one run of each::
+Three scripts measure and each keeps its run as JSON: ``compare.py`` (the
+binding against NumPy and loaderx 0.5.4, with the criterion estimates of
+the Rust benches under ``"criterion"``; ``docs/bench/latest.json``),
+``typed.py`` (the typed containers against loaderx 2.4.0, ``"kind":
+"typed"``; ``docs/bench/typed.json``) and ``field.py`` (every store and
+loader of the field, ``"kind": "field"``; ``docs/bench/field.json``). This
+script turns such files into the tables the docs show, so that every figure
+in ``docs/BENCHMARKS.md``, ``README.md`` and ``docs/bench/{typed,field}.md``
+(the full reports of those runs) comes from one run of each::
 
-    python3 benches/tables.py docs/bench/latest.json docs/bench/typed.json          # print
-    python3 benches/tables.py docs/bench/latest.json docs/bench/typed.json --write  # update docs
+    python3 benches/tables.py docs/bench/*.json            # print
+    python3 benches/tables.py docs/bench/*.json --write    # update the docs
+    python benches/tables.py docs/bench/field.json --plots docs/img   # figures (matplotlib)
 
 The docs hold generated blocks between ``<!-- bench:NAME -->`` and
 ``<!-- /bench:NAME -->``; ``--write`` replaces each block's body with the
-table called NAME (see ``blocks`` and ``typed_blocks``) and fails if a block
-has no table or a table has no block, so ``--write`` takes both files. Standard library only.
+table called NAME (see ``compare_blocks``, ``typed_blocks`` and
+``field_blocks``) and fails if a block has no table or a table has no
+block, so ``--write`` takes all three files. Standard library only, but for
+``--plots``.
 
 ``collect_criterion(DIR)`` reads criterion's output directory
 (``<target>/criterion``) into the ``"criterion"`` list; ``compare.py
@@ -32,12 +35,97 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = (REPO / "docs" / "BENCHMARKS.md", REPO / "README.md")
+# The generated docs: the reference, the README, and the full reports of the
+# typed and field runs beside their JSON (the reference keeps their targets).
+DOCS = (REPO / "docs" / "BENCHMARKS.md", REPO / "README.md",
+        REPO / "docs" / "bench" / "typed.md", REPO / "docs" / "bench" / "field.md")
+KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
+
+# ----------------------------------------------------------------- markdown
+#
+# Two table styles: `table` pads every column (compare.py's and typed.py's
+# runs), `plain_table` does not (field.py's, whose cells are long).
+
+def fmt_time(seconds: float) -> str:
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.1f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_bytes_rate(per_s: float) -> str:
+    return f"{per_s / GIB:.2f} GiB/s" if per_s >= GIB else f"{per_s / MIB:.0f} MiB/s"
+
+
+def fmt_elems_rate(per_s: float) -> str:
+    return f"{per_s / 1e9:.2f} G/s" if per_s >= 1e9 else f"{per_s / 1e6:.0f} M/s"
+
+
+def fmt_ratio(r: float | None, bold: bool = False) -> str:
+    if r is None:
+        return "—"
+    text = f"{r:.2f}x"
+    return f"**{text}**" if bold else text
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
+    right = set(range(1, len(headers))) if right is None else right
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for i, cell in enumerate(cells):
+            out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
+        return "| " + " | ".join(out) + " |"
+
+    sep = "|" + "|".join(
+        ("-" * (w + 1) + ":") if i in right else ("-" * (w + 2)) for i, w in enumerate(widths)
+    ) + "|"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def fmt_rate(b: float | None) -> str:
+    if b is None:
+        return "–"
+    return f"{b / (1 << 30):.2f} GiB/s" if b >= 1 << 30 else f"{b / MIB:.0f} MiB/s" if b >= 10 * MIB else f"{b / MIB:.1f} MiB/s"
+
+
+def fmt_n(x: float | None) -> str:
+    if x is None:
+        return "–"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= div:
+            return f"{x / div:.2f} {unit}"
+    return f"{x:.0f}"
+
+
+def fmt_t(s: float | None) -> str:
+    if s is None:
+        return "–"
+    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fmt_b(b: float | None) -> str:
+    if b is None:
+        return "–"
+    if b >= 1 << 30:
+        return f"{b / (1 << 30):.2f} GiB"
+    return f"{b / MIB:.1f} MiB" if b >= MIB else f"{b / KIB:.0f} KiB"
+
+
+def plain_table(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
 
 # ----------------------------------------------------------------- criterion
 
@@ -107,47 +195,6 @@ GROUPS: dict[str, tuple[str, str | None]] = {
         "direct",
     ),
 }
-
-
-def fmt_time(seconds: float) -> str:
-    if seconds < 1e-6:
-        return f"{seconds * 1e9:.1f} ns"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
-
-
-def fmt_bytes_rate(per_s: float) -> str:
-    return f"{per_s / GIB:.2f} GiB/s" if per_s >= GIB else f"{per_s / MIB:.0f} MiB/s"
-
-
-def fmt_elems_rate(per_s: float) -> str:
-    return f"{per_s / 1e9:.2f} G/s" if per_s >= 1e9 else f"{per_s / 1e6:.0f} M/s"
-
-
-def fmt_ratio(r: float | None, bold: bool = False) -> str:
-    if r is None:
-        return "—"
-    text = f"{r:.2f}x"
-    return f"**{text}**" if bold else text
-
-
-def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
-    right = set(range(1, len(headers))) if right is None else right
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        out = []
-        for i, cell in enumerate(cells):
-            out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
-        return "| " + " | ".join(out) + " |"
-
-    sep = "|" + "|".join(
-        ("-" * (w + 1) + ":") if i in right else ("-" * (w + 2)) for i, w in enumerate(widths)
-    ) + "|"
-    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
 
 
 def rate(bench: dict[str, Any]) -> str:
@@ -268,19 +315,17 @@ def machine_line(m: dict[str, Any]) -> str:
     )
 
 
+def name_cell(row: dict[str, Any]) -> str:
+    """A row's name, in bold when it is ours."""
+    return f"**{row['name']}**" if row["impl"] == "ours" else row["name"]
+
+
 def sampler_table(rows: list[dict[str, Any]]) -> str:
-    body = []
-    for r in rows:
-        ours = r["impl"] == "ours"
-        body.append(
-            [
-                f"**{r['name']}**" if ours else r["name"],
-                str(r["batch"]),
-                fmt_time(r["per_batch_s"]),
-                f"{r['indices_per_s'] / 1e6:.0f} M/s",
-                fmt_ratio(r["vs_default_rng"], bold=ours),
-            ]
-        )
+    body = [
+        [name_cell(r), str(r["batch"]), fmt_time(r["per_batch_s"]), f"{r['indices_per_s'] / 1e6:.0f} M/s",
+         fmt_ratio(r["vs_default_rng"], bold=r["impl"] == "ours")]
+        for r in rows
+    ]
     return table(["sampler", "batch", "per batch", "indices", "vs default_rng"], body)
 
 
@@ -308,7 +353,7 @@ def loader_table(rows: list[dict[str, Any]]) -> str:
         ours = r["impl"] == "ours"
         body.append(
             [
-                f"**{r['name']}**" if ours else r["name"],
+                name_cell(r),
                 f"{r['batches_per_s']:.1f}",
                 fmt_time(r["per_batch_s"]),
                 f"{r['samples_per_s']:,.0f}",
@@ -332,7 +377,7 @@ def targets_table(rows: list[dict[str, Any]]) -> str:
     return table(["target", "measured", "goal", "result"], body, right={1, 2})
 
 
-def report(result: dict[str, Any]) -> str:
+def compare_report(result: dict[str, Any]) -> str:
     """The Python-side comparison of a ``compare.py`` run, as markdown."""
     w = result["workload"]
     parts = [machine_line(result["machine"])]
@@ -379,6 +424,61 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def summary(result: dict[str, Any]) -> str:
+    """The README's bullet list: the headline ratios of the run."""
+    lines = []
+    for r in result.get("sampler", []):
+        if r["impl"] == "ours" and r["batch"] == 256:
+            lines.append(
+                f"* `Sampler`, IID batch of 256: **{r['vs_default_rng']:.1f}×** the speed of "
+                "NumPy's `default_rng().integers`."
+            )
+    for r in result.get("store", []):
+        if r["impl"] == "ours" and r["name"] == "loaderx-raw" and r["gather_vs_npy"]:
+            lines.append(
+                f"* `Dataset.__getitems__`, {result['workload']['gather_batch']} random 12 KiB raw "
+                f"image-like records: **{r['gather_vs_npy']:.2f}×** the speed of fancy-indexing a "
+                "memory-mapped `.npy`."
+            )
+    benches = result.get("criterion", [])
+    by_id = {b["id"]: b for b in benches}
+    raw, base = by_id.get("gather/raw"), by_id.get("gather/memcpy-caller+pool")
+    if raw and base:
+        lines.append(
+            f"* Raw gathers (Rust) run at **{base['median_ns'] / raw['median_ns']:.0%}** of a `memcpy` "
+            "of the same records over the same threads."
+        )
+    loader = [r for r in result.get("loader", []) if r["impl"] == "ours" and r.get("vs_original")]
+    if loader:
+        parts = " and ".join(f"**{r['vs_original']:.2f}×** ({r['codec']})" for r in loader)
+        lines.append(f"* `DataLoader`: {parts} the batches/s of the original loaderx 0.5.4 on the same data.")
+    decode = [b for b in benches if b["group"] == "decode-1-core"]
+    if decode:
+        per = ", ".join(f"{bench_name(b)} {rate(b)}" for b in decode)
+        lines.append(f"* Per-core decode (`codec/data`, MiB of output per second): {per}.")
+    if not lines:
+        return "(this run has none of the summary figures)"
+    return "\n".join(lines)
+
+
+def compare_blocks(result: dict[str, Any]) -> dict[str, str]:
+    """Every generated block of the docs, by name."""
+    benches = result.get("criterion", [])
+    return {
+        "machine": machine_line(result["machine"]),
+        "gather": criterion_table(benches, "gather"),
+        "decode": criterion_table(benches, "decode-1-core"),
+        "gather-small": criterion_table(benches, "gather-small"),
+        "append": criterion_table(benches, "append"),
+        "open": criterion_table(benches, "open-1M-records"),
+        "sampler": sampler_criterion_table(benches),
+        "loader": criterion_table(benches, "loader-raw") + "\n\n" + criterion_table(benches, "loader-flate"),
+        "rust-targets": rust_targets_table(benches),
+        "python": compare_report(result),
+        "summary": summary(result),
+    }
+
+
 # ----------------------------------------------------------------- typed.py
 
 
@@ -401,47 +501,45 @@ def impl_label(result: dict[str, Any], impl: str) -> str:
     return f"loaderx {c['loaderx']}" if c else impl
 
 
-def typed_gather_table(result: dict[str, Any]) -> str:
-    rows = result.get("gathers", [])
+def against_original(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Callable[[str], str]]]:
+    """Each row with its ``vs 2.4.0`` cell maker: ``vs(key)`` is our row's
+    ``key`` over that of 2.4.0's row of the same name, in bold ("—" on
+    2.4.0's own rows)."""
     base = {r["name"]: r for r in rows if r["impl"] == "original"}
-    body = []
-    for r in rows:
-        ours = r["impl"] == "ours"
-        b = base.get(r["name"]) if ours else None
-        body.append(
-            [
-                f"**{r['name']}**" if ours else r["name"],
-                impl_label(result, r["impl"]),
-                fmt_time(r["per_batch_s"]),
-                f"{fmt_time(min(r['rounds_s']))} – {fmt_time(max(r['rounds_s']))}",
-                f"{r['records_per_s']:,.0f}",
-                f"{r['mib_s']:,.0f} MiB/s",
-                fmt_ratio(b and r["records_per_s"] / b["records_per_s"], bold=True) if ours else "—",
-            ]
-        )
+
+    def maker(r: dict[str, Any]) -> Callable[[str], str]:
+        b = base.get(r["name"])
+        if r["impl"] != "ours":
+            return lambda _key: "—"
+        return lambda key: fmt_ratio(None if b is None else r[key] / b[key], bold=True)
+
+    return [(r, maker(r)) for r in rows]
+
+
+def typed_gather_table(result: dict[str, Any]) -> str:
+    body = [
+        [
+            name_cell(r),
+            impl_label(result, r["impl"]),
+            fmt_time(r["per_batch_s"]),
+            f"{fmt_time(min(r['rounds_s']))} – {fmt_time(max(r['rounds_s']))}",
+            f"{r['records_per_s']:,.0f}",
+            f"{r['mib_s']:,.0f} MiB/s",
+            vs("records_per_s"),
+        ]
+        for r, vs in against_original(result.get("gathers", []))
+    ]
     return table(
         ["gather", "loaderx", "per batch", "rounds (min – max)", "records/s", "throughput", "vs 2.4.0"], body
     )
 
 
 def typed_write_table(result: dict[str, Any]) -> str:
-    rows = result.get("writes", [])
-    base = {r["name"]: r for r in rows if r["impl"] == "original"}
     body = []
-    for r in rows:
-        ours = r["impl"] == "ours"
-        b = base.get(r["name"]) if ours else None
-        body.append(
-            [
-                r["name"].replace("-", " "),
-                impl_label(result, r["impl"]),
-                f"{r['logical_bytes'] / MIB:.0f} MiB",
-                f"{r['close_mib_s']:.0f} MiB/s",
-                f"{r['durable_mib_s']:.0f} MiB/s",
-                fmt_ratio(b and r["close_mib_s"] / b["close_mib_s"], bold=True) if ours else "—",
-                fmt_ratio(b and r["durable_mib_s"] / b["durable_mib_s"], bold=True) if ours else "—",
-            ]
-        )
+    for r, vs in against_original(result.get("writes", [])):
+        until = [f"{r[f'{when}_mib_s']:.0f} MiB/s" for when in ("close", "durable")]
+        name, data = r["name"].replace("-", " "), f"{r['logical_bytes'] / MIB:.0f} MiB"
+        body.append([name, impl_label(result, r["impl"]), data, *until, vs("close_mib_s"), vs("durable_mib_s")])
     return table(
         ["write", "loaderx", "data", "until close", "until durable", "vs 2.4.0 (close)", "vs 2.4.0 (durable)"],
         body,
@@ -559,67 +657,360 @@ def typed_report(result: dict[str, Any]) -> str:
     )
 
 
-# ----------------------------------------------------------------- blocks
+def typed_blocks(result: dict[str, Any]) -> dict[str, str]:
+    """The generated blocks of a ``typed.py`` run."""
+    return {"typed": typed_report(result), "typed-targets": typed_targets_table(result)}
 
 
-def summary(result: dict[str, Any]) -> str:
-    """The README's bullet list: the headline ratios of the run."""
-    lines = []
-    for r in result.get("sampler", []):
-        if r["impl"] == "ours" and r["batch"] == 256:
-            lines.append(
-                f"* `Sampler`, IID batch of 256: **{r['vs_default_rng']:.1f}×** the speed of "
-                "NumPy's `default_rng().integers`."
-            )
-    for r in result.get("store", []):
-        if r["impl"] == "ours" and r["name"] == "loaderx-raw" and r["gather_vs_npy"]:
-            lines.append(
-                f"* `Dataset.__getitems__`, {result['workload']['gather_batch']} random 12 KiB raw "
-                f"image-like records: **{r['gather_vs_npy']:.2f}×** the speed of fancy-indexing a "
-                "memory-mapped `.npy`."
-            )
-    benches = result.get("criterion", [])
-    by_id = {b["id"]: b for b in benches}
-    raw, base = by_id.get("gather/raw"), by_id.get("gather/memcpy-caller+pool")
-    if raw and base:
-        lines.append(
-            f"* Raw gathers (Rust) run at **{base['median_ns'] / raw['median_ns']:.0%}** of a `memcpy` "
-            "of the same records over the same threads."
-        )
-    loader = [r for r in result.get("loader", []) if r["impl"] == "ours" and r.get("vs_original")]
-    if loader:
-        parts = " and ".join(f"**{r['vs_original']:.2f}×** ({r['codec']})" for r in loader)
-        lines.append(f"* `DataLoader`: {parts} the batches/s of the original loaderx 0.5.4 on the same data.")
-    decode = [b for b in benches if b["group"] == "decode-1-core"]
-    if decode:
-        per = ", ".join(f"{bench_name(b)} {rate(b)}" for b in decode)
-        lines.append(f"* Per-core decode (`codec/data`, MiB of output per second): {per}.")
-    if not lines:
-        return "(this run has none of the summary figures)"
+# ----------------------------------------------------------------- field.py
+
+
+# How the field tables name each contender of the bench venv ...
+FIELD_LABELS = {
+    "npy": "NumPy mmap .npy",
+    "h5py": "HDF5 (h5py)",
+    "lmdb": "LMDB",
+    "arrow": "Arrow IPC",
+    "parquet": "Parquet (256/group)",
+    "arrayrecord": "ArrayRecord (group_size:1)",
+    "lance": "Lance (take)",
+    "memory": "in-memory ceiling",
+}
+# ... and every contender, by (worker, contender).
+LABELS = {
+    ("ours", "ours"): "**loaderx** (this tree)",
+    ("ours", "ours-flat"): "**loaderx** append_flat",
+    ("v054", "v054"): "loaderx 0.5.4",
+    ("v240", "v240"): "loaderx 2.4.0",
+    **{("field", name): label for name, label in FIELD_LABELS.items()},
+}
+COMPRESSED = {"flate", "zstd", "lz4", "gzip"}
+
+
+def contender_label(row: dict[str, Any]) -> str:
+    return LABELS.get((row["impl"], row["contender"]), row["contender"])
+
+
+def store_rows(result: dict[str, Any], workload: str) -> list[dict[str, Any]]:
+    out = []
+    wl = result["workloads"][workload]
+    for r in result.get("stores", []):
+        if r["workload"] != workload:
+            continue
+        r = dict(r)
+        if "gather_batch_s" in r:
+            r["gather_bps"] = r["batch_bytes"] / r["gather_batch_s"]
+            r["records_s"] = r.get("batch_records", 256) / r["gather_batch_s"]
+        if "write_durable_s" in r:
+            r["write_bps"] = wl["logical_bytes"] / r["write_durable_s"]
+            r["write_close_bps"] = wl["logical_bytes"] / r["write_close_s"]
+        out.append(r)
+    return out
+
+
+def field_store_table(result: dict[str, Any], workload: str) -> str:
+    rows = store_rows(result, workload)
+    wl = result["workloads"][workload]
+    ceiling = max((r for r in rows if r["contender"] == "memory" and "gather_bps" in r),
+                  key=lambda r: r["gather_bps"], default=None)
+    rows.sort(key=lambda r: -r.get("gather_bps", 0))
+    body = []
+    for r in rows:
+        disk = r.get("on_disk_bytes")
+        ratio = f"{wl['logical_bytes'] / disk:.2f}" if disk else "–"
+        of_ceiling = f"{r['gather_bps'] / ceiling['gather_bps']:.2f}" if ceiling and "gather_bps" in r else "–"
+        name = contender_label(r)
+        if r.get("error"):
+            name += " (failed: " + r["error"][:120].replace("|", "/") + ")"
+        body.append([name, r["codec"], fmt_rate(r.get("write_bps")), fmt_rate(r.get("gather_bps")),
+                     fmt_n(r.get("records_s")), fmt_t(r.get("gather_p95_s")), fmt_b(disk), ratio, of_ceiling])
+    for s in result.get("skipped", []):
+        if s["workload"] == workload:
+            body.append([LABELS.get((s["impl"], s["contender"]), s["contender"]), s["codec"],
+                         f"not measured: {s['skip']}", "", "", "", "", "", ""])
+    return plain_table(["contender", "codec", "write (durable)", "gather", "records/s", "p95 batch",
+                  "on disk", "logical/disk", "× ceiling"], body)
+
+
+def field_loader_table(result: dict[str, Any]) -> str:
+    rows = result.get("loaders", [])
+    body = []
+    for r in sorted(rows, key=lambda r: -r.get("batches_per_s", 0)):
+        name = "**loaderx** (this tree)" if r["name"] == "loaderx" else r["name"]
+        if "missing" in r:
+            body.append([name, r["codec"], "missing: " + r["missing"][:160].replace("|", "/"), "", "", "", "", ""])
+            continue
+        body.append([name, r["codec"], f"{r['batches_per_s']:.1f}", fmt_t(r["p95_s"]), fmt_b(r["peak_pss"]),
+                     fmt_b(r["peak_pss"] - r["pss_before"]), fmt_b(r["peak_rss"]), str(r["procs"])])
+    return plain_table(["loader", "codec", "batches/s", "p95 next()", "peak PSS (tree)", "PSS added by loader",
+                  "peak RSS (tree, summed)", "processes"], body)
+
+
+# ----------------------------------------------------------------- targets
+
+
+def field_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue #14's targets, each measured (or not, with the reason)."""
+    out: list[dict[str, Any]] = []
+    by: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for wname in result.get("workloads", {}):
+        for r in store_rows(result, wname):
+            by[(wname, r["impl"], r["contender"], r["codec"])] = r
+
+    def get(w: str, impl: str, contender: str, codec: str, key: str) -> float | None:
+        r = by.get((w, impl, contender, codec))
+        return None if r is None else r.get(key)
+
+    def add(name: str, ours: float | None, other: float | None, goal: float, why: str = "") -> None:
+        m = None if ours is None or other is None or other == 0 else ours / other
+        out.append({"target": name, "measured": m, "goal": goal,
+                    "met": None if m is None else m >= goal,
+                    "note": why if m is None else ""})
+
+    g = "gather_bps"
+    add("dense raw gather (img224) vs NumPy mmap", get("img224", "ours", "ours", "raw", g),
+        get("img224", "field", "npy", "raw", g), 1.5, "a contender missing")
+    add("dense raw gather (img224) vs in-memory ceiling", get("img224", "ours", "ours", "raw", g),
+        max((get("img224", "field", "memory", c, g) or 0 for c in ("raw", "cores", "1thread")), default=0) or None,
+        0.8, "ceiling missing")
+    add("dense raw gather (img224) vs loaderx 2.4.0", get("img224", "ours", "ours", "raw", g),
+        get("img224", "v240", "v240", "raw", g), 1.5, "2.4.0 missing")
+    add("flate gather (img224) vs loaderx 0.5.4 flate", get("img224", "ours", "ours", "flate", g),
+        get("img224", "v054", "v054", "flate", g), 3.0, "0.5.4 missing")
+    add("zstd gather (img224) vs loaderx 2.4.0 zstd", get("img224", "ours", "ours", "zstd", g),
+        get("img224", "v240", "v240", "zstd", g), 1.5, "2.4.0 missing")
+    for wname in ("img224", "img64", "photos", "tokens"):
+        best_other = max((r.get(g, 0) for (w, impl, c, codec), r in by.items()
+                          if w == wname and impl == "field" and codec in COMPRESSED), default=None)
+        best_ours = max((r.get(g, 0) for (w, impl, c, codec), r in by.items()
+                         if w == wname and impl == "ours" and codec in COMPRESSED), default=None)
+        add(f"best compressed gather ({wname}) vs best other compressed store", best_ours, best_other or None, 1.0,
+            "no other compressed contender")
+    rs = "records_s"
+    for codec in ("raw", "zstd"):
+        add(f"ragged tokens {codec} records/s vs loaderx 2.4.0", get("tokens", "ours", "ours", codec, rs),
+            get("tokens", "v240", "v240", codec, rs), 2.0, "2.4.0 missing")
+    best = max((r.get(rs, 0) for (w, impl, c, codec), r in by.items()
+                if w == "tokens" and impl in ("field", "v240") and c != "memory"), default=None)
+    add("ragged tokens raw records/s vs every other store", get("tokens", "ours", "ours", "raw", rs), best or None, 1.0)
+    for wname in ("labels", "tok512"):
+        add(f"small records ({wname}) raw records/s vs NumPy mmap", get(wname, "ours", "ours", "raw", rs),
+            get(wname, "field", "npy", "raw", rs), 1.0, "a contender missing")
+    wb = "write_bps"
+    for wname in ("img224", "tokens"):
+        for codec in ("raw", "zstd"):
+            add(f"write {wname} {codec} (durable) vs loaderx 2.4.0", get(wname, "ours", "ours", codec, wb),
+                get(wname, "v240", "v240", codec, wb), 1.0, "2.4.0 missing")
+        best = max((r.get(wb, 0) for (w, impl, c, codec), r in by.items()
+                    if w == wname and impl == "field" and r.get(wb)), default=None)
+        add(f"fastest write {wname} (any codec) vs every other store", max(
+            (r.get(wb, 0) for (w, impl, c, codec), r in by.items() if w == wname and impl == "ours"), default=None),
+            best or None, 1.0)
+    loaders = {(r["name"], r["codec"]): r for r in result.get("loaders", []) if "missing" not in r}
+
+    def lrate(name: str, codec: str) -> float | None:
+        r = loaders.get((name, codec))
+        return None if r is None else r["batches_per_s"]
+
+    for codec, old in (("raw", "raw"), ("zstd", "flate")):
+        add(f"loader {codec} vs loaderx 2.4.0 {codec}", lrate("loaderx", codec), lrate("loaderx 2.4.0", codec), 2.0,
+            "a loader missing")
+        add(f"loader {codec} vs loaderx 0.5.4 {old}", lrate("loaderx", codec), lrate("loaderx 0.5.4", old), 1.5,
+            "a loader missing")
+    for codec in ("raw", "zstd"):
+        add(f"named-stream loader {codec} vs the two-stream call (loaderx pair)", lrate("loaderx", codec),
+            lrate("loaderx pair", codec), 1.0, "a loader missing")
+    for other in ("torch fork", "torch spawn", "grain", "jax-dataloader"):
+        add(f"loader raw vs {other}", lrate("loaderx", "raw"), lrate(other, "raw"), 1.0, f"{other} missing")
+    ours = loaders.get(("loaderx", "raw"))
+    if ours:
+        others = [r["peak_pss"] for k, r in loaders.items() if k[0] not in ("loaderx", "loaderx pair")]
+        add("loader raw: lowest peak PSS (lowest other / ours)", min(others) if others else None,
+            ours["peak_pss"], 1.0, "no other loader")
+        batch = result["workloads"]["img224"]["median_record_bytes"] * 256
+        bound = (4 + 4) * batch + 100 * MIB
+        add(f"loader raw: peak PSS under (prefetch + workers) × batch + 100 MiB = {fmt_b(bound)} (bound / ours)",
+            float(bound), ours["peak_pss"], 1.0)
+    return out
+
+
+def field_targets_table(result: dict[str, Any]) -> str:
+    body = []
+    for t in field_targets(result):
+        m = t["measured"]
+        met = "–" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        body.append([t["target"], "not measured: " + t["note"] if m is None else f"{m:.2f}×", f"≥ {t['goal']:g}×", met])
+    return plain_table(["target (issue #14)", "measured", "goal", "met"], body)
+
+
+# ----------------------------------------------------------------- report
+
+
+def round_min(cfg: dict[str, Any]) -> str:
+    """A round's least duration, as the machine line words it."""
+    least = cfg.get("round_min_s")
+    return f" and {least * 1000:.0f} ms" if least else ""
+
+
+def field_machine_line(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    cfg = result.get("config", {})
+    scale = "smoke run (figures mean nothing)" if result.get("smoke") else f"scale {cfg.get('scale')}"
+    mem = f", {m['memory_bytes'] / (1 << 30):.0f} GiB" if m.get("memory_bytes") else ""
+    return (f"{m['cpu_model']}, {m['nproc']} cores{mem}, {m['system']}, Python {m['python']}; "
+            f"load {m.get('load_1min_start')} → {m.get('load_1min_end')}; {scale}; "
+            f"{cfg.get('rounds')} gather rounds, each at least {cfg.get('gather_batches')} batches"
+            f"{round_min(cfg)}, "
+            f"{cfg.get('write_rounds')} write rounds, {cfg.get('loader_rounds')} loader rounds × "
+            f"{cfg.get('loader_batches')} batches; page cache before writes: {result.get('page_cache_before_writes', '–')}; "
+            f"{result.get('seconds', '?')} s in all.")
+
+
+def versions_line(result: dict[str, Any]) -> str:
+    parts = []
+    for impl, hello in result.get("contenders", {}).items():
+        v = hello.get("versions", {})
+        if impl == "field":
+            parts.append("bench venv: " + ", ".join(f"{k} {x}" for k, x in v.items() if k != "python"))
+        else:
+            parts.append(f"{impl}: loaderx {v.get('loaderx', '?')} (NumPy {v.get('numpy')})")
+    return "; ".join(parts)
+
+
+def missing_table(result: dict[str, Any]) -> str:
+    rows = [[k, v[:300].replace("|", "/")] for k, v in {**result.get("install_missing", {}),
+                                                          **result.get("missing", {})}.items()]
+    if not rows:
+        return "Every contender installed and ran."
+    return plain_table(["missing", "why"], rows)
+
+
+def workloads_table(result: dict[str, Any]) -> str:
+    body = [[name, w["what"], f"{w['records']:,}", fmt_b(w["logical_bytes"]), fmt_b(w["median_record_bytes"])]
+            for name, w in result["workloads"].items()]
+    return plain_table(["workload", "records", "count", "logical size", "median record"], body)
+
+
+STORE_NOTE = (
+    "Controls for: the same records and the same sequence of 256-index batches for every contender, each round "
+    "as many of them as fill the round's least duration (a fast contender goes further along the sequence: "
+    "a few dozen batches of small records would take under a millisecond, too short to measure a store); "
+    "warm page cache (every store read through and given one untimed round before its rounds, and read through again "
+    "before each timed round, since other contenders' jobs make the kernel evict page cache); contenders alternated round by "
+    "round with the order rotated, medians of the rounds; writes timed until the writer closed and `os.sync()` "
+    "returned, after the page cache was dropped (the source each writer reads is held mapped by its worker, so "
+    "dropping leaves it cached: every write reads its input from memory). Does not control for: each store's own layout choices "
+    "(chunking, compression level: each library's default), disk placement on a shared VM, other tenants' load; "
+    "p95 is over every batch of every round. The ceiling is the faster of its two rows (all cores, one "
+    "thread), and × ceiling is against that; it copies into an output reused from batch to batch, as "
+    "loaderx reuses a handle's dropped batch buffers, while the other stores return fresh arrays as their "
+    "APIs do. Non-loaderx stores decode into NumPy the way a user would "
+    "(Arrow buffers viewed, LMDB/ArrayRecord bytes copied into one array). h5py reads record by record "
+    "(`read_direct` into one array): its fancy selection was 25x slower on one-record chunks.")
+
+LOADER_NOTE = (
+    "Controls for: batch 256, 4 workers (threads or processes, as each loader does it), prefetch 4 where the "
+    "loader has the knob (torch: prefetch_factor 1 per worker; grain: worker buffer 1); each loader in a fresh "
+    "process per round, rounds alternated; warm page cache; every loader's first batch checked against "
+    "the source before the clock starts and the memory sampling begins. Memory: PSS and RSS summed over the process tree, sampled every 20 ms. RSS double "
+    "counts: a page shared by several processes (the memory-mapped store, the interpreter's libraries, "
+    "copy-on-write pages after fork) counts fully in each of them, so a forking loader's summed RSS grows "
+    "with the number of workers even when they share the pages; PSS divides each shared page among the "
+    "processes mapping it, so its sum is what the tree really holds. *PSS added by loader* is the "
+    "tree's peak PSS less the loader process's own PSS once the loader is built, before its first batch; "
+    "the peak covers the warm-up and timed batches (the checked batch comes before the sampling). "
+    "Does not control for: what each loader does per batch beyond fetch + collate (none runs a "
+    "transform), jax-dataloader has no workers (one process, in-memory array), the samplers (loaderx named "
+    "streams and 2.4.0: shuffle without replacement, their default; 0.5.4: IID, its default; torch: random "
+    "with replacement; Grain and jax-dataloader: shuffle). A memory-mapped store's pages that a process has "
+    "touched count in its PSS, so the loaders reading a mapped file (loaderx, torch over .npy) carry up to "
+    "the store's size in PSS that the page cache holds anyway.")
+
+
+def scanned(rc: dict[str, int]) -> int:
+    """Pages the kernel scanned to reclaim memory (kswapd and direct)."""
+    return rc.get("pgscan_kswapd", 0) + rc.get("pgscan_direct", 0)
+
+
+def interference_line(result: dict[str, Any]) -> str:
+    """What else ran during the timed gathers: CPU time of the other
+    workers, and time the hypervisor took from this VM (steal)."""
+    others, steal, busy, scan, refaults = [], 0.0, 0.0, 0, 0
+    for r in result.get("stores", []):
+        others += r.get("rounds_others_cpu_s", [])
+        for rc in r.get("rounds_reclaim", []):
+            scan += scanned(rc)
+            refaults += rc.get("workingset_refault_file", 0)
+        for _own, machine, st in r.get("rounds_cpu", []):
+            busy += machine
+            steal += st
+    if not others:
+        return ""
+    return (f"During the timed gathers the other workers used at most {max(others):.2f} s of CPU in any one "
+            f"job ({sum(others):.2f} s in all); the hypervisor took {steal:.1f} s (steal) beside "
+            f"{busy:.1f} s of busy CPU; the kernel scanned {scan * 4 / 1024:.0f} MiB of pages to reclaim "
+            f"and refaulted {refaults * 4 / 1024:.0f} MiB of evicted file pages meanwhile.")
+
+
+def loader_reclaim_line(result: dict[str, Any]) -> str:
+    """The kernel's reclaim during the loader rounds (pages scanned to free
+    memory, evicted file pages read back in)."""
+    rounds = [rc for r in result.get("loaders", []) for rc in r.get("rounds_reclaim", [])]
+    if not rounds:
+        return ""
+    scans = [scanned(rc) for rc in rounds]
+    refaults = sum(rc.get("workingset_refault_file", 0) for rc in rounds)
+    return (f"During the {len(rounds)} timed loader runs the kernel scanned {sum(scans) * 4 / 1024:.0f} MiB "
+            f"of pages to reclaim (at most {max(scans) * 4 / 1024:.0f} MiB in one run) and read "
+            f"{refaults * 4 / 1024:.0f} MiB of evicted file pages back in.")
+
+
+def field_report(result: dict[str, Any]) -> str:
+    parts = [f"Machine: {field_machine_line(result)}", "", f"Versions: {versions_line(result)}", "",
+             "#### Workloads", "", workloads_table(result), "", "#### Missing contenders", "",
+             missing_table(result), ""]
+    if result.get("stores"):
+        parts += ["#### Stores", "", STORE_NOTE, ""]
+        interference = interference_line(result)
+        if interference:
+            parts += [interference, ""]
+        for name in result["workloads"]:
+            parts += [f"##### {name}: {result['workloads'][name]['what']}", "", field_store_table(result, name), ""]
+    if result.get("loaders"):
+        parts += ["#### Loaders (img224 + int64 label, batch 256, 4 workers)", "", LOADER_NOTE, "",
+                  field_loader_table(result), ""]
+        reclaim = loader_reclaim_line(result)
+        if reclaim:
+            parts += [reclaim, ""]
+    parts += ["#### Targets", "", field_targets_table(result)]
+    return "\n".join(parts)
+
+
+def field_summary(result: dict[str, Any]) -> str:
+    """The README's headline: img224 gather and the loaders."""
+    rows = [r for r in store_rows(result, "img224") if "gather_bps" in r] if "img224" in result.get("workloads", {}) else []
+    rows.sort(key=lambda r: -r["gather_bps"])
+    body = [[contender_label(r), r["codec"], fmt_rate(r["gather_bps"]), fmt_rate(r.get("write_bps"))] for r in rows]
+    lines = [plain_table(["store (img224, 147 KiB records)", "codec", "gather", "write"], body)]
+    lrows = [r for r in result.get("loaders", []) if "missing" not in r]
+    lrows.sort(key=lambda r: -r["batches_per_s"])
+    lines += ["", plain_table(["loader (batch 256, 4 workers)", "codec", "batches/s", "peak PSS"],
+                        [["**loaderx**" if r["name"] == "loaderx" else r["name"], r["codec"],
+                          f"{r['batches_per_s']:.1f}", fmt_b(r["peak_pss"])] for r in lrows])]
+    scale_f = result.get("config", {}).get("scale")
+    scale = "smoke run, figures mean nothing" if result.get("smoke") else f"scale {scale_f}"
+    if not result.get("smoke") and scale_f is not None and scale_f < 1:
+        scale += ": a preliminary run, noisy; ratios are not verdicts"
+    lines += ["", f"({result['machine']['nproc']} cores, {scale}; full tables in docs/BENCHMARKS.md)"]
     return "\n".join(lines)
 
 
-def blocks(result: dict[str, Any]) -> dict[str, str]:
-    """Every generated block of the docs, by name."""
-    benches = result.get("criterion", [])
-    return {
-        "machine": machine_line(result["machine"]),
-        "gather": criterion_table(benches, "gather"),
-        "decode": criterion_table(benches, "decode-1-core"),
-        "gather-small": criterion_table(benches, "gather-small"),
-        "append": criterion_table(benches, "append"),
-        "open": criterion_table(benches, "open-1M-records"),
-        "sampler": sampler_criterion_table(benches),
-        "loader": criterion_table(benches, "loader-raw") + "\n\n" + criterion_table(benches, "loader-flate"),
-        "rust-targets": rust_targets_table(benches),
-        "python": report(result),
-        "summary": summary(result),
-    }
+def field_blocks(result: dict[str, Any]) -> dict[str, str]:
+    return {"field": field_report(result), "field-summary": field_summary(result),
+            "field-targets": field_targets_table(result)}
 
 
-def typed_blocks(result: dict[str, Any]) -> dict[str, str]:
-    """The generated blocks of a ``typed.py`` run."""
-    return {"typed": typed_report(result)}
+# ----------------------------------------------------------------- blocks
 
 
 BLOCK = re.compile(r"(<!-- bench:([\w-]+) -->\n)(.*?)(<!-- /bench:\2 -->)", re.S)
@@ -636,27 +1027,85 @@ def rewrite(text: str, generated: dict[str, str], used: set[str], where: Path) -
     return BLOCK.sub(body, text)
 
 
+# ----------------------------------------------------------------- plots
+
+
+def save_figure(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plots(result: dict[str, Any], outdir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    made = []
+    names = [n for n in result["workloads"] if any(r["workload"] == n for r in result.get("stores", []))]
+    if names:
+        fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.4 * len(names) + 0.6))
+        axes = [axes] if len(names) == 1 else list(axes)
+        for ax, name in zip(axes, names):
+            rows = [r for r in store_rows(result, name) if "gather_bps" in r]
+            rows.sort(key=lambda r: r["gather_bps"])
+            ys = [f"{contender_label(r).replace('**', '')} {r['codec']}" for r in rows]
+            xs = [r["gather_bps"] / MIB for r in rows]
+            colors = ["tab:red" if r["impl"] == "ours" else "tab:gray" if r["contender"] == "memory" else "tab:blue"
+                      for r in rows]
+            ax.barh(ys, xs, color=colors)
+            per = int(rows[0].get("batch_records", 256)) if rows else 256
+            ax.set_title(f"{name}: random gather of {per} records (MiB/s)", fontsize=9)
+            ax.tick_params(labelsize=7)
+        made.append(save_figure(plt, fig, outdir / "field-gather.png"))
+    lrows = [r for r in result.get("loaders", []) if "missing" not in r]
+    if lrows:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 0.35 * len(lrows) + 1.2))
+        lrows.sort(key=lambda r: r["batches_per_s"])
+        ys = [f"{r['name']} {r['codec']}" for r in lrows]
+        colors = ["tab:red" if r["name"] == "loaderx" else "tab:blue" for r in lrows]
+        a1.barh(ys, [r["batches_per_s"] for r in lrows], color=colors)
+        a1.set_title("batches/s (batch 256 × 147 KiB)", fontsize=9)
+        a2.barh(ys, [r["peak_pss"] / MIB for r in lrows], color=colors, label="peak PSS")
+        a2.barh(ys, [r["peak_rss"] / MIB for r in lrows], color="none", edgecolor="black", label="summed RSS")
+        a2.set_title("peak memory of the process tree (MiB)", fontsize=9)
+        a2.legend(fontsize=7)
+        a2.set_yticklabels([])
+        for a in (a1, a2):
+            a.tick_params(labelsize=7)
+        made.append(save_figure(plt, fig, outdir / "field-loader.png"))
+    return made
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "json",
         type=Path,
         nargs="+",
-        help="runs saved by compare.py --json and typed.py --json (each gives its own blocks)",
+        help="runs saved by compare.py, typed.py and field.py --json (each gives its own blocks)",
     )
     parser.add_argument("--write", action="store_true", help="update the generated blocks of the docs")
+    parser.add_argument("--plots", type=Path, default=None,
+                        help="draw the figures of the field.py runs into this directory (needs matplotlib)")
     args = parser.parse_args(argv)
+    runs = [(path, json.loads(path.read_text())) for path in args.json]
+    if args.plots:
+        for _path, result in runs:
+            if result.get("kind") == "field":
+                for p in plots(result, args.plots):
+                    print(f"wrote {p}")
+        return 0
     generated: dict[str, str] = {}
-    for path in args.json:
-        result = json.loads(path.read_text())
+    for path, result in runs:
         if args.write and result.get("smoke"):
             raise SystemExit(f"{path} is a smoke run; its figures do not belong in the docs")
-        if result.get("kind") == "field":
-            from field_tables import blocks as field_blocks
-
-            mine = field_blocks(result)
-        else:
-            mine = typed_blocks(result) if result.get("kind") == "typed" else blocks(result)
+        kind = result.get("kind")
+        mine = field_blocks(result) if kind == "field" else typed_blocks(result) if kind == "typed" \
+            else compare_blocks(result)
         clash = sorted(set(mine) & set(generated))
         if clash:
             raise SystemExit(f"{path}: blocks {clash} already come from an earlier file")

@@ -67,19 +67,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
+import loaderx
+from benchlib import MIB, Remote, allocated_bytes, data_dir, drop_page_cache, finish, load_1min, log
+from benchlib import machine, read_through, rotated, serve, target_dir
 from compare import (
     DTYPE as IMAGE_DTYPE,
     RECORD_BYTES as IMAGE_BYTES,
     SHAPE as IMAGE_SHAPE,
-    allocated_bytes,
-    drop_page_cache,
     generate as generate_images,
-    read_through,
 )
+from field import zipf_ids
 
 # ----------------------------------------------------------------- workload
 
@@ -102,8 +103,6 @@ OPEN_RECORDS = 100_000_000
 OPEN_ROUNDS = 7
 OPEN_CHUNK = 1 << 23  # records per append while building the open store
 
-MIB = 1 << 20
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve()
 
 TARGETS = {
@@ -130,22 +129,14 @@ def shrink_for_smoke() -> None:
 
 
 def workload() -> dict[str, Any]:
+    """The sizes in force (``--smoke`` shrinks them), saved with the run."""
     return {
-        "images": N_IMAGES,
-        "image_shape": list(IMAGE_SHAPE),
-        "image_bytes": IMAGE_BYTES,
-        "tokens": N_TOKENS,
-        "token_vocab": TOKEN_VOCAB,
-        "token_zipf": TOKEN_ZIPF,
-        "token_median": TOKEN_MEDIAN,
-        "token_range": [TOKEN_MIN, TOKEN_MAX],
-        "token_append": TOKEN_APPEND,
-        "gather_batch": GATHER_BATCH,
-        "gather_batches": GATHER_BATCHES,
-        "rounds": ROUNDS,
-        "write_rounds": WRITE_ROUNDS,
-        "open_records": OPEN_RECORDS,
-        "open_rounds": OPEN_ROUNDS,
+        "images": N_IMAGES, "image_shape": list(IMAGE_SHAPE), "image_bytes": IMAGE_BYTES,
+        "tokens": N_TOKENS, "token_vocab": TOKEN_VOCAB, "token_zipf": TOKEN_ZIPF,
+        "token_median": TOKEN_MEDIAN, "token_range": [TOKEN_MIN, TOKEN_MAX], "token_append": TOKEN_APPEND,
+        "gather_batch": GATHER_BATCH, "gather_batches": GATHER_BATCHES,
+        "rounds": ROUNDS, "write_rounds": WRITE_ROUNDS,
+        "open_records": OPEN_RECORDS, "open_rounds": OPEN_ROUNDS,
     }
 
 
@@ -155,29 +146,19 @@ def generate_tokens(count: int) -> list[np.ndarray]:
     rng = np.random.default_rng([TOKEN_SEED, TOKEN_VERSION])
     lengths = np.exp(rng.normal(np.log(TOKEN_MEDIAN), TOKEN_SIGMA, size=count))
     lengths = np.clip(np.rint(lengths), TOKEN_MIN, TOKEN_MAX).astype(np.int64)
-    weights = np.arange(1, TOKEN_VOCAB + 1, dtype=np.float64) ** -TOKEN_ZIPF
-    cdf = np.cumsum(weights)
-    cdf /= cdf[-1]
-    ids = np.searchsorted(cdf, rng.random(int(lengths.sum())), side="right").astype(np.int32)
-    ids = np.minimum(ids, TOKEN_VOCAB - 1)
+    ids = zipf_ids(rng, int(lengths.sum()), TOKEN_VOCAB, TOKEN_ZIPF)
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     return [ids[bounds[i] : bounds[i + 1]] for i in range(count)]
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # ----------------------------------------------------------------- worker
 #
-# One per contender; imports that contender's loaderx. Commands arrive as
-# JSON lines on stdin, replies leave as JSON lines on the original stdout
-# (anything else the process prints goes to stderr).
+# One per contender, importing that contender's loaderx; driven over
+# benchlib's worker protocol.
 
 
 class Worker:
     def __init__(self, impl: str, data_dir: Path) -> None:
-        import loaderx
         from loaderx.utils import train_dict
         from loaderx.zrecord import Dense, Ragged
 
@@ -329,28 +310,6 @@ class Worker:
         self.readers.clear()
 
 
-def serve(impl: str, data_dir: Path) -> int:
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    worker = Worker(impl, data_dir)
-    out.write(json.dumps({"ok": worker.hello()}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd.pop("op")
-        if op == "quit":
-            worker.close_all()
-            break
-        try:
-            reply = {"ok": getattr(worker, op)(**cmd)}
-        except Exception as e:  # noqa: BLE001 - reported to the driver, which stops
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-    return 0
-
-
 def open_probe(path: Path, warmup: Path) -> int:
     """One fresh process: open a tiny store first (the library's one-time
     costs), then time ``Dense.open`` of ``path`` and the resident memory it
@@ -379,42 +338,10 @@ def open_probe(path: Path, warmup: Path) -> int:
 # ----------------------------------------------------------------- driver
 
 
-class Contender:
-    """A running worker process."""
-
-    def __init__(self, impl: str, python: str, data_dir: Path, smoke: bool) -> None:
-        cmd = [python, str(SCRIPT), *(["--smoke"] if smoke else []), "worker", impl,
-               "--data-dir", str(data_dir)]
-        self.impl = impl
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.hello = self.reply("start")
-
-    def reply(self, what: str) -> Any:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"{self.impl} worker exited during {what} (code {self.proc.wait()})")
-        msg = json.loads(line)
-        if "error" in msg:
-            raise SystemExit(f"{self.impl} worker: {what}: {msg['error']}")
-        return msg["ok"]
-
-    def call(self, op: str, **kw: Any) -> Any:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        return self.reply(op)
-
-    def quit(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
-def rotated(items: list[Any], r: int) -> Iterator[Any]:
-    k = r % len(items)
-    yield from items[k:] + items[:k]
+def start(impl: str, python: str, data_dir: Path, smoke: bool) -> Remote:
+    """The worker of contender ``impl`` (``python`` imports its loaderx)."""
+    return Remote(impl, [python, str(SCRIPT), *(["--smoke"] if smoke else []), "worker", impl,
+                         "--data-dir", str(data_dir)])
 
 
 WRITES = ("dense-raw", "dense-zstd", "tokens-zstd")
@@ -436,10 +363,10 @@ GATHERS: list[tuple[str, str, bool, bool, tuple[str, ...]]] = [
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     data_dir: Path = args.data_dir
-    contenders: dict[str, Contender] = {}
+    contenders: dict[str, Remote] = {}
     missing: str | None = args.original_missing
     log(f"[typed] starting workers (data in {data_dir})")
-    contenders["ours"] = Contender("ours", sys.executable, data_dir, args.smoke)
+    contenders["ours"] = start("ours", sys.executable, data_dir, args.smoke)
     if missing is None:
         py = args.original_python
         if py is None or not Path(py).exists():
@@ -453,7 +380,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if probe.returncode != 0 or found != "2.4.0":
                 missing = f"{py} imports loaderx {found or '(none)'}, not 2.4.0"
     if missing is None:
-        contenders["original"] = Contender("original", str(args.original_python), data_dir, args.smoke)
+        contenders["original"] = start("original", str(args.original_python), data_dir, args.smoke)
         a, b = contenders["ours"].hello, contenders["original"].hello
         if a["data_sha256"] != b["data_sha256"]:
             raise SystemExit("the two workers generated different data (numpy versions?)")
@@ -550,7 +477,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def measure_open(c: Contender, data_dir: Path, smoke: bool) -> dict[str, Any]:
+def measure_open(c: Remote, data_dir: Path, smoke: bool) -> dict[str, Any]:
     path = data_dir / f"open-int8-{OPEN_RECORDS}"
     manifest = data_dir / f"open-int8-{OPEN_RECORDS}.json"
     tiny = data_dir / "ours" / "dense-raw"
@@ -652,12 +579,6 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------- main
 
 
-def machine() -> dict[str, Any]:
-    from compare import machine as m
-
-    return m()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny data, one round (figures mean nothing)")
@@ -681,44 +602,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         shrink_for_smoke()
     if args.mode == "worker":
-        return serve(args.impl, args.data_dir)
+        return serve(lambda: Worker(args.impl, args.data_dir))
     if args.mode == "open-probe":
         return open_probe(args.path, args.warmup)
 
-    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-    target = target if target.is_absolute() else REPO / target
-    if args.data_dir is None:
-        args.data_dir = target / ("bench-typed-smoke" if args.smoke else "bench-typed")
-    args.data_dir = args.data_dir.resolve()
-    args.data_dir.mkdir(parents=True, exist_ok=True)
+    args.data_dir = data_dir(args.data_dir, "bench-typed-smoke" if args.smoke else "bench-typed")
     if args.original_python is None:
-        args.original_python = target / "compat24-venv" / "bin" / "python"
+        args.original_python = target_dir() / "compat24-venv" / "bin" / "python"
 
     started = time.perf_counter()
-    info = machine()
+    info = machine(numpy=np.__version__, loaderx=loaderx.__version__, load_1min=load_1min())
     try:
         result = run(args)
+    except RuntimeError as e:  # a worker failed: the run is void
+        raise SystemExit(f"typed.py: {e}") from None
     finally:
         if not args.keep_stores:
             # The open-time store is built once and kept (it is slow to build).
             for impl in ("ours", "original"):
                 shutil.rmtree(args.data_dir / impl, ignore_errors=True)
-    try:
-        info["load_1min_end"] = round(os.getloadavg()[0], 2)
-    except OSError:
-        pass
+    info["load_1min_end"] = load_1min()
     result = {"machine": info, "workload": workload(), "smoke": args.smoke, **result}
     result["targets"] = targets(result)
-    result["seconds"] = round(time.perf_counter() - started, 1)
-
     from tables import typed_report
 
-    sys.stdout.write(typed_report(result) + f"\n\n(total {result['seconds']:.0f} s)\n")
-    if args.json_out:
-        out = Path(args.json_out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return finish(result, started, typed_report, args.json_out)
 
 
 if __name__ == "__main__":

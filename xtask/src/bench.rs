@@ -23,8 +23,9 @@
 //! compare.py's run is kept in `docs/bench/latest.json` (with the criterion
 //! estimates), typed.py's in `docs/bench/typed.json` and field.py's in
 //! `docs/bench/field.json`; `benches/tables.py --write` regenerates every
-//! table of `docs/BENCHMARKS.md` and the figures of `README.md` from those
-//! files, so the docs quote exactly one run of each.
+//! table of `docs/BENCHMARKS.md`, the figures of `README.md` and the full
+//! reports `docs/bench/{typed,field}.md` from those files, so the docs quote
+//! exactly one run of each.
 //!
 //! `cargo xtask test` runs [`smoke`]: the same scripts on tiny data, which
 //! checks that they work, not how fast anything is. It never installs
@@ -149,35 +150,28 @@ fn kept_runs(ws: &Workspace) -> [PathBuf; 3] {
     [RUN_JSON, TYPED_JSON, FIELD_JSON].map(|j| ws.root.join(j))
 }
 
-/// `compare.py all --smoke` and `typed.py --smoke`, then their tables
+/// Every script with `--smoke` (compare.py, typed.py, field.py, images.py;
+/// field.py's figures where the bench venv exists), then their tables
 /// printed (not written): seconds.
 pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let dir = ws.target_dir().join("bench-smoke");
     let json = dir.join("smoke.json");
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("compare.py"))
-        .args(["all", "--smoke", "--json"])
-        .arg(&json)
-        .current_dir(&ws.root);
+    let mut cmd = script(ws, venv.python(), "compare.py");
+    cmd.args(["all", "--smoke", "--json"]).arg(&json);
     steps::run("benches/compare.py all --smoke", &mut cmd)?;
     let typed_json = dir.join("typed-smoke.json");
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("typed.py"))
-        .args(["--smoke", "--json"])
-        .arg(&typed_json)
-        .current_dir(&ws.root);
+    let mut cmd = script(ws, venv.python(), "typed.py");
+    cmd.args(["--smoke", "--json"]).arg(&typed_json);
     steps::run(
         "benches/typed.py --smoke (2.4.0 only if <target>/compat24-venv exists)",
         &mut cmd,
     )?;
     let field_json = dir.join("field-smoke.json");
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("field.py"))
-        .args(["--smoke", "--json"])
+    let mut cmd = script(ws, venv.python(), "field.py");
+    cmd.args(["--smoke", "--json"])
         .arg(&field_json)
         .arg("--data-dir")
-        .arg(ws.target_dir().join("bench-field-smoke"))
-        .current_dir(&ws.root);
+        .arg(ws.target_dir().join("bench-field-smoke"));
     let existing = |dir: PathBuf| {
         let python = venv_at(dir).python;
         python.exists().then_some(python)
@@ -205,12 +199,23 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     if let Some(python) = bench_venv {
         plots(ws, &python, &field_json, &dir.join("img"))?;
     }
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("images.py"))
-        .arg("--smoke")
-        .current_dir(&ws.root);
+    let mut cmd = script(ws, venv.python(), "images.py");
+    cmd.arg("--smoke");
     steps::run("benches/images.py --smoke", &mut cmd)?;
     tables(ws, venv, &[json, typed_json, field_json], false)
+}
+
+/// `python benches/NAME`, run from the workspace root.
+fn script(ws: &Workspace, mut python: Command, name: &str) -> Command {
+    python
+        .arg(ws.root.join("benches").join(name))
+        .current_dir(&ws.root);
+    python
+}
+
+/// A script's `--data-dir` (its stores) and `--json` (its run).
+fn keep_run(cmd: &mut Command, data: &Path, json: &Path) {
+    cmd.arg("--data-dir").arg(data).arg("--json").arg(json);
 }
 
 /// `<target>/bench-venv-<hash>`: the bench venv of the current
@@ -230,11 +235,8 @@ fn bench_venv_dir(ws: &Workspace) -> Result<PathBuf, Failure> {
 /// contender of the venv missing).
 fn ensure_bench_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, String> {
     let dir = bench_venv_dir(ws).map_err(|f| f.reason)?;
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("field_env.py"))
-        .arg(&dir)
-        .arg(ws.root.join(FIELD_REQUIREMENTS))
-        .current_dir(&ws.root);
+    let mut cmd = script(ws, venv.python(), "field_env.py");
+    cmd.arg(&dir).arg(ws.root.join(FIELD_REQUIREMENTS));
     steps::run(
         "benches/field_env.py (the bench venv: one pip install per contender, once)",
         &mut cmd,
@@ -249,18 +251,12 @@ fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<
     let bench = ensure_bench_venv(ws, venv);
     let v054 = ensure_compat_venv(ws, venv, &ORIGINAL_054);
     let v240 = ensure_compat_venv(ws, venv, &ORIGINAL_24);
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("field.py"));
+    let mut cmd = script(ws, venv.python(), "field.py");
     if let Some(scale) = std::env::var_os("LOADERX_BENCH_SCALE") {
         cmd.arg("--scale").arg(scale);
     }
-    cmd.arg("--sections")
-        .args(sections)
-        .arg("--data-dir")
-        .arg(ws.target_dir().join("bench-field"))
-        .arg("--json")
-        .arg(json)
-        .current_dir(&ws.root);
+    cmd.arg("--sections").args(sections);
+    keep_run(&mut cmd, &ws.target_dir().join("bench-field"), json);
     match &bench {
         Ok(b) => {
             cmd.arg("--field-python").arg(&b.python);
@@ -299,33 +295,24 @@ fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<
     Ok(())
 }
 
-/// `benches/field_tables.py JSON --plots DIR` with the bench venv's
-/// interpreter (matplotlib lives there).
+/// `benches/tables.py JSON --plots DIR` with the bench venv's
+/// interpreter (matplotlib lives there): field.py's figures.
 fn plots(ws: &Workspace, python: &Path, json: &Path, dir: &Path) -> Result<(), Failure> {
-    let mut cmd = Command::new(python);
-    cmd.arg(ws.root.join("benches").join("field_tables.py"))
-        .arg(json)
-        .arg("--plots")
-        .arg(dir)
-        .current_dir(&ws.root);
-    steps::run(
-        "benches/field_tables.py --plots (matplotlib figures)",
-        &mut cmd,
-    )
+    let mut cmd = script(ws, Command::new(python), "tables.py");
+    cmd.arg(json).arg("--plots").arg(dir);
+    steps::run("benches/tables.py --plots (matplotlib figures)", &mut cmd)
 }
 
 /// `benches/tables.py JSON...`: print the tables of the runs, or (`write`)
 /// put them into the docs' generated blocks.
 fn tables(ws: &Workspace, venv: &Venv, jsons: &[PathBuf], write: bool) -> Result<(), Failure> {
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("tables.py"))
-        .args(jsons)
-        .current_dir(&ws.root);
+    let mut cmd = script(ws, venv.python(), "tables.py");
+    cmd.args(jsons);
     if write {
         cmd.arg("--write");
     }
     let name = if write {
-        "benches/tables.py --write (docs/BENCHMARKS.md, README.md)"
+        "benches/tables.py --write (docs/BENCHMARKS.md, README.md, docs/bench/*.md)"
     } else {
         "benches/tables.py (render only)"
     };
@@ -447,18 +434,13 @@ fn criterion(ws: &Workspace) -> Result<(), Failure> {
 /// saved with the criterion estimates as the run's JSON.
 fn compare(ws: &Workspace, venv: &Venv, original: &Venv) -> Result<(), Failure> {
     let data = ws.target_dir().join("bench-data");
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("compare.py"))
-        .arg("all")
+    let mut cmd = script(ws, venv.python(), "compare.py");
+    cmd.arg("all")
         .arg("--original-python")
         .arg(&original.python)
-        .arg("--data-dir")
-        .arg(&data)
         .arg("--criterion-dir")
-        .arg(ws.target_dir().join("criterion"))
-        .arg("--json")
-        .arg(ws.root.join(RUN_JSON))
-        .current_dir(&ws.root);
+        .arg(ws.target_dir().join("criterion"));
+    keep_run(&mut cmd, &data, &ws.root.join(RUN_JSON));
     steps::run(
         "benches/compare.py all (vs NumPy and loaderx 0.5.4)",
         &mut cmd,
@@ -468,17 +450,16 @@ fn compare(ws: &Workspace, venv: &Venv, original: &Venv) -> Result<(), Failure> 
 /// typed.py: our typed containers against loaderx 2.4.0 (`original`, or the
 /// reason it is missing), saved as the typed run's JSON.
 fn typed(ws: &Workspace, venv: &Venv, original: Result<Venv, String>) -> Result<(), Failure> {
-    let mut cmd = venv.python();
-    cmd.arg(ws.root.join("benches").join("typed.py"));
+    let mut cmd = script(ws, venv.python(), "typed.py");
     match &original {
         Ok(original) => cmd.arg("--original-python").arg(&original.python),
         Err(reason) => cmd.arg("--original-missing").arg(reason),
     };
-    cmd.arg("--data-dir")
-        .arg(ws.target_dir().join("bench-typed"))
-        .arg("--json")
-        .arg(ws.root.join(TYPED_JSON))
-        .current_dir(&ws.root);
+    keep_run(
+        &mut cmd,
+        &ws.target_dir().join("bench-typed"),
+        &ws.root.join(TYPED_JSON),
+    );
     steps::run(
         "benches/typed.py (typed containers vs loaderx 2.4.0)",
         &mut cmd,

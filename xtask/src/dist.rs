@@ -38,55 +38,33 @@ struct Wheel {
     required: bool,
 }
 
+impl Wheel {
+    const fn new(
+        name: &'static str,
+        triple: &'static str,
+        args: &'static [&'static str],
+        required: bool,
+    ) -> Self {
+        Self {
+            name,
+            triple,
+            args,
+            required,
+        }
+    }
+}
+
+/// Every wheel platform, one a line (a table: rustfmt would spread it).
+#[rustfmt::skip]
 const WHEELS: &[Wheel] = &[
-    Wheel {
-        name: "manylinux-x86_64",
-        triple: "x86_64-unknown-linux-gnu",
-        args: &["--zig", "--compatibility", "manylinux2014"],
-        required: true,
-    },
-    Wheel {
-        name: "manylinux-aarch64",
-        triple: "aarch64-unknown-linux-gnu",
-        args: &["--zig", "--compatibility", "manylinux2014"],
-        required: true,
-    },
-    Wheel {
-        name: "musllinux-x86_64",
-        triple: "x86_64-unknown-linux-musl",
-        args: &["--zig", "--compatibility", "musllinux_1_2"],
-        required: true,
-    },
-    Wheel {
-        name: "musllinux-aarch64",
-        triple: "aarch64-unknown-linux-musl",
-        args: &["--zig", "--compatibility", "musllinux_1_2"],
-        required: true,
-    },
-    Wheel {
-        name: "windows-x64",
-        triple: "x86_64-pc-windows-gnu",
-        args: &[],
-        required: false,
-    },
-    Wheel {
-        name: "windows-arm64",
-        triple: "aarch64-pc-windows-gnullvm",
-        args: &["--zig"],
-        required: false,
-    },
-    Wheel {
-        name: "macos-x86_64",
-        triple: "x86_64-apple-darwin",
-        args: &["--zig"],
-        required: false,
-    },
-    Wheel {
-        name: "macos-arm64",
-        triple: "aarch64-apple-darwin",
-        args: &["--zig"],
-        required: false,
-    },
+    Wheel::new("manylinux-x86_64",  "x86_64-unknown-linux-gnu",   &["--zig", "--compatibility", "manylinux2014"], true),
+    Wheel::new("manylinux-aarch64", "aarch64-unknown-linux-gnu",  &["--zig", "--compatibility", "manylinux2014"], true),
+    Wheel::new("musllinux-x86_64",  "x86_64-unknown-linux-musl",  &["--zig", "--compatibility", "musllinux_1_2"], true),
+    Wheel::new("musllinux-aarch64", "aarch64-unknown-linux-musl", &["--zig", "--compatibility", "musllinux_1_2"], true),
+    Wheel::new("windows-x64",       "x86_64-pc-windows-gnu",      &[], false),
+    Wheel::new("windows-arm64",     "aarch64-pc-windows-gnullvm", &["--zig"], false),
+    Wheel::new("macos-x86_64",      "x86_64-apple-darwin",        &["--zig"], false),
+    Wheel::new("macos-arm64",       "aarch64-apple-darwin",       &["--zig"], false),
 ];
 
 /// What to build.

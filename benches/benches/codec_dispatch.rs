@@ -4,18 +4,17 @@
 //! record). lz4 on text-like records decodes fast, so a per-record
 //! overhead would show here first.
 //!
-//! `cargo bench -p loaderx-store --bench codec_dispatch`
+//! `cargo bench -p loaderx-benches --bench codec_dispatch`
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use loaderx_benches::{BATCH, RECORD, best_gather, random_batches, xorshift};
 use loaderx_store::{
     Codec, CodecId, CodecRegistry, DecodeError, Lz4, OpenOptions, Store,
     format::{CodecTag, v2::Schema},
 };
 
-const RECORD: usize = 12 * 1024;
 const RECORDS: usize = 4096;
-const BATCH: usize = 256;
 
 /// lz4, under an external tag: found through the registry.
 #[derive(Debug)]
@@ -34,13 +33,6 @@ impl Codec for WrappedLz4 {
     fn decode(&self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
         Lz4.decode(src, dst)
     }
-}
-
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
 }
 
 /// Words from a small vocabulary: lz4 shrinks it about 2×.
@@ -68,33 +60,13 @@ fn text(n: usize) -> Vec<u8> {
     out
 }
 
-fn best(rounds: usize, budget: Duration, mut f: impl FnMut()) -> Duration {
-    let mut best = Duration::MAX;
-    for _ in 0..rounds {
-        let (mut n, start) = (0u32, Instant::now());
-        while start.elapsed() < budget {
-            f();
-            n += 1;
-        }
-        best = best.min(start.elapsed() / n);
-    }
-    best
-}
-
 fn main() {
     let data = text(RECORDS * RECORD);
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut codecs = CodecRegistry::new();
     codecs.register(WrappedLz4).expect("register");
     let options = OpenOptions::default().with_codecs(codecs);
-    let mut x = 5u64;
-    let batches: Vec<Vec<u64>> = (0..64)
-        .map(|_| {
-            (0..BATCH)
-                .map(|_| xorshift(&mut x) % RECORDS as u64)
-                .collect()
-        })
-        .collect();
+    let batches = random_batches(RECORDS as u64, 64, 5);
     let mut out = vec![0u8; BATCH * RECORD];
     let mut results = Vec::new();
     for (name, tag) in [
@@ -116,13 +88,7 @@ fn main() {
     let mut times = vec![Duration::MAX; results.len()];
     for _ in 0..4 {
         for (k, (_, store)) in results.iter().enumerate() {
-            let mut i = 0;
-            let t = best(1, Duration::from_millis(400), || {
-                store
-                    .gather(&batches[i % batches.len()], &mut out, RECORD)
-                    .expect("gather");
-                i += 1;
-            });
+            let t = best_gather(store, &batches, &mut out, 1, Duration::from_millis(400));
             times[k] = times[k].min(t);
         }
     }

@@ -3,8 +3,8 @@
 //! deflate-flate2,lz4`). Run both and compare (`docs/BENCHMARKS.md`):
 //!
 //! ```text
-//! cargo bench -p loaderx-store --bench deflate_gather
-//! cargo bench -p loaderx-store --bench deflate_gather --no-default-features --features deflate-flate2,lz4
+//! cargo bench -p loaderx-benches --bench deflate_gather
+//! cargo bench -p loaderx-benches --bench deflate_gather --no-default-features --features deflate-flate2,lz4
 //! ```
 //!
 //! Workload: 4096 records of 12 KiB smooth image-like `uint8(3, 64, 64)`
@@ -15,44 +15,12 @@
 //! packed records) there and later runs read them, so two builds decode the
 //! very same bytes.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use loaderx_benches::{BATCH, RECORD, best_gather, best_of, image_records, random_batches};
 use loaderx_store::{Codec, CodecId, Deflate, OpenOptions, Store};
 
-const RECORD: usize = 3 * 64 * 64;
 const RECORDS: usize = 4096;
-const BATCH: usize = 256;
-
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
-/// Per-channel gradients plus a little noise: DEFLATE shrinks it modestly.
-fn image(seed: u64) -> impl Iterator<Item = u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..RECORD as u64).map(move |i| {
-        let (c, y, col) = (i / 4096, i / 64 % 64, i % 64);
-        let base = (y * 2 + col + c * 40 + seed * 13) % 200;
-        (base + xorshift(&mut x) % 10) as u8
-    })
-}
-
-/// Best of `rounds` timings of `f`, each run for about `budget`.
-fn best(rounds: usize, budget: Duration, mut f: impl FnMut()) -> Duration {
-    let mut best = Duration::MAX;
-    for _ in 0..rounds {
-        let (mut n, start) = (0u32, Instant::now());
-        while start.elapsed() < budget {
-            f();
-            n += 1;
-        }
-        best = best.min(start.elapsed() / n);
-    }
-    best
-}
 
 fn main() {
     let backend = if cfg!(feature = "deflate-libdeflate") {
@@ -60,7 +28,7 @@ fn main() {
     } else {
         "flate2 (zlib-rs)"
     };
-    let data: Vec<u8> = (0..RECORDS as u64).flat_map(image).collect();
+    let data = image_records(RECORDS, 0);
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = std::env::var_os("DEFLATE_GATHER_DIR")
         .map_or_else(|| tmp.path().to_owned(), std::path::PathBuf::from);
@@ -109,26 +77,13 @@ fn main() {
         "an earlier run"
     };
 
-    let mut x = 7u64;
-    let batches: Vec<Vec<u64>> = (0..64)
-        .map(|_| {
-            (0..BATCH)
-                .map(|_| xorshift(&mut x) % RECORDS as u64)
-                .collect()
-        })
-        .collect();
+    let batches = random_batches(RECORDS as u64, 64, 7);
     let mut out = vec![0u8; BATCH * RECORD];
-    let mut k = 0;
-    let gather = best(5, Duration::from_millis(600), || {
-        store
-            .gather(&batches[k % batches.len()], &mut out, RECORD)
-            .expect("gather");
-        k += 1;
-    });
+    let gather = best_gather(&store, &batches, &mut out, 5, Duration::from_millis(600));
 
     // One core, the codec alone: every record's packed bytes decoded in turn.
     let mut one = vec![0u8; RECORD];
-    let decode = best(5, Duration::from_millis(600), || {
+    let decode = best_of(5, Duration::from_millis(600), || {
         for p in &packed {
             Deflate.decode(p, &mut one).expect("decode");
             std::hint::black_box(&one);
