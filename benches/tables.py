@@ -1001,7 +1001,7 @@ def field_summary(result: dict[str, Any]) -> str:
     scale = "smoke run, figures mean nothing" if result.get("smoke") else f"scale {scale_f}"
     if not result.get("smoke") and scale_f is not None and scale_f < 1:
         scale += ": a preliminary run, noisy; ratios are not verdicts"
-    lines += ["", f"({result['machine']['nproc']} cores, {scale}; full tables in docs/BENCHMARKS.md)"]
+    lines += ["", f"({result['machine']['nproc']} cores, {scale}; full tables in docs/bench/field.md)"]
     return "\n".join(lines)
 
 
