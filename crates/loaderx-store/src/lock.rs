@@ -123,6 +123,7 @@ impl StoreLock {
 
     /// The error of a child forked while its parent held the store
     /// exclusively.
+    #[cfg(unix)]
     pub(crate) fn refused_error(&self) -> Error {
         Error::Locked {
             path: self.dir.clone(),
