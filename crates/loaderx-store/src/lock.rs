@@ -216,8 +216,8 @@ impl StoreLock {
             Err(TryLockError::WouldBlock) => Err(Error::Locked {
                 path: self.dir.clone(),
                 holder: format!(
-                    "{} the store open; it must be closed there first",
-                    holders::describe(&meta, "have")
+                    "{}; it must be closed there first",
+                    holders::describe(&meta, true, ("has the store open", "have the store open"))
                 ),
             }),
             Err(TryLockError::Error(e)) => Err(lock_error(e)),
@@ -349,9 +349,14 @@ fn presence(dir: &Path) -> Result<Option<File>> {
         Ok(()) => Ok(Some(file)),
         Err(TryLockError::WouldBlock) => Err(Error::Locked {
             path: dir.to_owned(),
-            holder: "another handle is deleting from, compacting or recovering it; retry when \
-                     it is done"
-                .to_owned(),
+            holder: format!(
+                "{} deleting from, compacting or recovering it; retry when it is done",
+                match holders::listed(&meta, false) {
+                    Some((who, false)) => format!("{who} is"),
+                    Some((who, true)) => format!("{who} are"),
+                    None => "another handle is".to_owned(),
+                }
+            ),
         }),
         Err(TryLockError::Error(e)) if unsupported(&e) => Ok(None),
         Err(TryLockError::Error(e)) => Err(Error::io(&meta, "lock", e)),
@@ -361,8 +366,9 @@ fn presence(dir: &Path) -> Result<Option<File>> {
 /// Who holds the writer lock: the processes the kernel lists as holding it
 /// (Linux), else the process id its holder wrote into it.
 fn holder_of(path: &Path, file: &mut File) -> String {
-    if let Some(who) = holders::listed(path, "hold", false) {
-        return format!("{who} its writer lock; close the store there first");
+    if let Some((who, plural)) = holders::listed(path, false) {
+        let verb = if plural { "hold" } else { "holds" };
+        return format!("{who} {verb} its writer lock; close the store there first");
     }
     let mut text = String::new();
     let pid = file
@@ -382,19 +388,23 @@ fn holder_of(path: &Path, file: &mut File) -> String {
 mod holders {
     use std::path::Path;
 
-    /// "process 12 and process 34 have", "another handle of this process
-    /// has", or without the kernel's list "other handles (in this or other
-    /// processes) have": the subject of a sentence ending in `verb` (plural
-    /// form given; singular derived).
-    pub(super) fn describe(path: &Path, verb: &str) -> String {
-        listed(path, verb, true)
-            .unwrap_or_else(|| format!("other handles (in this or other processes) {verb}"))
+    /// `"{subject} {verb}"` for the processes holding locks on `path`:
+    /// `verb` is `(singular, plural)`, the subject "process 12", "processes
+    /// 12, 34" or "another handle of this process"; without the kernel's
+    /// list, "other handles (in this or other processes)" (plural).
+    pub(super) fn describe(path: &Path, ours: bool, verb: (&str, &str)) -> String {
+        match listed(path, ours) {
+            Some((who, false)) => format!("{who} {}", verb.0),
+            Some((who, true)) => format!("{who} {}", verb.1),
+            None => format!("other handles (in this or other processes) {}", verb.1),
+        }
     }
 
     /// The holders of `path`'s locks, less one lock of this process when
-    /// `ours` (the caller's own), as a subject for `verb`; `None` where the
-    /// kernel does not list locks (not Linux) or lists no other.
-    pub(super) fn listed(path: &Path, verb: &str, ours: bool) -> Option<String> {
+    /// `ours` (the caller's own), as a subject and whether it is plural;
+    /// `None` where the kernel does not list locks (not Linux) or lists no
+    /// other.
+    pub(super) fn listed(path: &Path, ours: bool) -> Option<(String, bool)> {
         let mut pids = pids(path)?;
         let me = std::process::id();
         if ours && let Some(at) = pids.iter().position(|&p| p == me) {
@@ -402,15 +412,10 @@ mod holders {
         }
         pids.sort_unstable();
         pids.dedup();
-        let singular = match verb {
-            "have" => "has",
-            "hold" => "holds",
-            other => other,
-        };
         match pids.as_slice() {
             [] => None,
-            [p] if *p == me => Some(format!("another handle of this process {singular}")),
-            [p] => Some(format!("process {p} {singular}")),
+            [p] if *p == me => Some(("another handle of this process".to_owned(), false)),
+            [p] => Some((format!("process {p}"), false)),
             many => {
                 let names: Vec<String> = many
                     .iter()
@@ -422,7 +427,7 @@ mod holders {
                         }
                     })
                     .collect();
-                Some(format!("processes {} {verb}", names.join(", ")))
+                Some((format!("processes {}", names.join(", ")), true))
             }
         }
     }
