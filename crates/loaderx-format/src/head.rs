@@ -96,16 +96,6 @@ impl Head {
         (0..=last).filter(|&c| self.has_chunk(c))
     }
 
-    /// Chunk space up to the frontiers, given the chunk capacity.
-    #[must_use]
-    pub fn used_bytes(&self, capacity: u64) -> u64 {
-        let lanes = u64::from(self.lanes.max(1));
-        self.lane_tails()
-            .iter()
-            .map(|t| u64::from(t.chunk) / lanes * capacity + u64::from(t.offset))
-            .sum()
-    }
-
     /// The v1 header this head is, if it fits format v1 (one lane, narrow fields).
     #[must_use]
     pub fn to_v1(&self) -> Option<Header> {
@@ -148,7 +138,6 @@ mod tests {
         };
         assert_eq!(head.chunks().collect::<Vec<_>>(), [0, 1, 2, 4, 7]);
         assert!(head.has_chunk(4) && !head.has_chunk(5) && !head.has_chunk(3 + 6));
-        assert_eq!(head.used_bytes(100), 2 * 100 + 5);
         assert_eq!(head.to_v1(), None);
     }
 

@@ -274,7 +274,8 @@ impl Store {
     }
 
     /// Creates a format v2 store of `schema` at `path` (GIL released);
-    /// `FileExistsError` when `path` already holds a store.
+    /// `FileExistsError` when `path` already holds a store, `ValueError`
+    /// naming the argument that breaks a rule.
     fn create_v2(
         py: Python<'_>,
         path: &std::path::Path,
@@ -285,6 +286,10 @@ impl Store {
             .detach(|| Engine::create_v2(path, schema, options))
             .map_err(|err| match err {
                 loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
+                // A bad argument, named: what Python raises for one.
+                loaderx_store::Error::InvalidArgument { .. } => {
+                    PyValueError::new_err(err.to_string())
+                }
                 err => store_error(py, err),
             })?;
         Ok(Store::wrap(path, engine))
@@ -343,7 +348,7 @@ impl Store {
                 ))
             })?;
         }
-        let schema = typed::build_schema(kind, dtype, shape, ndim, codec, dictionary)?;
+        let schema = typed::build_schema(&path, kind, dtype, shape, ndim, codec, dictionary)?;
         let options = OpenOptions {
             lanes: typed::lanes(lanes)?,
             ..OpenOptions::default()

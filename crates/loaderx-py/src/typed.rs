@@ -75,9 +75,10 @@ pub(crate) fn add_constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// The schema of a new typed store, checked; `ValueError` naming what is
-/// wrong otherwise.
+/// The schema of a new typed store at `path`, checked; `ValueError` naming
+/// the argument at fault otherwise.
 pub(crate) fn build_schema(
+    path: &std::path::Path,
     kind: &str,
     dtype: &str,
     shape: Vec<u64>,
@@ -135,9 +136,12 @@ pub(crate) fn build_schema(
     };
     // Image stores list their codecs, as the store's create_v2 would.
     loaderx_store::list_image_codecs(&mut schema);
-    schema
-        .check()
-        .map_err(|err| PyValueError::new_err(err.to_string()))?;
+    schema.check().map_err(|err| {
+        PyValueError::new_err(format!(
+            "cannot create a store at {}: {err}",
+            path.display()
+        ))
+    })?;
     Ok(schema)
 }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,7 +36,7 @@ from conftest import (
 )
 
 import loaderx
-from loaderx import MAX_RECORD_LEN, Dataset, Zrecord, ZrecordError
+from loaderx import MAX_RECORD_LEN, Dataset, Zrecord, ZrecordError, _native
 
 # --- damaged stores reach Python as ZrecordError ----------------------------------------
 
@@ -114,6 +115,40 @@ def test_a_damaged_record_is_code_7_naming_it(tmp_path: Path, case: str) -> None
             assert (dst == 0xEE).all()  # validated before anything was written
         zr.gather([3, 0, 2], dst, 100)
         assert np.array_equal(dst, data[[3, 0, 2]])
+
+
+def _fnv1a(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def test_a_read_only_open_after_a_killed_delete_asks_for_a_writable_open(
+    tmp_path: Path,
+) -> None:
+    """What a delete killed after its undo log was made durable leaves
+    (docs/FORMAT.md, "Delete"): a read-only open cannot roll it back, and
+    says so (code -2, naming the log), instead of "not a loaderx store";
+    one writable open rolls it back."""
+    path = tmp_path / "z"
+    data = make_store(path)
+    header = (path / "meta.zr").read_bytes()[:16]
+    log = b"ZRUNDO01" + header + struct.pack("<I", 0)
+    (path / "meta.zr.undo").write_bytes(log + struct.pack("<Q", _fnv1a(log)))
+    with pytest.raises(ZrecordError) as info:
+        _native.Store.open_existing(str(path), False)
+    message = str(info.value)
+    assert info.value.code == -2, message
+    assert str(path / "meta.zr.undo") in message and "open the store writable" in message
+    assert "not a loaderx store" not in message
+    Zrecord(path).close()  # a writable open recovers it
+    assert not (path / "meta.zr.undo").exists()
+    store = _native.Store.open_existing(str(path), False)
+    try:
+        assert len(store) == len(data)
+    finally:
+        store.close()
 
 
 # --- files changed behind an open store -------------------------------------------------

@@ -185,6 +185,52 @@ BAD_VALUES: dict[str, tuple[Callable[[Path], Any], str]] = {
 }
 
 
+# Values only the format's own rules refuse (checked in Rust): named as the
+# argument at fault, never as a damaged schema block.
+SCHEMA_RULES: dict[str, tuple[Callable[[Path], Any], str, str]] = {
+    "zero dimension": (
+        lambda p: Dense.create(p, np.float32, (4, 0), codec="raw"),
+        "shape",
+        "dimension 1 = 0",
+    ),
+    "saturated byte count": (
+        lambda p: Dense.create(p, np.float64, (1 << 40,) * 3, codec="raw"),
+        "shape",
+        "over 2^64 - 1 bytes",
+    ),
+    "oversized item": (
+        lambda p: Dense.create(p, np.uint8, (1 << 32,), codec="raw"),
+        "shape",
+        "record limit",
+    ),
+    "jpeg float32": (
+        lambda p: Dense.create(p, np.float32, (8, 8, 3), codec="jpeg"),
+        "dtype",
+        "uint8 RGB",
+    ),
+    "jpeg four channels": (
+        lambda p: Dense.create(p, np.uint8, (8, 8, 4), codec="jpeg"),
+        "shape",
+        "(H, W, 3)",
+    ),
+    "png rank 2": (lambda p: Ragged.create(p, np.uint8, 2, codec="png"), "ndim", "ndim 3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCHEMA_RULES))
+def test_invalid_create_arguments_are_named_not_called_damage(tmp_path: Path, case: str) -> None:
+    call, argument, fragment = SCHEMA_RULES[case]
+    path = tmp_path / "n1" / "n2"
+    with pytest.raises(ValueError) as caught:
+        call(path)
+    message = str(caught.value)
+    assert not isinstance(caught.value, ZrecordError), message
+    assert f"invalid {argument}: " in message and fragment in message, message
+    assert str(path) in message, message
+    assert "damaged" not in message, message
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("case", sorted(BAD_VALUES))
 def test_bad_values_name_what_is_wrong(tmp_path: Path, case: str) -> None:
     call, message = BAD_VALUES[case]

@@ -50,6 +50,15 @@ pub enum Error {
         /// Who holds the lock, and what to do about it.
         holder: String,
     },
+    /// A read-only open found the undo log (`meta.zr.undo`) of a delete
+    /// that was interrupted (the process killed, the machine losing power):
+    /// the delete must be rolled back before the store can be read, and a
+    /// read-only open cannot write. Opening the store writable once rolls it
+    /// back (`docs/FORMAT.md`, "Delete"). Code -2.
+    NeedsRecovery {
+        /// The undo log.
+        path: PathBuf,
+    },
     /// An index is not below the store's length. Code -3.
     IndexOutOfRange {
         /// The index asked for.
@@ -143,6 +152,19 @@ pub enum Error {
         /// The store.
         path: PathBuf,
         /// What does not fit, with the expected and found values.
+        reason: String,
+    },
+    /// An argument of a store's creation breaks a rule of the format: a
+    /// field of the schema (`codec`, `codecs`, `dtype`, `shape`, `ndim`,
+    /// `dictionary`) or the lane count (`lanes`). Nothing was created.
+    /// Code -4, like [`Error::Schema`]: both say what records the store
+    /// can hold (the Python binding raises `ValueError` for it).
+    InvalidArgument {
+        /// The store that was to be created.
+        path: PathBuf,
+        /// The argument at fault.
+        argument: &'static str,
+        /// The rule it breaks, with the value given.
         reason: String,
     },
     /// A store already exists where a new one was to be created. Code -2.
@@ -290,9 +312,12 @@ impl Error {
             | Error::ReadOnly { .. }
             | Error::Locked { .. }
             | Error::Poisoned { .. }
+            | Error::NeedsRecovery { .. }
             | Error::Exists { .. } => ErrorCode::Io,
             Error::IndexOutOfRange { .. } => ErrorCode::IndexOutOfRange,
-            Error::RecordSize { .. } | Error::Schema { .. } => ErrorCode::RecordSize,
+            Error::RecordSize { .. } | Error::Schema { .. } | Error::InvalidArgument { .. } => {
+                ErrorCode::RecordSize
+            }
             Error::Full { .. } => ErrorCode::Full,
             Error::BufferTooSmall { .. }
             | Error::RecordLength { .. }
@@ -349,6 +374,15 @@ impl fmt::Display for Error {
             Error::Locked { path, holder } => {
                 write!(f, "the store at {} is locked: {holder}", path.display())
             }
+            Error::NeedsRecovery { path } => write!(
+                f,
+                "the store at {} needs recovery: {} is the undo log of an interrupted delete, \
+                 which must be rolled back before the store can be read, and a read-only open \
+                 cannot write; open the store writable once (that rolls the delete back), then \
+                 read-only again",
+                path.parent().unwrap_or(path).display(),
+                path.display()
+            ),
             Error::IndexOutOfRange { index, len } => {
                 write!(f, "index {index} out of range for a store of {len} records")
             }
@@ -441,6 +475,15 @@ impl fmt::Display for Error {
                     path.display()
                 )
             }
+            Error::InvalidArgument {
+                path,
+                argument,
+                reason,
+            } => write!(
+                f,
+                "cannot create a store at {}: invalid {argument}: {reason}",
+                path.display()
+            ),
             Error::Exists { path } => write!(
                 f,
                 "a store already exists at {}; open it instead, or choose another path",

@@ -183,9 +183,10 @@ impl<C: Codec + Default> Store<C, FileStorage> {
     ///
     /// # Errors
     /// [`Error::Exists`] when `path` already holds a store,
-    /// [`Error::NotAStore`] for a schema that breaks the format's rules or
-    /// a bad lane count or dictionary, [`Error::Io`] when a file cannot be
-    /// created.
+    /// [`Error::InvalidArgument`] naming the argument for a schema that
+    /// breaks the format's rules or a bad lane count or dictionary (nothing
+    /// is created), [`Error::CodecUnavailable`] for a codec this handle
+    /// lacks, [`Error::Io`] when a file cannot be created.
     pub fn create_v2(
         path: impl AsRef<Path>,
         schema: &Schema,
@@ -198,11 +199,11 @@ impl<C: Codec + Default> Store<C, FileStorage> {
                 op: "create",
             });
         }
-        // A codec the handle lacks refuses the creation before anything,
-        // the directory included, is made.
-        with_codec_table(schema, &options.codecs)
-            .and_then(|s| check_codecs(&s, &options.codecs))
-            .map_err(|e| e.at(path))?;
+        // A bad argument, or a codec the handle lacks, refuses the creation
+        // before anything, the directory included, is made.
+        let listed = with_codec_table(schema, &options.codecs).map_err(|e| e.at(path))?;
+        check_creation(path, &listed, options.lanes)?;
+        check_codecs(&listed, &options.codecs).map_err(|e| e.at(path))?;
         match fs::metadata(path) {
             Ok(md) if !md.is_dir() => {
                 return Err(Error::NotAStore {
@@ -234,8 +235,9 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
     ///
     /// # Errors
     /// [`Error::NotAStore`] for a bad chunk capacity, a missing or damaged
-    /// `meta.zr`, a missing chunk file or a pending undo log on a read-only
-    /// open; [`Error::Io`] when the storage fails.
+    /// `meta.zr` or a missing chunk file; [`Error::NeedsRecovery`] for a
+    /// pending undo log on a read-only open; [`Error::Io`] when the storage
+    /// fails.
     pub fn open_in(storage: S, options: OpenOptions) -> Result<Self> {
         Self::open_locked(storage, options, None, None)
     }
@@ -539,6 +541,33 @@ fn create<S: Storage>(files: &Files<S>) -> Result<()> {
     Ok(())
 }
 
+/// Refuses the bad arguments of a creation at `path` before anything is
+/// made: a schema that breaks the format's rules, a lane count out of
+/// range, a dictionary zstd cannot use.
+fn check_creation(path: &Path, schema: &Schema, lanes: u8) -> Result<()> {
+    let invalid = |argument, reason| Error::InvalidArgument {
+        path: path.to_owned(),
+        argument,
+        reason,
+    };
+    schema.check().map_err(|e| invalid(e.argument, e.reason))?;
+    if lanes == 0 || usize::from(lanes) > MAX_LANES {
+        return Err(invalid(
+            "lanes",
+            format!("{lanes} write lanes is outside 1..={MAX_LANES}"),
+        ));
+    }
+    if let Some(d) = &schema.dictionary {
+        ZstdDictionary::new(d).map_err(|e| {
+            invalid(
+                "dictionary",
+                format!("zstd cannot use it as a dictionary: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// Creates an empty format v2 store: chunks `0..lanes`, then `meta.zr`
 /// (header slot 0, the schema block) published atomically. Whether this
 /// call created it (`false`: another creator got there first).
@@ -547,16 +576,7 @@ fn create_v2<S: Storage>(files: &Files<S>, schema: &Schema, lanes: u8) -> Result
         path: files.dir().to_owned(),
         reason,
     };
-    schema.check().map_err(|e| refuse(e.to_string()))?;
-    if lanes == 0 || usize::from(lanes) > MAX_LANES {
-        return Err(refuse(format!(
-            "{lanes} write lanes is outside 1..={MAX_LANES}"
-        )));
-    }
-    if let Some(d) = &schema.dictionary {
-        ZstdDictionary::new(d)
-            .map_err(|e| refuse(format!("the zstd dictionary is not usable: {e}")))?;
-    }
+    check_creation(files.dir(), schema, lanes)?;
     for id in files.chunk_ids()? {
         if files.open(FileId::Chunk(id))?.unwrap_or(0) > 0 {
             if files.exists(FileId::Meta)? {

@@ -27,9 +27,11 @@ pub struct Stats {
     pub records: u64,
     /// Bytes the live records occupy on disk (sum of stored lengths).
     pub live_bytes: u64,
-    /// Chunk space up to the write frontier.
+    /// Bytes of the chunk files up to the write frontiers: never more than
+    /// the files hold.
     pub chunk_bytes: u64,
-    /// `chunk_bytes - live_bytes`: an upper bound on what `compact` frees.
+    /// `chunk_bytes - live_bytes`: an upper bound on what `compact` frees,
+    /// never more than the chunk files hold.
     pub reclaimable: u64,
 }
 
@@ -450,13 +452,37 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.files.for_each_entry(head.length, |loc| {
             live_bytes += u64::from(loc.phys_length);
         })?;
-        let chunk_bytes = head.used_bytes(self.capacity);
+        let chunk_bytes = self.chunk_bytes(&head)?;
         Ok(Stats {
             records: head.length,
             live_bytes,
             chunk_bytes,
             reclaimable: chunk_bytes.saturating_sub(live_bytes),
         })
+    }
+
+    /// Bytes of the chunk files `head` names, each counted up to what its
+    /// records may use: the capacity, and a lane's tail chunk up to its
+    /// frontier. What the files really hold, not what the frontiers span:
+    /// the frontiers an interrupted compaction left past its staging chunks
+    /// span whole chunks that were never full. Files that are absent count
+    /// nothing; the listing bounds the work whatever the header says.
+    fn chunk_bytes(&self, head: &Head) -> Result<u64> {
+        let mut total = 0u64;
+        for id in self.files.chunk_ids()? {
+            if !head.has_chunk(id) {
+                continue;
+            }
+            let tail = head.tails[head.lane_of(id)];
+            let usable = if id == tail.chunk {
+                u64::from(tail.offset)
+            } else {
+                self.capacity
+            };
+            let len = self.files.open(FileId::Chunk(id))?.unwrap_or(0);
+            total = total.saturating_add(len.min(usable));
+        }
+        Ok(total)
     }
 
     /// Commits everything appended so far: makes it durable and visible to

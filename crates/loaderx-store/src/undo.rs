@@ -143,7 +143,8 @@ pub(crate) fn roll_back<S: Storage>(files: &Files<S>, log: &Log) -> Result<()> {
 /// At open: rolls back a delete that a complete undo log says did not
 /// finish (and makes that durable), and removes the log. A torn log — the
 /// crash came while writing it, before the table changed — is just removed.
-/// A read-only open cannot roll back, so it refuses a complete log.
+/// A read-only open cannot roll back, so it refuses a complete log with
+/// [`Error::NeedsRecovery`].
 ///
 /// A live delete holds the store exclusively, so a handle that got its
 /// shared lock knows any log it finds is left over from a crash; rolling it
@@ -162,11 +163,8 @@ pub(crate) fn recover<S: Storage>(
     if read_only {
         return match read_log(files)? {
             None => Ok(()),
-            Some(_) => Err(Error::NotAStore {
-                path: files.dir().to_owned(),
-                reason: "an interrupted delete must be rolled back first: open the store for \
-                         writing once"
-                    .into(),
+            Some(_) => Err(Error::NeedsRecovery {
+                path: files.path(FileId::Undo),
             }),
         };
     }

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{contents, mem_store};
-use loaderx_store::Stats;
+use loaderx_store::storage::{FileId, Storage};
+use loaderx_store::{ErrorCode, Stats};
 use loaderx_store::{Raw, Store, storage::MemStorage};
 
 const CAPACITY: u64 = 5000;
@@ -63,14 +64,87 @@ fn compaction_is_interruptible_at_every_step() {
             contents(&store) == expect,
             "contents changed after step {k}"
         );
+        assert_stats_on_disk(&store, &after, &format!("after step {k}"));
         // Running compaction again finishes the job.
         store.compact().unwrap();
         assert!(
             contents(&store) == expect,
             "contents changed after rerun {k}"
         );
+        assert_stats_on_disk(&store, &after, &format!("after rerun {k}"));
         assert_finished(&mut store, &clean, k);
     }
+}
+
+/// The report this came from: two write lanes of 4 GiB chunks, a
+/// compaction killed after it published the frontiers that cover its
+/// staging chunks, and `stats` counting every chunk below each tail as
+/// full: 8 GiB "reclaimable" beside a few KiB of files.
+#[test]
+fn stats_after_an_interrupted_compaction_stay_within_the_files() {
+    let fill = |storage: &MemStorage| {
+        let options = loaderx_store::OpenOptions {
+            lanes: 2,
+            lane_bytes: 0,
+            ..loaderx_store::OpenOptions::default()
+        };
+        let schema = loaderx_store::format::v2::Schema::bytes(loaderx_store::format::CodecTag::RAW);
+        let mut store: Store<Raw, MemStorage> =
+            Store::create_v2_in(storage.clone(), &schema, options).unwrap();
+        for round in 0..4u8 {
+            store.append_fixed(&vec![round; 8 * 300], 8, 300).unwrap();
+        }
+        store.delete(&[0, 1, 2, 9, 17]).unwrap();
+        store.sync().unwrap();
+        store
+    };
+    let probe = MemStorage::new();
+    let mut store = fill(&probe);
+    let start = probe.ops();
+    store.compact().unwrap();
+    let steps = probe.ops() - start;
+    let mut staged = 0;
+    for k in 0..steps {
+        let storage = MemStorage::new();
+        let mut store = fill(&storage);
+        storage.fail_after(k);
+        assert!(store.compact().is_err(), "step {k} did not fail");
+        drop(store);
+        let after = storage.after_process_crash();
+        // Staging chunks lie past the lanes' first chunks 0 and 1.
+        staged += usize::from(after.chunk_ids().unwrap().iter().any(|&id| id > 1));
+        let store: Store<Raw, MemStorage> =
+            Store::open_in(after.clone(), loaderx_store::OpenOptions::default()).unwrap();
+        assert_stats_on_disk(&store, &after, &format!("after step {k}"));
+    }
+    assert!(staged > 0, "no step left staging chunks behind");
+}
+
+/// Bytes the chunk files of `storage` hold.
+fn chunk_file_bytes(storage: &MemStorage) -> u64 {
+    storage
+        .chunk_ids()
+        .unwrap()
+        .into_iter()
+        .map(|id| {
+            storage
+                .contents(FileId::Chunk(id))
+                .map_or(0, |b| b.len() as u64)
+        })
+        .sum()
+}
+
+/// `stats` counts what the chunk files hold, never the whole chunks that
+/// the frontiers of an interrupted compaction span (it reported 8 GiB
+/// reclaimable beside 353 MiB of files).
+fn assert_stats_on_disk(store: &Store<Raw, MemStorage>, storage: &MemStorage, when: &str) {
+    let stats = store.stats().unwrap();
+    let disk = chunk_file_bytes(storage);
+    assert!(
+        stats.chunk_bytes <= disk && stats.reclaimable <= disk,
+        "{when}: {stats:?} with {disk} bytes of chunk files"
+    );
+    assert!(stats.live_bytes <= stats.chunk_bytes, "{when}: {stats:?}");
 }
 
 /// A finished compaction: nothing left to reclaim but rollover slack, and
@@ -120,6 +194,7 @@ fn a_failed_delete_changes_nothing() {
     let after_delete = contents(&store);
     let steps = probe.ops() - start;
     assert!(steps >= 4, "a delete takes {steps} steps");
+    let mut refused_read_only = 0;
     for transient in [true, false] {
         for k in 0..steps {
             let storage = MemStorage::new();
@@ -143,13 +218,31 @@ fn a_failed_delete_changes_nothing() {
             let either =
                 |got: &Vec<Vec<u8>>| *got == expect || (k + 1 == steps && *got == after_delete);
             // A read-only open refuses a store with a pending undo log
-            // rather than show a half-done delete.
+            // rather than show a half-done delete: code -2, naming the log
+            // and the writable open that rolls it back.
             let crashed = storage.after_process_crash();
-            if let Ok(ro) = Store::<Raw, MemStorage>::open_in(
-                crashed.read_only(),
-                loaderx_store::OpenOptions::read_only(),
-            ) {
-                assert!(either(&contents(&ro)), "k={k} read-only");
+            let read_only = || {
+                Store::<Raw, MemStorage>::open_in(
+                    crashed.read_only(),
+                    loaderx_store::OpenOptions::read_only(),
+                )
+            };
+            match read_only() {
+                Ok(ro) => assert!(either(&contents(&ro)), "k={k} read-only"),
+                Err(e) => {
+                    assert!(
+                        matches!(&e, loaderx_store::Error::NeedsRecovery { path }
+                            if path.ends_with("meta.zr.undo")),
+                        "k={k}: {e:?}"
+                    );
+                    assert_eq!(e.code(), ErrorCode::Io, "k={k}: {e}");
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("meta.zr.undo") && text.contains("open the store writable"),
+                        "k={k}: {text}"
+                    );
+                    refused_read_only += 1;
+                }
             }
             let store: Store<Raw, MemStorage> = mem_store(&crashed, CAPACITY);
             assert!(
@@ -157,8 +250,16 @@ fn a_failed_delete_changes_nothing() {
                 "k={k} transient={transient} after reopen"
             );
             store.verify().unwrap();
+            drop(store);
+            // The writable open rolled it back: a read-only open now works.
+            let ro = read_only().unwrap_or_else(|e| panic!("k={k} after recovery: {e}"));
+            assert!(either(&contents(&ro)), "k={k} read-only after recovery");
         }
     }
+    assert!(
+        refused_read_only > 0,
+        "no step left an undo log for a read-only open to refuse"
+    );
     // A process killed after the delete completed keeps it.
     let done: Store<Raw, MemStorage> = mem_store(&probe.after_process_crash(), CAPACITY);
     assert!(contents(&done) == after_delete);

@@ -82,7 +82,9 @@ fn records_roll_over_onto_new_chunks() {
     assert!(path.join("8.zr").exists());
     assert!(!path.join("9.zr").exists());
     let stats = store.stats().unwrap();
-    assert_eq!(stats.chunk_bytes, 8 * 1000 + 300);
+    // What the files hold: the 100 bytes a full chunk leaves over are
+    // never written (chunk files grow as written).
+    assert_eq!(stats.chunk_bytes, 8 * 900 + 300);
     assert_eq!(contents(&store).concat(), src);
     drop(store);
     let store: Store<Raw> = Store::open_with(&path, small_chunks(1000)).unwrap();

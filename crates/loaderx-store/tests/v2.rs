@@ -436,11 +436,22 @@ fn creating_over_a_store_is_refused_and_changes_nothing() {
     ] {
         let p = dir.path().join("bad");
         let err = Store::<Deflate>::create_v2(&p, &bad, OpenOptions::default()).unwrap_err();
-        assert_eq!(err.code(), -8, "{err}");
-        assert!(!p.join("meta.zr").exists());
+        // A bad argument, not a damaged store (-8).
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        assert_eq!(err.code(), -4, "{err}");
+        assert!(!p.exists());
     }
     let err = Store::<Deflate>::create_v2(dir.path().join("l"), &schema, lanes(17)).unwrap_err();
-    assert!(err.to_string().contains("lanes"), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument {
+                argument: "lanes",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -884,4 +895,109 @@ fn a_raw_store_checks_raw_records_only_when_asked() {
     let err = checked.gather(&[3], &mut out, 64).unwrap_err();
     assert!(matches!(err, Error::Corrupt { entry: 3, .. }), "{err}");
     assert!(checked.verify().is_err());
+}
+
+/// A creation refused for a bad argument names that argument, is not taken
+/// for a damaged store (it was "not a loaderx store: damaged or invalid
+/// schema block", code -8), and makes nothing, not even the directories.
+#[test]
+fn invalid_create_arguments_are_named_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let usable = vec![7u8; 64];
+    let cases: [(&str, Schema, u8, &str); 9] = [
+        (
+            "shape",
+            dense("<f4", &[4, 0], CodecTag::RAW),
+            1,
+            "dimension 1 = 0",
+        ),
+        (
+            "shape",
+            dense("<f8", &[1 << 40, 1 << 40, 1 << 40], CodecTag::RAW),
+            1,
+            "over 2^64 - 1 bytes",
+        ),
+        (
+            "shape",
+            dense("|u1", &[1 << 32], CodecTag::RAW),
+            1,
+            "record limit",
+        ),
+        ("ndim", ragged("<i4", 0, CodecTag::RAW, None), 1, "1..=16"),
+        ("ndim", ragged("<i4", 17, CodecTag::RAW, None), 1, "1..=16"),
+        (
+            "codec",
+            dense("<i4", &[2], CodecTag(9)),
+            1,
+            "unknown codec tag 9",
+        ),
+        (
+            "dictionary",
+            ragged("<i4", 1, CodecTag::ZSTD_DICT, None),
+            1,
+            "needs a dictionary",
+        ),
+        (
+            "lanes",
+            dense("<i4", &[2], CodecTag::RAW),
+            0,
+            "0 write lanes",
+        ),
+        (
+            "lanes",
+            dense("<i4", &[2], CodecTag::RAW),
+            17,
+            "17 write lanes",
+        ),
+    ];
+    for (k, (argument, schema, lanes, fragment)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("n{k}")).join("s");
+        let options = OpenOptions {
+            lanes,
+            ..OpenOptions::default()
+        };
+        let err = Store::<Deflate>::create_v2(&path, &schema, options.clone()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("invalid {argument}: "))
+                && text.contains(fragment)
+                && text.contains(&path.display().to_string()),
+            "{argument}: {text}"
+        );
+        assert!(!text.contains("damaged"), "{argument}: {text}");
+        assert_ne!(err.code(), loaderx_store::ErrorCode::NotAStore, "{text}");
+        assert!(
+            matches!(&err, Error::InvalidArgument { argument: a, .. } if a == &argument),
+            "{err:?}"
+        );
+        assert!(!path.exists() && !path.parent().unwrap().exists(), "{text}");
+        // Through the storage seam too, which has no directory to spare.
+        let err = Store::<Deflate, MemStorage>::create_v2_in(MemStorage::new(), &schema, options)
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { argument: a, .. } if a == &argument),
+            "{err:?}"
+        );
+    }
+    // A dictionary zstd cannot load is a bad argument as well.
+    if cfg!(feature = "zstd") {
+        let mut unusable = vec![0x37, 0xa4, 0x30, 0xec, 0, 0, 0, 0];
+        unusable.resize(200, 0);
+        let path = dir.path().join("dict").join("s");
+        let schema = ragged("<i4", 1, CodecTag::ZSTD_DICT, Some(unusable));
+        let err = Store::<Deflate>::create_v2(&path, &schema, OpenOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::InvalidArgument {
+                    argument: "dictionary",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(!path.parent().unwrap().exists(), "{err}");
+        let ok = ragged("<i4", 1, CodecTag::ZSTD_DICT, Some(usable));
+        Store::<Deflate>::create_v2(&path, &ok, OpenOptions::default()).unwrap();
+    }
 }

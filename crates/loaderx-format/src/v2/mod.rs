@@ -24,7 +24,7 @@ pub use entry::{ENTRY_BASE_LEN, decode_entry, dims_of, encode_entry, entry_len};
 pub use header::{HEADER_V2_LEN, HeaderV2, SLOT_LEN, pick_header};
 pub use schema::{
     CodecRef, Dtype, Kind, MAX_CODEC_NAME, MAX_DICT_LEN, MAX_DTYPE_NAME, MAX_NDIM, MAX_SCHEMA_LEN,
-    Schema,
+    Schema, SchemaError,
 };
 pub use undo::{UNDO_MAGIC_V2, UndoLogV2};
 

@@ -84,6 +84,33 @@ impl CodecRef {
     }
 }
 
+/// A schema that breaks a rule of the format, refused by
+/// [`Schema::check`] before anything is written: an invalid argument of
+/// the store's creation, named. (A schema block read from disk that breaks
+/// a rule is damaged instead: [`FormatError::BadSchema`].)
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchemaError {
+    /// The field at fault, as creation spells it: `codec`, `codecs`,
+    /// `dtype`, `shape`, `ndim` or `dictionary`.
+    pub argument: &'static str,
+    /// The rule it breaks, with the value given.
+    pub reason: String,
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}: {}", self.argument, self.reason)
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+/// A refusal of `argument`, for [`Schema::check`].
+fn invalid(argument: &'static str, reason: String) -> Result<(), SchemaError> {
+    Err(SchemaError { argument, reason })
+}
+
 /// What the records of a store are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -312,93 +339,174 @@ impl Schema {
     /// after parsing), so a bad one is refused before it is written.
     ///
     /// # Errors
-    /// [`FormatError::BadSchema`] or [`FormatError::BadDictionary`] saying why.
-    pub fn check(&self) -> Result<(), FormatError> {
-        let bad = |why: String| Err(FormatError::BadSchema(why));
+    /// [`SchemaError`] naming the field that breaks a rule (`codec`,
+    /// `codecs`, `dtype`, `shape`, `ndim` or `dictionary`) and why.
+    pub fn check(&self) -> Result<(), SchemaError> {
         if !self.codec.is_allowed_v2() {
-            return bad(format!("unknown codec tag {}", self.codec.0));
+            return invalid("codec", format!("unknown codec tag {}", self.codec.0));
         }
         if self.codecs.len() > usize::from(u8::MAX) {
-            return bad(format!(
-                "{} codecs in the codec table (at most 255)",
-                self.codecs.len()
-            ));
+            return invalid(
+                "codecs",
+                format!(
+                    "{} codecs in the codec table (at most 255)",
+                    self.codecs.len()
+                ),
+            );
         }
         for (i, c) in self.codecs.iter().enumerate() {
-            c.check().map_err(FormatError::BadSchema)?;
+            c.check().map_err(|reason| SchemaError {
+                argument: "codecs",
+                reason,
+            })?;
             if i > 0 && self.codecs[i - 1].tag >= c.tag {
-                return bad("the codec table is not in strictly increasing tag order".into());
+                return invalid(
+                    "codecs",
+                    "the codec table is not in strictly increasing tag order".into(),
+                );
             }
         }
         if !self.codec.is_known_v2() && self.codec_ref(self.codec).is_none() {
-            return bad(format!(
-                "codec tag {} is not listed in the schema's codec table",
-                self.codec.0
-            ));
+            return invalid(
+                "codec",
+                format!(
+                    "codec tag {} is not listed in the schema's codec table",
+                    self.codec.0
+                ),
+            );
         }
+        self.check_geometry()?;
+        self.check_image()?;
+        self.check_dictionary()
+    }
+
+    /// The dtype, item shape and rank of the schema's kind.
+    fn check_geometry(&self) -> Result<(), SchemaError> {
         match self.kind {
             Kind::Bytes => {
-                if self.dtype != Dtype::U8 || self.ndim != 0 || !self.shape.is_empty() {
-                    return bad("a bytes store has dtype |u1 and no shape".into());
+                if self.dtype != Dtype::U8 {
+                    return invalid(
+                        "dtype",
+                        format!("a bytes store has dtype |u1, not {}", self.dtype.name()),
+                    );
+                }
+                if self.ndim != 0 || !self.shape.is_empty() {
+                    return invalid("shape", "a bytes store has no shape".into());
                 }
             }
             Kind::Dense => {
-                if self.shape.len() > MAX_NDIM || usize::from(self.ndim) != self.shape.len() {
-                    return bad(format!(
-                        "item shape has {} dimensions (at most {MAX_NDIM})",
-                        self.shape.len()
-                    ));
+                if self.shape.len() > MAX_NDIM {
+                    return invalid(
+                        "shape",
+                        format!(
+                            "item shape has {} dimensions (at most {MAX_NDIM})",
+                            self.shape.len()
+                        ),
+                    );
+                }
+                if usize::from(self.ndim) != self.shape.len() {
+                    return invalid(
+                        "ndim",
+                        format!(
+                            "ndim {} of a dense store is not its item shape's {} dimensions",
+                            self.ndim,
+                            self.shape.len()
+                        ),
+                    );
                 }
                 if let Some(k) = self.shape.iter().position(|&d| d == 0) {
-                    return bad(format!(
-                        "item shape dimension {k} is 0 (zero-size records are refused)"
-                    ));
+                    return invalid(
+                        "shape",
+                        format!(
+                            "item shape {:?} has dimension {k} = 0 (zero-size records are refused)",
+                            self.shape
+                        ),
+                    );
                 }
                 let len = self.item_len().unwrap_or(u64::MAX);
                 if len > u64::from(MAX_RECORD_LEN_V2) {
-                    return bad(format!(
-                        "one item is {len} bytes, over the {MAX_RECORD_LEN_V2}-byte record limit"
-                    ));
+                    let len = if len == u64::MAX {
+                        "over 2^64 - 1".to_owned()
+                    } else {
+                        len.to_string()
+                    };
+                    return invalid(
+                        "shape",
+                        format!(
+                            "one item of shape {:?} and dtype {} is {len} bytes, over the \
+                             {MAX_RECORD_LEN_V2}-byte record limit",
+                            self.shape,
+                            self.dtype.name()
+                        ),
+                    );
                 }
             }
             Kind::Ragged => {
-                if self.ndim == 0 || usize::from(self.ndim) > MAX_NDIM || !self.shape.is_empty() {
-                    return bad(format!(
-                        "ragged rank {} is outside 1..={MAX_NDIM}",
-                        self.ndim
-                    ));
+                if self.ndim == 0 || usize::from(self.ndim) > MAX_NDIM {
+                    return invalid(
+                        "ndim",
+                        format!("ragged rank {} is outside 1..={MAX_NDIM}", self.ndim),
+                    );
+                }
+                if !self.shape.is_empty() {
+                    return invalid(
+                        "shape",
+                        "a ragged store has no item shape (each record has its own)".into(),
+                    );
                 }
             }
         }
+        Ok(())
+    }
+
+    /// An image codec's uint8 RGB records.
+    fn check_image(&self) -> Result<(), SchemaError> {
         if self.codec.is_image() {
             let name = self.codec.name().unwrap_or("image");
+            let rule = "stores uint8 RGB images: dtype |u1 and item shape (H, W, 3) or \
+                        (3, H, W) with sides up to 65535 (dense), or ndim 3 (ragged)";
             let side = |d: u64| d <= 65_535;
-            let rgb = match self.kind {
-                Kind::Dense => match self.shape[..] {
-                    [h, w, 3] | [3, h, w] => side(h) && side(w),
-                    _ => false,
-                },
-                Kind::Ragged => self.ndim == 3,
-                Kind::Bytes => false,
+            let (argument, fits) = match self.kind {
+                Kind::Dense => (
+                    "shape",
+                    match self.shape[..] {
+                        [h, w, 3] | [3, h, w] => side(h) && side(w),
+                        _ => false,
+                    },
+                ),
+                Kind::Ragged => ("ndim", self.ndim == 3),
+                Kind::Bytes => ("codec", false),
             };
-            if self.dtype != Dtype::U8 || !rgb {
-                return bad(format!(
-                    "codec {name} stores uint8 RGB images: dtype |u1 and item shape (H, W, 3) or (3, H, W) with sides up to 65535 (dense), or ndim 3 (ragged)"
-                ));
+            if self.dtype != Dtype::U8 {
+                return invalid(
+                    "dtype",
+                    format!(
+                        "codec {name} {rule}; dtype {} is not |u1",
+                        self.dtype.name()
+                    ),
+                );
             }
-        }
-        match (&self.dictionary, self.codec == CodecTag::ZSTD_DICT) {
-            (None, true) => return bad("codec zstd_dict needs a dictionary".into()),
-            (Some(_), false) => return bad("a dictionary is only kept for codec zstd_dict".into()),
-            (Some(d), true) if d.is_empty() || d.len() > MAX_DICT_LEN => {
-                return Err(FormatError::BadDictionary(format!(
-                    "dictionary is {} bytes (1..={MAX_DICT_LEN})",
-                    d.len()
-                )));
+            if !fits {
+                return invalid(argument, format!("codec {name} {rule}"));
             }
-            _ => {}
         }
         Ok(())
+    }
+
+    /// A dictionary exactly for codec `zstd_dict`, of a size it may have.
+    fn check_dictionary(&self) -> Result<(), SchemaError> {
+        match (&self.dictionary, self.codec == CodecTag::ZSTD_DICT) {
+            (None, true) => invalid("dictionary", "codec zstd_dict needs a dictionary".into()),
+            (Some(_), false) => invalid(
+                "dictionary",
+                "a dictionary is only kept for codec zstd_dict".into(),
+            ),
+            (Some(d), true) if d.is_empty() || d.len() > MAX_DICT_LEN => invalid(
+                "dictionary",
+                format!("dictionary is {} bytes (1..={MAX_DICT_LEN})", d.len()),
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// The block's bytes.
@@ -500,6 +608,10 @@ impl Schema {
         };
         let dictionary = if dict_len == 0 {
             None
+        } else if dict_len as usize > MAX_DICT_LEN {
+            return Err(FormatError::BadDictionary(format!(
+                "dictionary is {dict_len} bytes, over the {MAX_DICT_LEN}-byte limit"
+            )));
         } else {
             let Some(dict) = r.take(dict_len as usize) else {
                 return Err(FormatError::BadDictionary(format!(
@@ -535,7 +647,11 @@ impl Schema {
             dictionary,
             codecs,
         };
-        schema.check()?;
+        // A block that passed its checksum but breaks a rule is damaged
+        // (or written by a buggy writer): never "invalid argument".
+        schema
+            .check()
+            .map_err(|e| FormatError::BadSchema(e.reason))?;
         Ok(schema)
     }
 }
@@ -676,6 +792,119 @@ mod tests {
         assert!(Schema::decode(&b[..10], crate::v2::crc32c(&b[..10])).is_err());
         assert!(Dtype::from_name("<f16").is_none() && Dtype::from_name("|O").is_none());
         assert!(Dtype::from_name(">u1").is_none() && Dtype::from_name("=i4").is_none());
+    }
+
+    #[test]
+    fn check_names_the_argument_at_fault() {
+        let f4 = Dtype::from_name("<f4").unwrap();
+        let jpeg = vec![CodecRef {
+            tag: CodecTag::JPEG,
+            name: "jpeg".into(),
+            version: 1,
+        }];
+        let cases = [
+            (
+                "shape",
+                Schema {
+                    shape: vec![3, 0, 64],
+                    ..dense()
+                },
+                "dimension 1 = 0",
+            ),
+            (
+                "shape",
+                Schema {
+                    shape: vec![1 << 40; 3],
+                    ..dense()
+                },
+                "over 2^64 - 1 bytes",
+            ),
+            (
+                "ndim",
+                Schema { ndim: 2, ..dense() },
+                "not its item shape's 3",
+            ),
+            (
+                "dtype",
+                Schema {
+                    shape: vec![8, 8, 3],
+                    codec: CodecTag::JPEG,
+                    codecs: jpeg.clone(),
+                    ..dense()
+                },
+                "dtype <f4 is not |u1",
+            ),
+            (
+                "shape",
+                Schema {
+                    dtype: Dtype::U8,
+                    shape: vec![8, 8, 4],
+                    codec: CodecTag::JPEG,
+                    codecs: jpeg,
+                    ..dense()
+                },
+                "uint8 RGB",
+            ),
+            (
+                "dtype",
+                Schema {
+                    dtype: f4,
+                    ..Schema::bytes(CodecTag::RAW)
+                },
+                "|u1",
+            ),
+            (
+                "ndim",
+                Schema {
+                    kind: Kind::Ragged,
+                    shape: vec![],
+                    ndim: 0,
+                    ..dense()
+                },
+                "rank 0",
+            ),
+            (
+                "codec",
+                Schema {
+                    codec: CodecTag(9),
+                    ..dense()
+                },
+                "tag 9",
+            ),
+            (
+                "dictionary",
+                Schema {
+                    dictionary: Some(vec![1]),
+                    ..dense()
+                },
+                "only kept for codec zstd_dict",
+            ),
+        ];
+        for (argument, schema, fragment) in cases {
+            let err = schema.check().unwrap_err();
+            assert_eq!(err.argument, argument, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("invalid {argument}: ")) && text.contains(fragment),
+                "{text}"
+            );
+            assert!(!text.contains("damaged"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_block_read_back_that_breaks_a_rule_is_damaged() {
+        // Not a bad argument: its checksum matches, but it breaks a rule.
+        let mut block = dense().encode();
+        let dims = 8 + "<f4".len();
+        block[dims + 8..dims + 16].copy_from_slice(&0u64.to_le_bytes());
+        let err = Schema::decode(&block, crate::v2::crc32c(&block)).unwrap_err();
+        assert!(matches!(err, FormatError::BadSchema(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("damaged or invalid schema block: ") && text.contains("= 0"),
+            "{text}"
+        );
     }
 
     #[test]
