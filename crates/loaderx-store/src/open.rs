@@ -202,8 +202,10 @@ impl<C: Codec + Default> Store<C, FileStorage> {
         // A bad argument, or a codec the handle lacks, refuses the creation
         // before anything, the directory included, is made.
         let listed = with_codec_table(schema, &options.codecs).map_err(|e| e.at(path))?;
-        check_creation(path, &listed, options.lanes)?;
+        // A codec this build lacks first: its arguments (a zstd dictionary)
+        // cannot be judged without it.
         check_codecs(&listed, &options.codecs).map_err(|e| e.at(path))?;
+        check_creation(path, &listed, options.lanes)?;
         match fs::metadata(path) {
             Ok(md) if !md.is_dir() => {
                 return Err(Error::NotAStore {
