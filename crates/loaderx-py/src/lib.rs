@@ -16,12 +16,12 @@
 //! [`loaderx_sampler::Sampler`], and `loader::Loader` a
 //! [`loaderx_loader::Loader`] whose streams are such
 //! stores (its workers gather through the same lock as Python callers, with
-//! no GIL). Argument checking that is cheap in Python
-//! (codec names, contiguity, writability, index dtypes) happens in the
-//! pure-Python layer (`python/loaderx/`); this module takes flat, typed NumPy
-//! arrays, releases the GIL for every call that does real work, and turns
-//! engine errors into `loaderx.ZrecordError` with their stable code
-//! (module `errors`).
+//! no GIL). The typed containers' index rules live in module
+//! `indices`: a container's read is one call here, whatever its index
+//! (ints, slices, masks, lists, arrays of any integer dtype), resolved and
+//! gathered under one lock. This module releases the GIL for every call
+//! that does real work, and turns engine errors into `loaderx.ZrecordError`
+//! with their stable code (module `errors`).
 //!
 //! It never interprets record bytes, allocates output arrays only for typed
 //! reads (which then reach NumPy without a copy, large ones from a pool of
@@ -41,6 +41,7 @@
 #[allow(unsafe_code)]
 mod arrays;
 mod errors;
+mod indices;
 mod loader;
 #[allow(unsafe_code)]
 mod pool;

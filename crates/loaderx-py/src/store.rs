@@ -31,13 +31,17 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, TryLockError};
 
 use loaderx_loader::Source;
 use loaderx_store::{CodecId, ErrorCode, OpenOptions};
-use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1,
+    PyReadwriteArray1, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyFileExistsError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::arrays;
 use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
+use crate::indices::{self, Resolved, Selection};
 use crate::pool::{Output, OutputKind, SharedPool, output_pool};
 use crate::typed::{self, Engine};
 
@@ -220,6 +224,22 @@ impl Handle {
                 }
             }
         }
+    }
+
+    /// Runs `f` on the engine and the records `selection` picks (resolved
+    /// against the store's length under the same shared lock), with the GIL
+    /// released; a selection that picks nothing raises its refusal.
+    fn selected<T, F>(&self, py: Python<'_>, selection: Selection, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(&Engine, Resolved) -> loaderx_store::Result<T> + Send,
+    {
+        let path = self.path.as_str();
+        self.shared(py, |engine| match selection.resolve(engine.len(), path) {
+            Ok(resolved) => f(engine, resolved).map(Ok),
+            Err(refusal) => Ok(Err(refusal)),
+        })?
+        .map_err(|refusal| refusal.into_err(py))
     }
 
     /// Runs `f` on the engine under the exclusive lock, with the GIL released.
@@ -514,67 +534,6 @@ impl Store {
         )))
     }
 
-    /// Dense records `idxs`, back to back in one new `uint8` array (from
-    /// this handle's output pool when at least `POOLED_OUTPUT_BYTES`).
-    fn gather_dense<'py>(
-        &self,
-        py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let outputs = &self.outputs;
-        let data = self.handle.shared(py, |engine| {
-            let item_len = typed::dense_item_len(engine)?;
-            let len = item_len
-                .checked_mul(idxs.len())
-                .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
-            let mut out = allocate(outputs, OutputKind::Dense, len)?;
-            engine.gather_exact(idxs, out.as_mut(), item_len)?;
-            Ok(out)
-        })?;
-        data.into_array(py, outputs, OutputKind::Dense)
-    }
-
-    /// Ragged records `idxs` in one new `uint8` array: `(data, offsets,
-    /// dims)` with the `n + 1` byte offsets of the records in `data` and
-    /// their `n * ndim` dimensions.
-    #[allow(clippy::type_complexity)]
-    fn gather_shaped<'py>(
-        &self,
-        py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<(
-        Bound<'py, PyArray1<u8>>,
-        Bound<'py, PyArray1<u64>>,
-        Bound<'py, PyArray1<u32>>,
-    )> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let outputs = &self.outputs;
-        let batch = self.handle.shared(py, |engine| {
-            typed::gather_ragged(engine, idxs, |len| {
-                allocate(outputs, OutputKind::Ragged, len)
-            })
-        })?;
-        Ok((
-            batch.data.into_array(py, outputs, OutputKind::Ragged)?,
-            PyArray1::from_vec(py, batch.offsets),
-            PyArray1::from_vec(py, batch.dims),
-        ))
-    }
-
-    /// The dimensions of ragged records `idxs`, `ndim` per record.
-    fn dims<'py>(
-        &self,
-        py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let dims = self
-            .handle
-            .shared(py, |engine| typed::ragged_dims(engine, idxs))?;
-        Ok(PyArray1::from_vec(py, dims))
-    }
-
     /// Appends `uint8` images `src[offsets[i] ..][.. lens[i]]` (dense: one
     /// item each, `dims` empty; ragged: `(h, w, 3)` each, in `dims`),
     /// encoded with the schema's codec (JPEG at `quality`) on the store's
@@ -615,38 +574,173 @@ impl Store {
         })
     }
 
-    /// Image records `idxs` decoded, resized to cover `height x width` and
-    /// centre-cropped, into one new `uint8` array of `n * height * width * 3`
-    /// bytes in `layout` (`"hwc"` or `"chw"`); GIL released.
-    fn gather_images<'py>(
+    /// The records `idx` selects from a dense store, in a new array of
+    /// `proto`'s dtype shaped `(n, *proto.shape[1:])` (`proto`: an empty
+    /// `(0, *item_shape)` array of the container's dtype), each record
+    /// checked to be exactly one item; for an index of one record (and not
+    /// `batch`), that record. `idx` is any index form module `indices`
+    /// reads, resolved and gathered under one lock: `Dense.__getitem__` in
+    /// one call. A batch of at least `POOLED_OUTPUT_BYTES` comes from this
+    /// handle's output pool.
+    #[pyo3(signature = (idx, proto, batch = false))]
+    #[allow(unsafe_code)]
+    fn get_dense<'py>(
         &self,
         py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
+        idx: &Bound<'py, PyAny>,
+        proto: &Bound<'py, PyUntypedArray>,
+        batch: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let selection = indices::parse(idx, batch)?;
+        let item_len = arrays::row_len(proto)
+            .filter(|_| proto.shape().first() == Some(&0))
+            .ok_or_else(|| {
+                PyValueError::new_err("proto must be an empty (0, *item_shape) array of plain data")
+            })?;
+        let small = selection
+            .count()
+            .filter(|&rows| rows.saturating_mul(item_len) < crate::pool::POOLED_OUTPUT_BYTES);
+        let (out, one) = if let Some(rows) = small {
+            let mut one = false;
+            // SAFETY: `item_len` is `row_len(proto)`, asked above; and
+            // `gather_exact` writes all `rows * item_len` bytes of `dst`
+            // when it succeeds (the resolved indices are checked to be
+            // `rows`, and every record to be exactly `item_len` bytes,
+            // before any is copied) and reads none.
+            let out = unsafe {
+                arrays::new_rows_like(py, proto, item_len, rows, |dst| {
+                    one = self.handle.selected(py, selection, |engine, resolved| {
+                        if resolved.idxs.len() != rows {
+                            return Err(loaderx_store::Error::OutOfMemory { bytes: u64::MAX });
+                        }
+                        engine.gather_exact(&resolved.idxs, dst, item_len)?;
+                        Ok(resolved.one)
+                    })?;
+                    Ok(())
+                })?
+            };
+            (out.into_any(), one)
+        } else {
+            let outputs = &self.outputs;
+            let (data, rows, one) = self.handle.selected(py, selection, |engine, resolved| {
+                let len = item_len
+                    .checked_mul(resolved.idxs.len())
+                    .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
+                let mut out = allocate(outputs, OutputKind::Dense, len)?;
+                engine.gather_exact(&resolved.idxs, out.as_mut(), item_len)?;
+                Ok((out, resolved.idxs.len(), resolved.one))
+            })?;
+            let mut shape = vec![rows];
+            shape.extend_from_slice(&proto.shape()[1..]);
+            let out = data
+                .into_array(py, outputs, OutputKind::Dense)?
+                .call_method1("view", (proto.dtype(),))?
+                .call_method1("reshape", (PyTuple::new(py, shape)?,))?;
+            (out, one)
+        };
+        if one { out.get_item(0) } else { Ok(out) }
+    }
+
+    /// The records `idx` selects from a ragged store of `dtype`: `(flat,
+    /// offsets, shapes, one)`, the records back to back in `flat` (a 1-D
+    /// `dtype` array over one allocation), record `i` being
+    /// `flat[offsets[i]:offsets[i + 1]]` (int64 element offsets) of shape
+    /// `shapes[i]` (int64, `(n, ndim)`); `one` when `idx` names one record
+    /// (and not `batch`). Resolved and gathered under one lock.
+    #[pyo3(signature = (idx, dtype, batch = false))]
+    #[allow(clippy::type_complexity)]
+    fn get_ragged<'py>(
+        &self,
+        py: Python<'py>,
+        idx: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyArrayDescr>,
+        batch: bool,
+    ) -> PyResult<(
+        Bound<'py, PyAny>,
+        Bound<'py, PyArray1<i64>>,
+        Bound<'py, PyAny>,
+        bool,
+    )> {
+        let selection = indices::parse(idx, batch)?;
+        let itemsize = dtype.itemsize().max(1) as u64;
+        let outputs = &self.outputs;
+        let (gathered, ndim, one) = self.handle.selected(py, selection, |engine, resolved| {
+            let ndim = typed::ragged_ndim(engine)?;
+            let gathered = typed::gather_ragged(engine, &resolved.idxs, |len| {
+                allocate(outputs, OutputKind::Ragged, len)
+            })?;
+            Ok((gathered, ndim, resolved.one))
+        })?;
+        let rows = gathered.offsets.len() - 1;
+        let flat = gathered
+            .data
+            .into_array(py, outputs, OutputKind::Ragged)?
+            .call_method1("view", (dtype,))?;
+        let offsets: Vec<i64> = gathered
+            .offsets
+            .iter()
+            .map(|&o| (o / itemsize) as i64)
+            .collect();
+        let shapes: Vec<i64> = gathered.dims.iter().map(|&d| i64::from(d)).collect();
+        let shapes = PyArray1::from_vec(py, shapes).reshape([rows, ndim])?;
+        Ok((
+            flat,
+            PyArray1::from_vec(py, offsets),
+            shapes.into_any(),
+            one,
+        ))
+    }
+
+    /// The shapes of the ragged records `idx` selects, `(n, ndim)` int64,
+    /// without reading the records.
+    fn shapes<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let selection = indices::parse(idx, true)?;
+        let (dims, rows, ndim) = self.handle.selected(py, selection, |engine, resolved| {
+            let dims = typed::ragged_dims(engine, &resolved.idxs)?;
+            Ok((dims, resolved.idxs.len(), typed::ragged_ndim(engine)?))
+        })?;
+        let dims: Vec<i64> = dims.into_iter().map(i64::from).collect();
+        Ok(PyArray1::from_vec(py, dims)
+            .reshape([rows, ndim])?
+            .into_any())
+    }
+
+    /// The images `idx` selects, decoded, resized to cover `height x width`
+    /// and centre-cropped, in a new `uint8` array `(n, height, width, 3)`
+    /// (`layout` `"hwc"`) or `(n, 3, height, width)` (`"chw"`); for an
+    /// index of one record (and not `batch`), that image. GIL released.
+    #[pyo3(signature = (idx, height, width, layout, batch = false))]
+    fn get_images<'py>(
+        &self,
+        py: Python<'py>,
+        idx: &Bound<'py, PyAny>,
         height: u32,
         width: u32,
         layout: &str,
-    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let layout = match layout {
-            "hwc" => loaderx_store::ImageLayout::Hwc,
-            "chw" => loaderx_store::ImageLayout::Chw,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "layout must be \"hwc\" or \"chw\", got {other:?}"
-                )));
-            }
-        };
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        batch: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let layout = image_layout(layout)?;
+        let selection = indices::parse(idx, batch)?;
         let outputs = &self.outputs;
-        let data = self.handle.shared(py, |engine| {
+        let (data, rows, one) = self.handle.selected(py, selection, |engine, resolved| {
             let len = (height as usize)
                 .checked_mul(width as usize)
-                .and_then(|px| px.checked_mul(3 * idxs.len()))
+                .and_then(|px| px.checked_mul(3 * resolved.idxs.len()))
                 .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
             let mut out = allocate(outputs, OutputKind::Images, len)?;
-            engine.gather_images(idxs, out.as_mut(), height, width, layout)?;
-            Ok(out)
+            engine.gather_images(&resolved.idxs, out.as_mut(), height, width, layout)?;
+            Ok((out, resolved.idxs.len(), resolved.one))
         })?;
-        data.into_array(py, outputs, OutputKind::Images)
+        let (h, w) = (height as usize, width as usize);
+        let shape = match layout {
+            loaderx_store::ImageLayout::Hwc => [rows, h, w, 3],
+            _ => [rows, 3, h, w],
+        };
+        let out = data
+            .into_array(py, outputs, OutputKind::Images)?
+            .reshape(shape)?
+            .into_any();
+        if one { out.get_item(0) } else { Ok(out) }
     }
 
     /// Checks every record and entry; raises the first problem.
@@ -825,10 +919,19 @@ impl Store {
 
     /// Deletes records (tail swapped into each hole); waits for gathers in
     /// flight.
-    fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+    /// `idxs` is any index form module `indices` reads (negative ones
+    /// counting from the end), resolved under the same lock.
+    fn delete(&self, py: Python<'_>, idxs: &Bound<'_, PyAny>) -> PyResult<()> {
+        let selection = indices::parse(idxs, true)?;
+        let path = self.handle.path.as_str();
         self.handle
-            .exclusive(py, "delete from", |engine| engine.delete(idxs))
+            .exclusive(py, "delete from", |engine| {
+                match selection.resolve(engine.len(), path) {
+                    Ok(resolved) => engine.delete(&resolved.idxs).map(Ok),
+                    Err(refusal) => Ok(Err(refusal)),
+                }
+            })?
+            .map_err(|refusal| refusal.into_err(py))
     }
 
     /// Reclaims the space deleted records left behind; waits for gathers in
@@ -853,6 +956,17 @@ impl Store {
         let committed = self.handle.close(py);
         self.outputs.0.close();
         committed.map_err(|err| store_error(py, err))
+    }
+}
+
+/// An image layout by its Python name.
+fn image_layout(layout: &str) -> PyResult<loaderx_store::ImageLayout> {
+    match layout {
+        "hwc" => Ok(loaderx_store::ImageLayout::Hwc),
+        "chw" => Ok(loaderx_store::ImageLayout::Chw),
+        other => Err(PyValueError::new_err(format!(
+            "layout must be \"hwc\" or \"chw\", got {other:?}"
+        ))),
     }
 }
 

@@ -239,6 +239,11 @@ pub(crate) fn gather_ragged<B: AsMut<[u8]>>(
     })
 }
 
+/// The rank of a ragged store's records.
+pub(crate) fn ragged_ndim(engine: &Engine) -> Result<usize> {
+    Ok(usize::from(typed_schema(engine, Kind::Ragged)?.ndim))
+}
+
 /// The dimensions of records `idxs` of a ragged store, `ndim` per record.
 pub(crate) fn ragged_dims(engine: &Engine, idxs: &[u64]) -> Result<Vec<u32>> {
     let ndim = usize::from(typed_schema(engine, Kind::Ragged)?.ndim);

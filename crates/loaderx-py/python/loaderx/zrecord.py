@@ -44,7 +44,6 @@ import numpy as np
 from . import _native
 from ._zrecord import (
     _BEHIND_NOTE,
-    _INDEX_OUT_OF_RANGE,
     _IO,
     _OPEN,
     _RECORD_SIZE,
@@ -52,7 +51,6 @@ from ._zrecord import (
     ClosedError,
     ZrecordError,
     ZrecordIndexError,
-    _as_indices,
     _Closing,
 )
 
@@ -313,14 +311,6 @@ def _flat_dims(shapes: Any, n: int, ndim: int) -> np.ndarray:
     return np.asarray(given, dtype=np.int64)
 
 
-def _is_record_index(idx: Any) -> bool:
-    if isinstance(idx, (bool, np.bool_)):
-        return False
-    return isinstance(idx, (int, np.integer)) or (
-        isinstance(idx, np.ndarray) and idx.ndim == 0 and idx.dtype.kind in "iu"
-    )
-
-
 def _pipelined(blocks: Iterator[Any], write: Callable[[Any], None]) -> None:
     """``write(block)`` for every block, in order, on a helper thread, while
     this thread produces the next block (packing ragged records overlaps with
@@ -420,10 +410,6 @@ def _release_pages(source: np.ndarray, block: np.ndarray) -> None:
             mm.madvise(_MADV_DONTNEED, lo, hi - lo)
         except (OSError, ValueError):
             pass  # advice only
-
-
-# Index arrays handed to the store without conversion (see `_gather_selected`).
-_WORD_INDICES = (np.dtype(np.int64), np.dtype(np.uint64))
 
 
 class _Container(_Closing):
@@ -766,72 +752,6 @@ class _Container(_Closing):
             return out
         return np.array(block, order="C", copy=True)
 
-    # --- indices ----------------------------------------------------------------------
-
-    def _indices(self, idx: Any) -> np.ndarray:
-        """The record indices `idx` selects, as uint64 (negative ones count
-        from the end, a boolean mask picks where it is true)."""
-        if isinstance(idx, slice):
-            return np.arange(*idx.indices(len(self)), dtype=np.uint64)
-        if idx is Ellipsis:
-            return np.arange(len(self), dtype=np.uint64)
-        if isinstance(idx, tuple):
-            for pos, item in enumerate(idx):
-                if not _is_record_index(item):
-                    raise TypeError(
-                        f"a tuple selects records and must hold integers, got "
-                        f"{type(item).__name__} at position {pos}"
-                    )
-            idx = np.array([operator.index(i) for i in idx], dtype=object)
-        arr = idx if isinstance(idx, np.ndarray) else np.asarray(idx)
-        if arr.dtype == np.bool_:
-            if arr.ndim == 0:
-                raise TypeError(
-                    f"a boolean scalar ({idx!r}) is not a record index or mask; a mask is a "
-                    f"boolean array of {len(self)} entries"
-                )
-            n = len(self)
-            if arr.ndim != 1 or arr.shape[0] != n:
-                raise IndexError(f"boolean mask of shape {arr.shape} does not match {n} records")
-            return np.flatnonzero(arr).astype(np.uint64)
-        n = len(self)
-        return _as_indices(arr if arr.dtype.kind != "f" else idx, wrap=n)
-
-    def _gather(self, store: _native.Store, idx64: np.ndarray) -> Any:
-        """The records `idx64` from `store` (this reader's, from
-        :meth:`_reading`, taken once per call)."""
-        raise NotImplementedError
-
-    def _gather_selected(self, store: _native.Store, idx: Any) -> Any:
-        """``_gather`` of the records `idx` selects. An index array already
-        of 64-bit integers goes to the store as it is (no conversion pass):
-        the store refuses an index past the end before writing anything, and
-        a negative one, seen as unsigned, is past it; either way the general
-        path then wraps negatives and names what is wrong."""
-        if (
-            type(idx) is np.ndarray
-            and idx.ndim == 1
-            and idx.dtype in _WORD_INDICES
-            and idx.flags.c_contiguous
-        ):
-            try:
-                return self._gather(store, idx.view(np.uint64))
-            except ZrecordError as exc:
-                if exc.code != _INDEX_OUT_OF_RANGE:
-                    raise
-        return self._gather(store, self._indices(idx))
-
-    def _index(self, idx: Any) -> int:
-        """One record index, negative counting from the end."""
-        i = operator.index(idx)
-        n = len(self)
-        if not -n <= i < n:
-            raise ZrecordError(
-                _INDEX_OUT_OF_RANGE,
-                f"index {i} is out of range for {self.path} ({n} records)",
-            )
-        return i + n if i < 0 else i
-
     # --- images -----------------------------------------------------------------------
 
     def _image_store(self, op: str) -> _native.Store:
@@ -880,8 +800,7 @@ class _Container(_Closing):
     def delete(self, idxs: Any) -> None:
         """Remove records; the last records move into the holes so the
         indices stay ``0..len``. Needs ``open(path, writable=True)``."""
-        store = self._editing("delete from")
-        store.delete(self._indices(idxs))
+        self._editing("delete from").delete(idxs)
 
     def compact(self) -> None:
         """Reclaim the space deleted records left. Needs
@@ -945,7 +864,7 @@ class Dense(_Container):
         #: The number of axes of a record (``len(item_shape)``), as in loaderx 2.x.
         self.ndim = len(self.item_shape)
         self._item_len = int(self._schema["item_len"])
-        # What `_native.Store.gather_like` shapes and types a batch by.
+        # What `_native.Store.get_dense` shapes and types a batch by.
         self._proto = np.empty((0, *self.item_shape), dtype=self.dtype)
 
     @classmethod
@@ -1070,18 +989,6 @@ class Dense(_Container):
                 store.append_dense(flat, block.shape[0])
             _release_pages(source, block)
 
-    def _gather(self, store: _native.Store, idx64: np.ndarray) -> np.ndarray:
-        # Every record checked to be exactly one item. A large batch goes
-        # into a buffer this handle recycles once the array dies (no fresh
-        # pages to fault in and clear per batch); a small one straight into
-        # a new uninitialised array (no zero-fill pass over it first).
-        if idx64.size * self._item_len >= _native.POOLED_OUTPUT_BYTES:
-            data = store.gather_dense(idx64)
-            return data.view(self.dtype).reshape((idx64.size, *self.item_shape))
-        out = np.empty((idx64.size, *self.item_shape), dtype=self.dtype)
-        store.gather_exact(idx64, out.reshape(-1).view(np.uint8), self._item_len)
-        return out
-
     def __getitem__(self, idx: Any) -> Any:
         """One record for an integer (negative counts from the end); a
         stacked ``(n, *item_shape)`` array for anything else."""
@@ -1091,25 +998,11 @@ class Dense(_Container):
         store = self._store
         if store is None or not self._readable or self._behind is not None:
             store = self._reading()
-        # An index array first: the batch path is the hot one, and a small
-        # batch of 64-bit indices is one native call.
-        if type(idx) is np.ndarray and idx.ndim == 1:
-            try:
-                out = store.gather_like(idx, self._proto)
-            except ZrecordError as exc:
-                if exc.code != _INDEX_OUT_OF_RANGE:
-                    raise
-            else:
-                return out if out is not None else self._gather_selected(store, idx)
-            # A negative index (wrapped here) or one past the end (named).
-            return self._gather(store, self._indices(idx))
-        if _is_record_index(idx):
-            return self._gather(store, np.array([self._index(idx)], dtype=np.uint64))[0]
-        return self._gather_selected(store, idx)
+        return store.get_dense(idx, self._proto)
 
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """The batch ``(n, *item_shape)`` at `idxs` (PyTorch's batch hook)."""
-        return self._gather_selected(self._reading(), idxs)
+        return self._reading().get_dense(idxs, self._proto, True)
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
@@ -1451,16 +1344,6 @@ class Ragged(_Container):
 
     # --- reading ----------------------------------------------------------------------
 
-    def _gather(
-        self, store: _native.Store, idx64: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        data, offsets, dims = store.gather_shaped(idx64)
-        return (
-            data.view(self.dtype),
-            (offsets // self.dtype.itemsize).astype(np.int64),
-            dims.reshape(idx64.size, self.ndim).astype(np.int64),
-        )
-
     @staticmethod
     def _views(flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray) -> list[np.ndarray]:
         bounds = offsets.tolist()
@@ -1476,29 +1359,24 @@ class Ragged(_Container):
         ``dtype`` array holding them back to back, record ``i`` being
         ``flat[offsets[i]:offsets[i + 1]].reshape(shapes[i])`` (`offsets`
         int64, ``n + 1`` element offsets; `shapes` int64 ``(n, ndim)``)."""
-        return self._gather(self._reading(), self._indices(idxs))
+        flat, offsets, shapes, _ = self._reading().get_ragged(idxs, self.dtype, True)
+        return flat, offsets, shapes
 
     def shapes(self, idxs: Any) -> np.ndarray:
         """The shape of each record at `idxs`, ``(n, ndim)`` int64, without
         reading the records."""
-        idx64 = self._indices(idxs)
-        dims = self._reading().dims(idx64)
-        return dims.reshape(idx64.size, self.ndim).astype(np.int64)
+        return self._reading().shapes(idxs)
 
     def __getitem__(self, idx: Any) -> Any:
         """One array for an integer (negative counts from the end); a list
         of arrays, views into one allocation, for anything else."""
-        store = self._reading()
-        if type(idx) is np.ndarray and idx.ndim == 1:
-            return self._views(*self._gather_selected(store, idx))
-        if _is_record_index(idx):
-            one = np.array([self._index(idx)], dtype=np.uint64)
-            return self._views(*self._gather(store, one))[0]
-        return self._views(*self._gather_selected(store, idx))
+        flat, offsets, shapes, one = self._reading().get_ragged(idx, self.dtype)
+        views = self._views(flat, offsets, shapes)
+        return views[0] if one else views
 
     def __getitems__(self, idxs: Any) -> list[np.ndarray]:
         """The records at `idxs`, a list of views into one allocation."""
-        return self._views(*self._gather_selected(self._reading(), idxs))
+        return self._views(*self.gather_flat(idxs))
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
@@ -1524,8 +1402,7 @@ class Ragged(_Container):
         bounds = (offsets // self.dtype.itemsize).tolist()
         if self.ndim == 1:
             return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
-        idx64 = np.ascontiguousarray(idxs, dtype=np.uint64)
-        shapes = self._reading().dims(idx64).reshape(idx64.size, self.ndim).tolist()
+        shapes = self._reading().shapes(idxs).tolist()
         return [items[lo:hi].reshape(shape) for lo, hi, shape in zip(bounds, bounds[1:], shapes)]
 
     def flat(self) -> FlatRagged:
@@ -1548,8 +1425,7 @@ class Ragged(_Container):
         if self.ndim == 1:
             shapes = np.diff(elements).reshape(-1, 1)
         else:
-            idx64 = np.ascontiguousarray(idxs, dtype=np.uint64)
-            shapes = self._reading().dims(idx64).reshape(idx64.size, self.ndim).astype(np.int64)
+            shapes = self._reading().shapes(idxs)
         return flat, elements, shapes
 
 
@@ -1607,18 +1483,14 @@ class Images(_Closing):
             (type(self._source), self.path, (self.height, self.width), self.layout),
         )
 
-    def _gather(self, idx64: np.ndarray) -> np.ndarray:
-        data = self._source._reading().gather_images(idx64, self.height, self.width, self.layout)
-        return data.reshape((idx64.size, *self.item_shape))
-
     def __getitem__(self, idx: Any) -> np.ndarray:
-        if _is_record_index(idx):
-            return self._gather(np.array([self._source._index(idx)], dtype=np.uint64))[0]
-        return self._gather(self._source._indices(idx))
+        store = self._source._reading()
+        return store.get_images(idx, self.height, self.width, self.layout)
 
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """The batch ``(n, *item_shape)`` at `idxs`."""
-        return self._gather(self._source._indices(idxs))
+        store = self._source._reading()
+        return store.get_images(idxs, self.height, self.width, self.layout, True)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
