@@ -28,13 +28,14 @@
 //! recycled buffers per handle; byte-record reads fill what the caller
 //! passes in), and never holds the GIL while it waits for a lock.
 //!
-//! Unsafe code is confined to module `pool`: the loader's batch buffers and
-//! the large outputs of direct reads (anonymous mappings on Linux) and the
-//! NumPy arrays that view them while a Python object owns them; and to
-//! module `arrays`, which reads the memory of arrays handed over in a list
-//! and of index arrays, and makes the new arrays of `Dense`'s one-call
-//! batch read, which `Store::gather_like` (one `unsafe` call, bound to fill
-//! every byte) gathers into before they are handed out.
+//! Unsafe code is confined to three modules, each stating its invariant:
+//! `pages` (memory advice on shared file mappings); `pool` (the loader's
+//! batch buffers and the large outputs of direct reads, anonymous mappings
+//! on Linux, and the NumPy arrays that view them while a Python object
+//! owns them); and `arrays`, which reads the memory of arrays handed over
+//! in a list and of index arrays, and makes the new arrays of `Dense`'s
+//! one-call batch read, which `Store::get_dense` (one `unsafe` call, bound
+//! to fill every byte) gathers into before they are handed out.
 
 #![deny(unsafe_code)]
 
@@ -43,6 +44,8 @@ mod arrays;
 mod errors;
 mod indices;
 mod loader;
+#[allow(unsafe_code)]
+mod pages;
 #[allow(unsafe_code)]
 mod pool;
 mod sampler;
@@ -60,6 +63,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
+    m.add_function(wrap_pyfunction!(pages::file_maps, m)?)?;
+    m.add_function(wrap_pyfunction!(pages::release_pages, m)?)?;
+    m.add_function(wrap_pyfunction!(pages::release_mapped, m)?)?;
     m.add("MAX_RECORD_LEN", loaderx_store::MAX_RECORD_LEN)?;
     m.add("POOLED_OUTPUT_BYTES", pool::POOLED_OUTPUT_BYTES)?;
     let codecs = PyDict::new(py);

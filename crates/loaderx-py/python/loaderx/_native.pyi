@@ -25,6 +25,9 @@ __all__ = [
     "MAX_DICT_SIZE",
     "stores_dtype",
     "train_dictionary",
+    "file_maps",
+    "release_pages",
+    "release_mapped",
     "__version__",
 ]
 
@@ -45,6 +48,9 @@ def stores_dtype(name: str) -> bool: ...
 def train_dictionary(
     samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int
 ) -> bytes: ...
+def file_maps(paths: list[str]) -> list[tuple[int, int]]: ...
+def release_pages(spans: list[tuple[int, int]], maps: list[tuple[int, int]]) -> None: ...
+def release_mapped(source: object, block: object) -> None: ...
 
 @final
 class Store:

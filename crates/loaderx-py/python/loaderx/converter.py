@@ -20,7 +20,6 @@ Memory stays bounded: sources are read in batches of about
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import re
 import secrets
@@ -37,6 +36,7 @@ from typing import Any, Callable, Union, cast
 
 import numpy as np
 
+from . import _native
 from .zrecord import CODECS, MAX_NDIM, Dense, Ragged, ZrecordError, stores_dtype
 
 #: Default bound on the source bytes read per batch.
@@ -316,67 +316,26 @@ def _rows_per_batch(row_bytes: float, batch_bytes: int) -> int:
 
 # --- letting go of memory-mapped source pages ----------------------------------------------
 
-_MADV_DONTNEED = 4  # Linux
-
-
-def _readonly_file_maps(paths: Iterable[str]) -> list[tuple[int, int]]:
-    """The address ranges where this process maps `paths` read-only (from
-    ``/proc/self/maps``; empty where that does not exist)."""
-    wanted = {os.path.realpath(p) for p in paths}
-    if not wanted or not sys.platform.startswith("linux"):
-        return []
-    ranges = []
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                parts = line.split(None, 5)
-                if len(parts) < 6 or parts[1][:2] != "r-":
-                    continue
-                if os.path.realpath(parts[5].strip()) in wanted:
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    ranges.append((lo, hi))
-    except OSError:
-        return []
-    return ranges
-
-
 class _PageDropper:
     """Drops this process's pages of memory-mapped, read-only source files
     once a batch read from them is written: otherwise every page of a
     memory-mapped Hugging Face dataset read so far stays resident, and a
-    2 GB dataset holds 2 GB. Only ranges inside read-only file mappings
-    are touched (the bytes stay in the file and the page cache; a later
-    read maps them again), never anonymous memory."""
+    2 GB dataset holds 2 GB (``_native.release_pages``: only ranges inside
+    read-only file mappings are touched, never anonymous memory)."""
 
     def __init__(self, paths: Iterable[str]) -> None:
-        self.ranges = sorted(_readonly_file_maps(paths))
-        self.madvise = None
-        if self.ranges:
-            try:
-                import ctypes
-
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                self.madvise = libc.madvise
-            except (OSError, AttributeError):
-                self.ranges = []
+        self.maps = _native.file_maps(list(paths))
 
     def drop(self, table: Any) -> None:
-        if not self.ranges or self.madvise is None:
-            return
-        page = mmap.PAGESIZE
-        for column in table.columns:
-            for chunk in column.chunks:
-                for buf in chunk.buffers():
-                    if buf is None or buf.size == 0:
-                        continue
-                    start, end = buf.address, buf.address + buf.size
-                    for lo, hi in self.ranges:
-                        if lo <= start and end <= hi:
-                            a = max(lo, start - start % page)
-                            b = min(hi, end + (-end) % page)
-                            self.madvise(a, b - a, _MADV_DONTNEED)
-                            break
+        if self.maps:
+            spans = [
+                (buf.address, buf.size)
+                for column in table.columns
+                for chunk in column.chunks
+                for buf in chunk.buffers()
+                if buf is not None and buf.size
+            ]
+            _native.release_pages(spans, self.maps)
 
 
 # --- Hugging Face datasets -----------------------------------------------------------------

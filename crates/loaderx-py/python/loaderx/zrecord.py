@@ -32,7 +32,6 @@ and limits below come from it (``loaderx._native``).
 from __future__ import annotations
 
 import io
-import mmap
 import operator
 import os
 import threading
@@ -368,10 +367,6 @@ def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
     return cls._open(path, False, check_raw)
 
 
-_PAGE = mmap.PAGESIZE
-_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
-
-
 def _memmap_of(array: np.ndarray) -> np.memmap | None:
     """The ``np.memmap`` that `array` is or views (following ``.base``:
     ``np.asarray`` of a map, or a slice of that, is a plain array), if any."""
@@ -383,33 +378,10 @@ def _memmap_of(array: np.ndarray) -> np.memmap | None:
     return None
 
 
-def _release_pages(source: np.ndarray, block: np.ndarray) -> None:
-    """Let go of the pages of `block` once written, when `source` is a
-    memory-mapped file shared with the page cache (``np.load(...,
-    mmap_mode="r")``): otherwise every page of a large input read so far
-    stays resident, and converting a 2 GiB file would hold 2 GiB. The bytes
-    stay in the file and the page cache; only this process's mapping of
-    them is dropped. Copy-on-write maps (mode ``"c"``) are left alone: that
-    would discard their private changes."""
-    if _MADV_DONTNEED is None or not isinstance(source, np.memmap):
-        return
-    if source.mode not in ("r", "r+") or block.base is None:
-        return
-    mm = getattr(source, "_mmap", None)
-    if not isinstance(mm, mmap.mmap):
-        return
-    # The block's place inside the mapping, widened to whole pages within it.
-    base = np.frombuffer(mm, dtype=np.uint8)
-    start = block.ctypes.data - base.ctypes.data
-    end = start + block.nbytes
-    del base
-    lo = start - start % _PAGE
-    hi = min(len(mm), end + (-end) % _PAGE)
-    if 0 <= lo < hi:
-        try:
-            mm.madvise(_MADV_DONTNEED, lo, hi - lo)
-        except (OSError, ValueError):
-            pass  # advice only
+#: Lets go of this process's pages of `block` once written, when `source`
+#: is a memory-mapped file shared with the page cache (``np.load(...,
+#: mmap_mode="r")``; see ``_native.release_mapped``).
+_release_pages = _native.release_mapped
 
 
 class _Container(_Closing):
