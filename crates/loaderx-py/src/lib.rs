@@ -28,8 +28,9 @@
 //! recycled buffers per handle; byte-record reads fill what the caller
 //! passes in), and never holds the GIL while it waits for a lock.
 //!
-//! Unsafe code is confined to three modules, each stating its invariant:
-//! `pages` (memory advice on shared file mappings); `pool` (the loader's
+//! Unsafe code is confined to four modules, each stating its invariant:
+//! `pages` (memory advice on shared file mappings); `writer` (a write
+//! behind the call reads the writer's own copies without the GIL); `pool` (the loader's
 //! batch buffers and the large outputs of direct reads, anonymous mappings
 //! on Linux, and the NumPy arrays that view them while a Python object
 //! owns them); and `arrays`, which reads the memory of arrays handed over
@@ -51,6 +52,8 @@ mod pool;
 mod sampler;
 mod store;
 mod typed;
+#[allow(unsafe_code)]
+mod writer;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -74,6 +77,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("CODECS", codecs)?;
     m.add("ERROR_CODES", errors::error_codes(py)?)?;
+    m.add("BEHIND_NOTE", writer::BEHIND_NOTE)?;
     typed::add_constants(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -44,12 +44,18 @@ use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
 use crate::indices::{self, Resolved, Selection};
 use crate::pool::{Output, OutputKind, SharedPool, output_pool};
 use crate::typed::{self, Engine};
+use crate::writer::Behind;
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub(crate) struct Store {
     handle: Arc<Handle>,
     /// Recycled buffers for this handle's large direct reads (`pool::Output`).
     outputs: SharedPool,
+    /// The write behind the last append, if any (module `writer`).
+    behind: Behind,
+    /// `"Dense"` or `"Ragged"` for a writer made by `create_typed`: a child
+    /// forked from its process may not write through it.
+    writer: Option<&'static str>,
 }
 
 /// The open engine and its lock; shared with the loaders reading it.
@@ -72,7 +78,7 @@ impl fmt::Debug for Handle {
 impl Handle {
     /// Runs `f` under the shared lock (the caller has released the GIL), or
     /// reports a closed store as an I/O error: loader workers see that.
-    fn read<T>(
+    pub(crate) fn read<T>(
         &self,
         f: impl FnOnce(&Engine) -> loaderx_store::Result<T>,
     ) -> loaderx_store::Result<T> {
@@ -165,7 +171,7 @@ impl Store {
 }
 
 impl Handle {
-    fn forked(&self) -> bool {
+    pub(crate) fn forked(&self) -> bool {
         std::process::id() != self.opened_by
     }
 
@@ -280,7 +286,47 @@ impl Handle {
     }
 }
 
+impl Handle {
+    /// The path the store was opened at, as given.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `ClosedError` once `close` was called.
+    pub(crate) fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed(py, &self.path));
+        }
+        Ok(())
+    }
+}
+
 impl Store {
+    /// Waits for the write behind the last append (raising its error), after
+    /// refusing `op` in a child forked from the process that created this
+    /// writer.
+    fn settled(&self, py: Python<'_>, op: Option<&str>) -> PyResult<()> {
+        if let (Some(op), Some(kind)) = (op, self.writer)
+            && self.handle.forked()
+        {
+            return Err(zrecord_error(
+                py,
+                ErrorCode::Io,
+                format!(
+                    "cannot {op} {} in process {}: this {kind} writer was created in \
+                         process {}, and a child forked from there cannot write behind its \
+                         parent's back (the parent's appends, some perhaps still being \
+                         written at the fork, are the parent's); append through the parent's \
+                         writer",
+                    self.handle.path,
+                    std::process::id(),
+                    self.handle.opened_by
+                ),
+            ));
+        }
+        self.behind.settle(py, &self.handle)
+    }
+
     fn wrap(path: &std::path::Path, engine: Engine) -> Store {
         Store {
             handle: Arc::new(Handle {
@@ -290,6 +336,8 @@ impl Store {
                 engine: RwLock::new(Some(engine)),
             }),
             outputs: output_pool(),
+            behind: Behind::default(),
+            writer: None,
         }
     }
 
@@ -368,7 +416,9 @@ impl Store {
             lanes: typed::lanes(lanes)?,
             ..OpenOptions::default()
         };
-        Store::create_v2(py, &path, &schema, options)
+        let mut store = Store::create_v2(py, &path, &schema, options)?;
+        store.writer = Some(if kind == "dense" { "Dense" } else { "Ragged" });
+        Ok(store)
     }
 
     /// Creates an untyped byte-record store in format v2 (the 0.5.x API's
@@ -436,6 +486,7 @@ impl Store {
         src: PyReadonlyArray1<'_, u8>,
         n: usize,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         self.handle
             .shared(py, |engine| typed::append_dense(engine, src, n))
@@ -452,6 +503,7 @@ impl Store {
         lens: PyReadonlyArray1<'_, u64>,
         dims: PyReadonlyArray1<'_, u32>,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
         let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
@@ -475,6 +527,7 @@ impl Store {
         ndim: usize,
         empty: bool,
     ) -> PyResult<Option<u64>> {
+        self.settled(py, Some("append to"))?;
         let limit = u64::from(loaderx_store::format::v2::MAX_RECORD_LEN_V2);
         let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit, empty) else {
             return Ok(None);
@@ -547,6 +600,7 @@ impl Store {
         dims: PyReadonlyArray1<'_, u32>,
         quality: u8,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
         let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
@@ -566,6 +620,7 @@ impl Store {
         offsets: PyReadonlyArray1<'_, u64>,
         lens: PyReadonlyArray1<'_, u64>,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
         let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
@@ -745,15 +800,18 @@ impl Store {
 
     /// Checks every record and entry; raises the first problem.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        self.settled(py, None)?;
         self.handle.shared(py, |engine| engine.verify())
     }
 
     /// Every damaged record: `(index, reason)`, empty when healthy.
     fn damaged(&self, py: Python<'_>) -> PyResult<Vec<(u64, String)>> {
+        self.settled(py, None)?;
         self.handle.shared(py, |engine| engine.damaged())
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.settled(py, Some("count the records of"))?;
         self.handle.shared(py, |engine| Ok(engine.len() as usize))
     }
 
@@ -774,6 +832,7 @@ impl Store {
 
     /// Makes everything appended so far durable.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        self.settled(py, Some("sync"))?;
         self.handle.shared(py, |engine| engine.sync())
     }
 
@@ -922,6 +981,7 @@ impl Store {
     /// `idxs` is any index form module `indices` reads (negative ones
     /// counting from the end), resolved under the same lock.
     fn delete(&self, py: Python<'_>, idxs: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.settled(py, None)?;
         let selection = indices::parse(idxs, true)?;
         let path = self.handle.path.as_str();
         self.handle
@@ -937,12 +997,14 @@ impl Store {
     /// Reclaims the space deleted records left behind; waits for gathers in
     /// flight.
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        self.settled(py, None)?;
         self.handle
             .exclusive(py, "compact", |engine| engine.compact())
     }
 
     /// `(records, live_bytes, chunk_bytes, reclaimable)`.
     fn stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64)> {
+        self.settled(py, None)?;
         self.handle.shared(py, |engine| {
             let s = engine.stats()?;
             Ok((s.records, s.live_bytes, s.chunk_bytes, s.reclaimable))
@@ -952,10 +1014,78 @@ impl Store {
     /// Commits and releases the store once the calls in flight have
     /// finished; raises what the commit raised. Idempotent (a second call
     /// does nothing).
+    /// The write behind the last append is waited for first, under the lock
+    /// an append takes to submit one (so an append racing this is either
+    /// stored or raises `ClosedError`); its error is raised once the store
+    /// is closed. In a forked child the parent's write in flight is
+    /// forgotten.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let committed = self.handle.close(py);
+        let (settled, committed) = self
+            .behind
+            .close(py, &self.handle, || self.handle.close(py));
         self.outputs.0.close();
+        settled?;
         committed.map_err(|err| store_error(py, err))
+    }
+
+    /// Appends `n` dense records from `src` (the writer's own copy, any
+    /// dtype, C-contiguous) on a helper thread (module `writer`).
+    fn append_dense_behind(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        n: usize,
+    ) -> PyResult<()> {
+        self.settled(py, Some("append to"))?;
+        self.behind.submit(
+            py,
+            &self.handle,
+            vec![src.clone()],
+            true,
+            n,
+            move |engine, parts| typed::append_dense(engine, parts[0], n),
+        )
+    }
+
+    /// Appends ragged records as `append_shaped` does, on a helper thread,
+    /// from arrays that are the writer's own (module `writer`).
+    fn append_shaped_behind(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        offsets: PyReadonlyArray1<'_, u64>,
+        lens: PyReadonlyArray1<'_, u64>,
+        dims: PyReadonlyArray1<'_, u32>,
+    ) -> PyResult<()> {
+        self.settled(py, Some("append to"))?;
+        let records = offsets.len();
+        let keep = vec![
+            src.clone(),
+            offsets.as_any().clone(),
+            lens.as_any().clone(),
+            dims.as_any().clone(),
+        ];
+        drop((offsets, lens, dims));
+        self.behind
+            .submit(py, &self.handle, keep, false, records, |engine, parts| {
+                let words = |bytes: &[u8]| -> Vec<u64> {
+                    bytes
+                        .chunks_exact(8)
+                        .map(|w| w.try_into().map_or(0, u64::from_ne_bytes))
+                        .collect()
+                };
+                let dims: Vec<u32> = parts[3]
+                    .chunks_exact(4)
+                    .map(|w| w.try_into().map_or(0, u32::from_ne_bytes))
+                    .collect();
+                typed::append_ragged(engine, parts[0], &words(parts[1]), &words(parts[2]), &dims)
+            })
+    }
+
+    /// The buffer of the last finished dense write behind an append, for the
+    /// next copy (`None` if there is none).
+    fn take_spare(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.behind.take_spare(py)
     }
 }
 

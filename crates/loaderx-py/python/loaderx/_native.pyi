@@ -25,6 +25,7 @@ __all__ = [
     "MAX_DICT_SIZE",
     "stores_dtype",
     "train_dictionary",
+    "BEHIND_NOTE",
     "file_maps",
     "release_pages",
     "release_mapped",
@@ -36,6 +37,7 @@ MAX_RECORD_LEN: Final[int]
 POOLED_OUTPUT_BYTES: Final[int]
 CODECS: dict[str, int]
 ERROR_CODES: dict[int, tuple[str, str]]
+BEHIND_NOTE: Final[str]
 DTYPES: list[str]
 TYPED_CODECS: dict[str, int]
 MAX_NDIM: Final[int]
@@ -110,6 +112,15 @@ class Store:
         offsets: npt.NDArray[np.uint64],
         lens: npt.NDArray[np.uint64],
     ) -> int: ...
+    def append_dense_behind(self, src: npt.NDArray[Any], n: int) -> None: ...
+    def append_shaped_behind(
+        self,
+        src: npt.NDArray[np.uint8],
+        offsets: npt.NDArray[np.uint64],
+        lens: npt.NDArray[np.uint64],
+        dims: npt.NDArray[np.uint32],
+    ) -> None: ...
+    def take_spare(self) -> npt.NDArray[np.uint8] | None: ...
     def get_dense(self, idx: object, proto: npt.NDArray[Any], batch: bool = False) -> Any: ...
     def get_ragged(
         self, idx: object, dtype: np.dtype[Any], batch: bool = False

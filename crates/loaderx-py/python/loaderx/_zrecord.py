@@ -96,7 +96,7 @@ def _report_unraised(handle: object, exc: BaseException) -> None:
 
 #: Part of the note added to an error raised by a write made behind an
 #: append (`zrecord`), by which it is recognised.
-_BEHIND_NOTE = "written behind the call"
+_BEHIND_NOTE: str = _native.BEHIND_NOTE
 
 
 class ZrecordError(RuntimeError):

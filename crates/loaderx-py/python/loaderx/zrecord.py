@@ -42,8 +42,6 @@ import numpy as np
 
 from . import _native
 from ._zrecord import (
-    _BEHIND_NOTE,
-    _IO,
     _OPEN,
     _RECORD_SIZE,
     ArgumentTypeError,
@@ -103,7 +101,6 @@ WRITE_CHUNK_BYTES = 64 << 20
 WRITE_BEHIND_AT_LEAST = 64 << 10
 
 _T = TypeVar("_T", bound="_Container")
-_R = TypeVar("_R")
 
 
 class ContainerModeError(io.UnsupportedOperation, RuntimeError):
@@ -430,16 +427,6 @@ class _Container(_Closing):
         self._writable = writable
         self._editable = editable
         self._check_raw = False
-        # Write-behind (`_submit`): the write in flight, its error, and a
-        # buffer of a finished one for the next copy.
-        self._behind_lock = threading.Lock()
-        self._behind: threading.Thread | None = None
-        self._behind_failure: list[BaseException] = []
-        self._behind_buffer: np.ndarray | None = None
-        self._spare: np.ndarray | None = None
-        # The process a writer from `create` was made in, once this copy of
-        # it is in a child forked from there (`_forget_in_child`).
-        self._forked_from: int | None = None
         #: Whether records are encoded images (codec ``jpeg`` or ``png``).
         self.is_image: bool = self.codec in IMAGE_CODECS
         #: JPEG quality of appended arrays (``jpeg`` stores).
@@ -521,36 +508,13 @@ class _Container(_Closing):
 
     # --- the handle -------------------------------------------------------------------
 
-    def _live(self, settle: bool = True) -> _native.Store:
+    def _live(self) -> _native.Store:
+        """The native store (which first waits for the write behind the last
+        append, raising its error); :class:`ClosedError` once closed."""
         store = self._store
         if store is None:
             raise self._closed()
-        if settle:
-            self._settle()
         return store
-
-    def _forked_writer(self, op: str) -> ZrecordError:
-        return ZrecordError(
-            _IO,
-            f"cannot {op} {self.path} in process {os.getpid()}: this {type(self).__name__} "
-            f"writer was created in process {self._forked_from}, and a child forked from "
-            f"there cannot write behind its parent's back (the parent's appends, some "
-            f"perhaps still being written at the fork, are the parent's); append through "
-            f"the parent's writer",
-        )
-
-    def _forget_in_child(self, parent: int) -> None:
-        """In a child just forked from `parent`: the write-behind state
-        belongs to a helper thread that does not exist here (its lock may
-        have been held at the fork), and a writer from ``create`` is the
-        parent's, so its appends, ``sync`` and ``len`` raise at once."""
-        self._behind_lock = threading.Lock()
-        self._behind = None
-        self._behind_failure = []
-        self._behind_buffer = None
-        self._spare = None
-        if not self._readable and self._store is not None:
-            self._forked_from = parent
 
     def _closed(self) -> ClosedError:
         return ClosedError(f"operation on a closed {type(self).__name__} ({self.path})")
@@ -564,10 +528,8 @@ class _Container(_Closing):
             )
         return store
 
-    def _appending(self, settle: bool = True) -> _native.Store:
-        if self._forked_from is not None:
-            raise self._forked_writer("append to")
-        store = self._live(settle)
+    def _appending(self) -> _native.Store:
+        store = self._live()
         if not self._writable:
             raise ContainerModeError(
                 f"this {type(self).__name__} at {self.path} is a reader: append through the "
@@ -595,8 +557,6 @@ class _Container(_Closing):
         return not self._readable
 
     def __len__(self) -> int:
-        if self._forked_from is not None:
-            raise self._forked_writer("count the records of")
         return len(self._live())
 
     def __repr__(self) -> str:
@@ -622,26 +582,14 @@ class _Container(_Closing):
         """Publish what was appended and release the store. Idempotent;
         waits for the calls in flight. An append on another thread that
         races with it is either stored or raises :class:`ClosedError`."""
-        if getattr(self, "_store", None) is None:
-            return
-        # Under the write-behind lock: an append submitted after this
-        # looked for one in flight would run against the closed store.
-        with self._behind_lock:
-            store = self._store
-            if store is None:
-                return
-            try:
-                self._settle_locked()
-            finally:
-                self._store = None
-                self._spare = None
-        store.close()
+        store = getattr(self, "_store", None)
+        if store is not None:
+            self._store = None
+            store.close()
 
     def sync(self) -> None:
         """Make everything appended so far durable and visible to handles
         opened from now on (``close()`` does it too)."""
-        if self._forked_from is not None:
-            raise self._forked_writer("sync")
         self._appending().sync()
 
     # --- write-behind -----------------------------------------------------------------
@@ -655,69 +603,10 @@ class _Container(_Closing):
             and nbytes >= WRITE_BEHIND_AT_LEAST
         )
 
-    def _submit(
-        self,
-        write: Callable[..., Any],
-        *args: Any,
-        records: int,
-        buffer: np.ndarray | None = None,
-    ) -> None:
-        """``write(*args)`` on a helper thread, once the write before it has
-        finished (raising that one's error instead). `args` must be this
-        handle's own copies: the caller goes on as soon as this returns.
-        `buffer`, from :meth:`_owned`, is recycled once the write is done."""
-        with self._behind_lock:
-            self._settle_locked()
-            if self._store is None:
-                # Closed by another thread since this append's checks.
-                raise self._closed()
-            failure: list[BaseException] = []
-
-            def run() -> None:
-                try:
-                    write(*args)
-                except BaseException as exc:  # noqa: BLE001 - raised by `_settle`
-                    failure.append(exc)
-                    if hasattr(exc, "add_note"):
-                        exc.add_note(
-                            f"raised by an append of {records} records to {self.path} that was "
-                            f"{_BEHIND_NOTE} (none of them was stored; the records "
-                            f"appended before them were)"
-                        )
-
-            worker = threading.Thread(target=run, name="loaderx-write-behind")
-            worker.start()
-            self._behind, self._behind_failure = worker, failure
-            self._behind_buffer = buffer
-
-    def _settle(self) -> None:
-        """Waits for the write in flight, if any; raises its error."""
-        if self._behind is not None:
-            with self._behind_lock:
-                self._settle_locked()
-
-    def _settle_locked(self) -> None:
-        worker, failure = self._behind, self._behind_failure
-        if worker is None:
-            return
-        worker.join()
-        self._behind, self._behind_failure = None, []
-        buffer, self._behind_buffer = self._behind_buffer, None
-        if failure:
-            raise failure[0]
-        self._spare = buffer
-
-    def _write_now(self, write: Callable[..., _R], *args: Any) -> _R:
-        """``write(*args)`` before returning, once the write in flight (if
-        any) has finished, so appends land in the order they were made."""
-        self._settle()
-        return write(*args)
-
     def _owned(self, block: np.ndarray) -> np.ndarray:
         """A copy of `block` for a write behind the caller, into the buffer
         of a finished write when it is the same size (no fresh pages)."""
-        with self._behind_lock:
-            spare, self._spare = self._spare, None
+        spare = self._live().take_spare()
         if spare is not None and spare.nbytes == block.nbytes:
             out = spare.view(block.dtype).reshape(block.shape)
             np.copyto(out, block)
@@ -803,18 +692,6 @@ class _Container(_Closing):
                 f"from {type(self).__name__}.open"
             )
         return None
-
-
-def _forget_writes_behind_in_child() -> None:
-    """After ``os.fork()``, in the child (see `_Container._forget_in_child`)."""
-    parent = os.getppid()
-    for handle in list(_OPEN):
-        if isinstance(handle, _Container):
-            handle._forget_in_child(parent)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_writes_behind_in_child)
 
 
 class Dense(_Container):
@@ -905,7 +782,7 @@ class Dense(_Container):
         array that views a read-only memory map (``np.load(...,
         mmap_mode="r")``) is always written before the call returns, from
         the map."""
-        store = self._appending(settle=False)
+        store = self._appending()
         if not isinstance(array, np.ndarray):
             raise TypeError(f"append takes a NumPy array, got {type(array).__name__}")
         if array.ndim == 0 and self.item_shape == ():
@@ -942,11 +819,8 @@ class Dense(_Container):
                 block = array[start : start + step]
                 owned = self._owned(block)
                 _release_pages(source, block)
-                flat = owned.reshape(-1).view(np.uint8)
-                self._submit(store.append_dense, flat, owned.shape[0], records=owned.shape[0],
-                             buffer=owned)
+                store.append_dense_behind(owned.reshape(-1).view(np.uint8), owned.shape[0])
             return
-        self._settle()
         for start in range(0, array.shape[0], step):
             block = array[start : start + step]
             if not block.flags.c_contiguous:
@@ -968,7 +842,7 @@ class Dense(_Container):
         # in flight (a batch of 256 labels costs about as much as these
         # calls did).
         store = self._store
-        if store is None or not self._readable or self._behind is not None:
+        if store is None or not self._readable:
             store = self._reading()
         return store.get_dense(idx, self._proto)
 
@@ -1151,7 +1025,7 @@ class Ragged(_Container):
         """:meth:`append`; when `empty` (the converters, which keep row ``i``
         as record ``i``), empty records are stored and no records at all is
         no append."""
-        store = self._appending(settle=False)
+        store = self._appending()
         if isinstance(records, np.ndarray):
             if records.ndim == 0:
                 raise TypeError(
@@ -1181,7 +1055,7 @@ class Ragged(_Container):
             size = sum(r.nbytes for r in records if isinstance(r, np.ndarray)) if behind else 0
             if size < WRITE_BEHIND_AT_LEAST:
                 args = (records, self.dtype, self.ndim, empty)
-                if self._write_now(store.append_arrays, *args) is not None:
+                if store.append_arrays(*args) is not None:
                     return
             elif behind and size <= WRITE_CHUNK_BYTES:
                 packed = _native.Store.pack_arrays(records, self.dtype, self.ndim, empty)
@@ -1205,7 +1079,7 @@ class Ragged(_Container):
         def write(packed: tuple[np.ndarray, ...]) -> None:
             self._write_shaped(store, packed)
 
-        self._write_now(_pipelined, (self._pack(b) for b in blocks), write)
+        _pipelined((self._pack(b) for b in blocks), write)
 
     def _write_packed(
         self, store: _native.Store, packed: tuple[np.ndarray, ...], behind: bool | None = None
@@ -1216,9 +1090,9 @@ class Ragged(_Container):
         if behind is None:
             behind = self._writes_behind(packed[0].nbytes)
         if behind:
-            self._submit(self._write_shaped, store, packed, records=packed[1].size)
+            store.append_shaped_behind(*packed)
         else:
-            self._write_now(self._write_shaped, store, packed)
+            self._write_shaped(store, packed)
 
     def _write_shaped(self, store: _native.Store, packed: tuple[np.ndarray, ...]) -> None:
         if self.is_image:
@@ -1238,7 +1112,7 @@ class Ragged(_Container):
         list columns. Everything is checked before anything is written. A
         writer of a compressing codec copies the values and writes them
         behind the call, as :meth:`append` does."""
-        store = self._appending(settle=False)
+        store = self._appending()
         if not isinstance(flat, np.ndarray) or flat.ndim != 1:
             raise TypeError("flat must be a 1-D NumPy array")
         if flat.dtype != self.dtype:
