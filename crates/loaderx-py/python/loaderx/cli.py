@@ -392,7 +392,7 @@ def _seconds(text: str) -> float:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .dataloader import DataLoader
+    from .compat05.dataloader import DataLoader
 
     batch_sizes = _parse_ints(args.batch_sizes, "--batch-sizes")
     workers = _parse_ints(args.workers, "--workers")

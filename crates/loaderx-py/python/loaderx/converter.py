@@ -37,6 +37,7 @@ from typing import Any, Callable, Union, cast
 import numpy as np
 
 from . import _native
+from .errors import ConversionError
 from .zrecord import CODECS, MAX_NDIM, Dense, Ragged, ZrecordError, stores_dtype
 
 #: Default bound on the source bytes read per batch.
@@ -49,9 +50,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 Progress = Callable[[int, Union[int, None]], None]
 
 
-class ConversionError(ValueError):
-    """A source that cannot be stored losslessly; the message names the
-    column (or file member) and why."""
 
 
 def _storable(dtype: Any, where: str) -> np.dtype:

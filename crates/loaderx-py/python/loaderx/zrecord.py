@@ -31,7 +31,6 @@ and limits below come from it (``loaderx._native``).
 
 from __future__ import annotations
 
-import io
 import operator
 import os
 import threading
@@ -41,14 +40,16 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from . import _native
-from ._zrecord import (
-    _OPEN,
+from ._handles import _OPEN, _Closing
+from .errors import (
     _RECORD_SIZE,
+    EXISTS,
     ArgumentTypeError,
     ClosedError,
+    ContainerExistsError,
+    ContainerModeError,
     ZrecordError,
     ZrecordIndexError,
-    _Closing,
 )
 
 #: The number element types a typed container stores, as NumPy
@@ -69,10 +70,6 @@ def stores_dtype(dtype: Any) -> bool:
 
 #: Codec names a typed container accepts as ``codec=``, mapped to their tag.
 CODECS: dict[str, int] = dict(_native.TYPED_CODECS)
-
-#: :attr:`ZrecordError.code` of :class:`ContainerExistsError` (loaderx 2.x's
-#: code for a store that already exists).
-EXISTS: int = -12
 
 #: Most dimensions of an item shape or of a ragged record.
 MAX_NDIM: int = int(_native.MAX_NDIM)
@@ -101,31 +98,6 @@ WRITE_CHUNK_BYTES = 64 << 20
 WRITE_BEHIND_AT_LEAST = 64 << 10
 
 _T = TypeVar("_T", bound="_Container")
-
-
-class ContainerModeError(io.UnsupportedOperation, RuntimeError):
-    """Reading through a writer, or appending through a reader: an
-    :class:`io.UnsupportedOperation` (a ``ValueError`` and an ``OSError``),
-    as for a file opened in the other mode, and a ``RuntimeError``, as
-    loaderx 2.x raises."""
-
-
-class ContainerExistsError(FileExistsError, ZrecordError):
-    """``create`` on a path that already holds a store, or a directory with
-    other files in it: a ``FileExistsError``, and the :class:`ZrecordError`
-    with code -12 (:data:`EXISTS`) that loaderx 2.x raises (so also a
-    ``RuntimeError``). Nothing at the path is changed."""
-
-    def __new__(cls, message: str) -> ContainerExistsError:
-        return OSError.__new__(cls, message)
-
-    def __init__(self, message: str) -> None:
-        OSError.__init__(self, message)
-        self.code = EXISTS
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self),))
-
 
 
 def _dtype(dtype: Any) -> np.dtype:
