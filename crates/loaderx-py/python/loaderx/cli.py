@@ -266,7 +266,7 @@ def _progress(args: argparse.Namespace, label: str, unit: str = "records") -> Pr
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from . import converter
+    from . import convert
 
     size = None
     if args.size is not None:
@@ -276,7 +276,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             raise SystemExit(f"loaderx convert: --size must be HEIGHTxWIDTH, got {args.size!r}")
         size = (height, width)
     progress = _progress(args, "convert")
-    counts = converter.convert_path(
+    counts = convert.convert_path(
         args.src,
         args.dst,
         codec=args.codec,
@@ -463,11 +463,13 @@ def parser() -> argparse.ArgumentParser:
         prog="loaderx", description="Convert data into loaderx stores and look after them."
     )
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from .convert import SOURCES
+
+    shown = [source.shown for source in SOURCES]
 
     p = sub.add_parser(
         "convert",
-        help="convert .npy/.npz, Parquet, Arrow, image folders, WebDataset shards or a saved "
-        "Hugging Face dataset",
+        help=f"convert {', '.join(shown[:-1])} or {shown[-1]}",
     )
     p.add_argument("src", type=Path, help="the source file or directory")
     p.add_argument("dst", type=Path, help="the output (must not exist)")
