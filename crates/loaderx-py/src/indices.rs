@@ -221,7 +221,7 @@ fn from_array(
         }
         b'u' | b'i' => {
             let signed = dtype.kind() == b'i';
-            if let Some(words) = crate::arrays::word_indices(obj, usize::MAX) {
+            if let Some(words) = crate::arrays::words(array) {
                 return Ok(Selection::Words(words, signed));
             }
             Ok(Selection::Words(
