@@ -286,6 +286,13 @@ impl Handle {
     }
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        let forked = self.handle.forked();
+        self.behind.finish(forked);
+    }
+}
+
 impl Handle {
     /// The path the store was opened at, as given.
     pub(crate) fn path(&self) -> &str {

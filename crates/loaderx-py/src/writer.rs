@@ -23,7 +23,8 @@
 //! for this write (never an array a caller holds), and keeps no reference
 //! to them but through this module, which holds one ([`Flight::keep`]) until
 //! the thread has been joined; the buffer of a finished dense write is
-//! handed back for the next copy ([`Behind::take_spare`]) only then. So the
+//! handed back for the next copy ([`Behind::take_spare`]) only then. A handle
+//! dropped unclosed waits for its write first ([`Behind::finish`]). So the
 //! memory stays allocated and unchanged for as long as the thread reads it.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -189,6 +190,25 @@ impl Behind {
             .unwrap_or_else(PoisonError::into_inner);
         let settled = settle_locked(py, &mut state, handle);
         (settled, close())
+    }
+}
+
+impl Behind {
+    /// When the handle goes away with a write still in flight (it was
+    /// never closed): waits for the write, so the arrays it reads outlive
+    /// it (the helper thread needs no GIL, so waiting with it held cannot
+    /// deadlock); its error has no call left to raise it and is dropped.
+    /// In a forked child the parent's write is forgotten instead.
+    pub(crate) fn finish(&mut self, forked: bool) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(flight) = state.flight.take() {
+            if forked {
+                std::mem::forget(flight.thread);
+                std::mem::forget(flight.keep);
+            } else {
+                let _ = flight.thread.join();
+            }
+        }
     }
 }
 
