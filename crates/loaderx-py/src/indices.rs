@@ -485,3 +485,130 @@ fn slice_indices(len: u64, start: isize, stop: isize, step: isize) -> Vec<u64> {
     };
     (0..count).map(|k| (start + k * step) as u64).collect()
 }
+
+/// `idxs`, any integer array-like, as a flat C-contiguous `uint64` array:
+/// the 0.5.x API's index rule (`Zrecord`, `Dataset`; `_as_indices` there).
+///
+/// Negative entries raise `ZrecordError` -3 naming the first one, unless
+/// `wrap` is given: then they count from the end of `wrap` records (and only
+/// those still negative are refused). Anything that is not integral raises
+/// `TypeError`; `what` and `noun` name the argument and its items in the
+/// messages.
+#[pyfunction]
+#[pyo3(signature = (idxs, what = "idxs", noun = "index", wrap = None))]
+pub(crate) fn as_indices<'py>(
+    py: Python<'py>,
+    idxs: &Bound<'py, PyAny>,
+    what: &str,
+    noun: &str,
+    wrap: Option<u64>,
+) -> PyResult<Bound<'py, numpy::PyArray1<u64>>> {
+    let asarray = NP_ASARRAY.import(py, "numpy", "asarray")?;
+    let array = if idxs.cast::<PyUntypedArray>().is_ok() {
+        idxs.clone()
+    } else if is_record_index(idxs)? {
+        asarray.call1(([idxs],))?
+    } else {
+        let not_integers = |err: PyErr| {
+            if err.is_instance_of::<PyValueError>(py)
+                || err.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+            {
+                PyTypeError::new_err(format!(
+                    "{what} must be an integer array-like: {}",
+                    err.value(py)
+                ))
+            } else {
+                err
+            }
+        };
+        let array = asarray.call1((idxs,)).map_err(not_integers)?;
+        let untyped = array.cast::<PyUntypedArray>()?;
+        if untyped.dtype().kind() == b'f' && untyped.len() > 0 {
+            // NumPy makes floats of a list mixing negative and >= 2**63
+            // integers: look at the items themselves.
+            let object = OBJECT_TYPE.import(py, "builtins", "object")?;
+            asarray.call1((idxs, object)).map_err(not_integers)?
+        } else {
+            array
+        }
+    };
+    let flat = array.call_method1("reshape", (-1,))?;
+    let untyped = flat.cast::<PyUntypedArray>()?;
+    let dtype = untyped.dtype();
+    let negative = |value: &dyn std::fmt::Display, pos: usize| {
+        let message = match wrap {
+            None => format!("{noun} {value} at position {pos} of {what} is negative"),
+            Some(n) => format!(
+                "{noun} {value} at position {pos} of {what} is out of range for {n} records"
+            ),
+        };
+        zrecord_error(py, ErrorCode::IndexOutOfRange, message)
+    };
+    let words = match dtype.kind() {
+        b'u' => unsigned_ints(&flat)?,
+        b'i' => {
+            let mut words = signed_ints(&flat)?;
+            for (pos, word) in words.iter_mut().enumerate() {
+                let v = *word as i64;
+                if v < 0 {
+                    let wrapped = wrap.map_or(-1, |n| i128::from(v) + i128::from(n));
+                    if wrapped < 0 {
+                        return Err(negative(&v, pos));
+                    }
+                    *word = wrapped as u64;
+                }
+            }
+            words
+        }
+        b'f' | b'O' if untyped.len() == 0 => Vec::new(),
+        b'O' => {
+            let items = flat.call_method0("tolist")?;
+            let mut words = Vec::new();
+            for (pos, item) in items.try_iter()?.enumerate() {
+                let item = item?;
+                if item.is_instance_of::<PyBool>() {
+                    return Err(PyTypeError::new_err(format!(
+                        "{what} must hold integers, got a bool at position {pos}"
+                    )));
+                }
+                let value = match wide(&item) {
+                    Ok(value) => value,
+                    Err(err) if err.is_instance_of::<PyTypeError>(py) => {
+                        return Err(PyTypeError::new_err(format!(
+                            "{what} must hold integers, got {} at position {pos}",
+                            item.get_type().name()?
+                        )));
+                    }
+                    Err(err) => return Err(err),
+                };
+                let v = match &value {
+                    Wide::Int(v) if *v < 0 => wrap.map_or(-1, |n| *v + i128::from(n)),
+                    Wide::Int(v) => *v,
+                    Wide::Huge { negative: true, .. } => -1,
+                    Wide::Huge { .. } => i128::MAX,
+                };
+                if v < 0 {
+                    return Err(negative(&value.shown(), pos));
+                }
+                let Ok(v) = u64::try_from(v) else {
+                    return Err(zrecord_error(
+                        py,
+                        ErrorCode::IndexOutOfRange,
+                        format!(
+                            "{noun} {} at position {pos} of {what} is out of range",
+                            value.shown()
+                        ),
+                    ));
+                };
+                words.push(v);
+            }
+            words
+        }
+        _ => {
+            return Err(PyTypeError::new_err(format!(
+                "{what} must be integers, got an array of dtype {dtype}"
+            )));
+        }
+    };
+    Ok(numpy::PyArray1::from_vec(py, words))
+}

@@ -66,6 +66,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
+    m.add_function(wrap_pyfunction!(indices::as_indices, m)?)?;
     m.add_function(wrap_pyfunction!(pages::file_maps, m)?)?;
     m.add_function(wrap_pyfunction!(pages::release_pages, m)?)?;
     m.add_function(wrap_pyfunction!(pages::release_mapped, m)?)?;

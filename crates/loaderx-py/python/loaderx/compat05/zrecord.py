@@ -58,79 +58,12 @@ def _check_codec(codec: str) -> str:
     return codec
 
 
-def _as_indices(
-    idxs: Any, what: str = "idxs", noun: str = "index", wrap: int | None = None
-) -> np.ndarray:
-    """Turn any integer array-like into a flat, C-contiguous uint64 array.
-
-    Negative entries raise ``ZrecordError(-3)`` naming the first one, unless
-    `wrap` is given: then they count from the end of `wrap` records (and only
-    those still negative are refused). Anything that is not integral raises
-    ``TypeError``.
-    """
-    if isinstance(idxs, np.ndarray):
-        arr = idxs
-    elif isinstance(idxs, (int, np.integer)) and not isinstance(idxs, (bool, np.bool_)):
-        arr = np.asarray([idxs])
-    else:
-        try:
-            arr = np.asarray(idxs)
-            if arr.dtype.kind == "f" and arr.size:
-                # NumPy turns a list mixing negative and >= 2**63 integers into
-                # float64: look at the items themselves (integers are checked
-                # one by one, floats are refused with their position).
-                arr = np.asarray(idxs, dtype=object)
-        except (ValueError, OverflowError) as exc:
-            raise TypeError(f"{what} must be an integer array-like: {exc}") from None
-    arr = arr.reshape(-1)
-    kind = arr.dtype.kind
-    if kind == "u":
-        return np.ascontiguousarray(arr, dtype=np.uint64)
-    if kind == "i":
-        if arr.size and int(arr.min()) < 0:
-            wrapped = arr if wrap is None else np.where(arr < 0, arr.astype(np.int64) + wrap, arr)
-            if int(wrapped.min()) >= 0:
-                return np.ascontiguousarray(wrapped, dtype=np.uint64)
-            pos = int(np.flatnonzero(wrapped < 0)[0])
-            raise _negative(int(arr[pos]), pos, what, noun, wrap)
-        return np.ascontiguousarray(arr, dtype=np.uint64)
-    if arr.size == 0 and kind in "fO":
-        # `[]` comes out of NumPy as float64; an empty batch is still valid.
-        return np.empty(0, dtype=np.uint64)
-    if kind == "O":
-        values = []
-        for pos, item in enumerate(arr.tolist()):
-            if isinstance(item, bool):
-                raise TypeError(f"{what} must hold integers, got a bool at position {pos}")
-            try:
-                value = operator.index(item)
-            except TypeError:
-                raise TypeError(
-                    f"{what} must hold integers, got {type(item).__name__} at position {pos}"
-                ) from None
-            if value < 0:
-                if wrap is None or value + wrap < 0:
-                    raise _negative(value, pos, what, noun, wrap)
-                value += wrap
-            if value >= 1 << 64:
-                raise ZrecordError(
-                    _INDEX_OUT_OF_RANGE,
-                    f"{noun} {value} at position {pos} of {what} is out of range",
-                )
-            values.append(value)
-        return np.array(values, dtype=np.uint64)
-    raise TypeError(f"{what} must be integers, got an array of dtype {arr.dtype}")
-
-
-def _negative(value: int, pos: int, what: str, noun: str, wrap: int | None) -> ZrecordError:
-    if wrap is None:
-        return ZrecordError(
-            _INDEX_OUT_OF_RANGE, f"{noun} {value} at position {pos} of {what} is negative"
-        )
-    return ZrecordError(
-        _INDEX_OUT_OF_RANGE,
-        f"{noun} {value} at position {pos} of {what} is out of range for {wrap} records",
-    )
+#: Any integer array-like as a flat, C-contiguous uint64 array; negative
+#: entries raise ``ZrecordError(-3)`` naming the first one, unless `wrap`
+#: is given (then they count from the end of `wrap` records); anything not
+#: integral raises ``TypeError`` (the index rule lives in the binding,
+#: ``loaderx._native.as_indices``).
+_as_indices = _native.as_indices
 
 
 def _as_u64(values: Any, what: str) -> np.ndarray:
