@@ -13,6 +13,7 @@ use pyo3::types::{PyDict, PyType};
 
 static ZRECORD_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static CLOSED_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static ARGUMENT_TYPE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `{code: (name, meaning)}` for every [`ErrorCode`]: the table
 /// `ZrecordError` is built from (`loaderx._native.ERROR_CODES`).
@@ -63,6 +64,12 @@ pub(crate) fn sampler_error(err: loaderx_sampler::Error) -> PyErr {
 pub(crate) fn closed(py: Python<'_>, path: &str) -> PyErr {
     let message = format!("operation on a closed store ({path})");
     python_error(py, &CLOSED_ERROR, "ClosedError", (message,))
+}
+
+/// An argument of the wrong type where loaderx 2.x raises `ValueError`:
+/// `loaderx.errors.ArgumentTypeError`, a `TypeError` and a `ValueError`.
+pub(crate) fn argument_type_error(py: Python<'_>, message: String) -> PyErr {
+    python_error(py, &ARGUMENT_TYPE_ERROR, "ArgumentTypeError", (message,))
 }
 
 /// An array argument that is not contiguous (the Python layer normally

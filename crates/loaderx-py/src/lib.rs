@@ -40,6 +40,7 @@
 
 #![deny(unsafe_code)]
 
+mod args;
 #[allow(unsafe_code)]
 mod arrays;
 mod errors;
@@ -80,6 +81,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ERROR_CODES", errors::error_codes(py)?)?;
     m.add("BEHIND_NOTE", writer::BEHIND_NOTE)?;
     typed::add_constants(m)?;
+    args::add_functions(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -41,6 +41,11 @@ fn typed_codecs() -> impl Iterator<Item = (CodecTag, &'static str)> {
         .filter_map(|tag| tag.name().map(|name| (tag, name)))
 }
 
+/// The codec names a typed store takes, in tag order.
+pub(crate) fn codec_names() -> Vec<&'static str> {
+    typed_codecs().map(|(_, name)| name).collect()
+}
+
 fn kind_name(kind: Kind) -> &'static str {
     KINDS
         .iter()

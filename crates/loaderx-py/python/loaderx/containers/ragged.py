@@ -3,7 +3,6 @@ and :class:`FlatRagged`, a reader's batches in flat form."""
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -12,8 +11,8 @@ import numpy as np
 
 from .. import _native
 from .. import zrecord as _settings
-from ..errors import _RECORD_SIZE, ArgumentTypeError, ZrecordError
-from .args import DEFAULT_QUALITY, MAX_ITEM_LEN, MAX_NDIM, _codec, _quality
+from ..errors import _RECORD_SIZE, ZrecordError
+from .args import DEFAULT_QUALITY, MAX_ITEM_LEN, _codec, _ndim, _quality
 from .base import _Container
 from .writing import Packed, _blocks, _flat_records, _pack, _pipelined
 
@@ -55,14 +54,7 @@ class Ragged(_Container):
         file added as it is with :meth:`append_encoded`."""
         _codec(codec)
         q = _quality(quality)
-        if isinstance(ndim, (bool, np.bool_)):
-            raise ArgumentTypeError(f"ndim must be an integer, got {ndim!r}")
-        try:
-            rank = operator.index(ndim)
-        except TypeError:
-            raise ArgumentTypeError(f"ndim must be an integer, got {ndim!r}") from None
-        if not 1 <= rank <= MAX_NDIM:
-            raise ValueError(f"ndim must be between 1 and {MAX_NDIM}, got {rank}")
+        rank = _ndim(ndim)
         made = cls._create(path, dtype, (), rank, codec, dict_bytes, data_shards)
         made.quality = q
         return made
