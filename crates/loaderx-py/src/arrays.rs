@@ -100,9 +100,17 @@ fn bytes_of<'a>(array: &'a Bound<'_, PyUntypedArray>, len: usize) -> &'a [u8] {
 /// copy is what a gather then uses with the GIL released.
 pub(crate) fn word_indices(array: &Bound<'_, PyAny>, most: usize) -> Option<Vec<u64>> {
     let array = array.cast::<PyUntypedArray>().ok()?;
+    if array.len() > most {
+        return None;
+    }
+    words(array)
+}
+
+/// [`word_indices`] of an array already known to be one, with no bound on
+/// its length.
+pub(crate) fn words(array: &Bound<'_, PyUntypedArray>) -> Option<Vec<u64>> {
     let word = array.dtype();
     if array.ndim() != 1
-        || array.len() > most
         || !array.is_c_contiguous()
         || word.itemsize() != 8
         || !matches!(word.kind(), b'i' | b'u')

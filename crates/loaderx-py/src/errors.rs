@@ -1,6 +1,6 @@
 //! Engine errors as Python exceptions.
 //!
-//! Store errors become `loaderx._zrecord.ZrecordError(code, message)`: the
+//! Store errors become `loaderx.errors.ZrecordError(code, message)`: the
 //! class lives in Python (so it pickles and documents like any other), and is
 //! looked up once, lazily, the first time an error is raised. Sampler errors
 //! are bad arguments, so they are `ValueError`s.
@@ -13,6 +13,7 @@ use pyo3::types::{PyDict, PyType};
 
 static ZRECORD_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static CLOSED_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static ARGUMENT_TYPE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `{code: (name, meaning)}` for every [`ErrorCode`]: the table
 /// `ZrecordError` is built from (`loaderx._native.ERROR_CODES`).
@@ -29,7 +30,7 @@ pub(crate) fn zrecord_error(py: Python<'_>, code: ErrorCode, message: String) ->
     python_error(py, &ZRECORD_ERROR, "ZrecordError", (code.value(), message))
 }
 
-/// An instance of the exception class `name` of `loaderx._zrecord`, made
+/// An instance of the exception class `name` of `loaderx.errors`, made
 /// from `args` (the class is imported once, into `class`); if the import or
 /// the call fails, that failure.
 fn python_error<'py, A: pyo3::call::PyCallArgs<'py>>(
@@ -39,7 +40,7 @@ fn python_error<'py, A: pyo3::call::PyCallArgs<'py>>(
     args: A,
 ) -> PyErr {
     match class
-        .import(py, "loaderx._zrecord", name)
+        .import(py, "loaderx.errors", name)
         .and_then(|class| class.call1(args))
     {
         Ok(instance) => PyErr::from_value(instance),
@@ -57,12 +58,18 @@ pub(crate) fn sampler_error(err: loaderx_sampler::Error) -> PyErr {
     PyValueError::new_err(err.to_string())
 }
 
-/// An operation on a store that was closed: `loaderx._zrecord.ClosedError`,
+/// An operation on a store that was closed: `loaderx.errors.ClosedError`,
 /// a `ValueError` (as for a closed file) that is also a `RuntimeError`
 /// (what loaderx 2.x raises).
 pub(crate) fn closed(py: Python<'_>, path: &str) -> PyErr {
     let message = format!("operation on a closed store ({path})");
     python_error(py, &CLOSED_ERROR, "ClosedError", (message,))
+}
+
+/// An argument of the wrong type where loaderx 2.x raises `ValueError`:
+/// `loaderx.errors.ArgumentTypeError`, a `TypeError` and a `ValueError`.
+pub(crate) fn argument_type_error(py: Python<'_>, message: String) -> PyErr {
+    python_error(py, &ARGUMENT_TYPE_ERROR, "ArgumentTypeError", (message,))
 }
 
 /// An array argument that is not contiguous (the Python layer normally

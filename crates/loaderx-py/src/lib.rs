@@ -16,37 +16,45 @@
 //! [`loaderx_sampler::Sampler`], and `loader::Loader` a
 //! [`loaderx_loader::Loader`] whose streams are such
 //! stores (its workers gather through the same lock as Python callers, with
-//! no GIL). Argument checking that is cheap in Python
-//! (codec names, contiguity, writability, index dtypes) happens in the
-//! pure-Python layer (`python/loaderx/`); this module takes flat, typed NumPy
-//! arrays, releases the GIL for every call that does real work, and turns
-//! engine errors into `loaderx.ZrecordError` with their stable code
-//! (module `errors`).
+//! no GIL). The typed containers' index rules live in module
+//! `indices`: a container's read is one call here, whatever its index
+//! (ints, slices, masks, lists, arrays of any integer dtype), resolved and
+//! gathered under one lock. This module releases the GIL for every call
+//! that does real work, and turns engine errors into `loaderx.ZrecordError`
+//! with their stable code (module `errors`).
 //!
 //! It never interprets record bytes, allocates output arrays only for typed
 //! reads (which then reach NumPy without a copy, large ones from a pool of
 //! recycled buffers per handle; byte-record reads fill what the caller
 //! passes in), and never holds the GIL while it waits for a lock.
 //!
-//! Unsafe code is confined to module `pool`: the loader's batch buffers and
-//! the large outputs of direct reads (anonymous mappings on Linux) and the
-//! NumPy arrays that view them while a Python object owns them; and to
-//! module `arrays`, which reads the memory of arrays handed over in a list
-//! and of index arrays, and makes the new arrays of `Dense`'s one-call
-//! batch read, which `Store::gather_like` (one `unsafe` call, bound to fill
-//! every byte) gathers into before they are handed out.
+//! Unsafe code is confined to four modules, each stating its invariant:
+//! `pages` (memory advice on shared file mappings); `writer` (a write
+//! behind the call reads the writer's own copies without the GIL); `pool` (the loader's
+//! batch buffers and the large outputs of direct reads, anonymous mappings
+//! on Linux, and the NumPy arrays that view them while a Python object
+//! owns them); and `arrays`, which reads the memory of arrays handed over
+//! in a list and of index arrays, and makes the new arrays of `Dense`'s
+//! one-call batch read, which `Store::get_dense` (one `unsafe` call, bound
+//! to fill every byte) gathers into before they are handed out.
 
 #![deny(unsafe_code)]
 
+mod args;
 #[allow(unsafe_code)]
 mod arrays;
 mod errors;
+mod indices;
 mod loader;
+#[allow(unsafe_code)]
+mod pages;
 #[allow(unsafe_code)]
 mod pool;
 mod sampler;
 mod store;
 mod typed;
+#[allow(unsafe_code)]
+mod writer;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -59,6 +67,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
+    m.add_function(wrap_pyfunction!(indices::as_indices, m)?)?;
+    m.add_function(wrap_pyfunction!(pages::file_maps, m)?)?;
+    m.add_function(wrap_pyfunction!(pages::release_pages, m)?)?;
+    m.add_function(wrap_pyfunction!(pages::release_mapped, m)?)?;
     m.add("MAX_RECORD_LEN", loaderx_store::MAX_RECORD_LEN)?;
     m.add("POOLED_OUTPUT_BYTES", pool::POOLED_OUTPUT_BYTES)?;
     let codecs = PyDict::new(py);
@@ -67,7 +79,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("CODECS", codecs)?;
     m.add("ERROR_CODES", errors::error_codes(py)?)?;
+    m.add("BEHIND_NOTE", writer::BEHIND_NOTE)?;
     typed::add_constants(m)?;
+    args::add_functions(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

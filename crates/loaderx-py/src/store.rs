@@ -31,21 +31,31 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, TryLockError};
 
 use loaderx_loader::Source;
 use loaderx_store::{CodecId, ErrorCode, OpenOptions};
-use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1,
+    PyReadwriteArray1, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyFileExistsError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::arrays;
 use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
+use crate::indices::{self, Resolved, Selection};
 use crate::pool::{Output, OutputKind, SharedPool, output_pool};
 use crate::typed::{self, Engine};
+use crate::writer::Behind;
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub(crate) struct Store {
     handle: Arc<Handle>,
     /// Recycled buffers for this handle's large direct reads (`pool::Output`).
     outputs: SharedPool,
+    /// The write behind the last append, if any (module `writer`).
+    behind: Behind,
+    /// `"Dense"` or `"Ragged"` for a writer made by `create_typed`: a child
+    /// forked from its process may not write through it.
+    writer: Option<&'static str>,
 }
 
 /// The open engine and its lock; shared with the loaders reading it.
@@ -68,7 +78,7 @@ impl fmt::Debug for Handle {
 impl Handle {
     /// Runs `f` under the shared lock (the caller has released the GIL), or
     /// reports a closed store as an I/O error: loader workers see that.
-    fn read<T>(
+    pub(crate) fn read<T>(
         &self,
         f: impl FnOnce(&Engine) -> loaderx_store::Result<T>,
     ) -> loaderx_store::Result<T> {
@@ -161,7 +171,7 @@ impl Store {
 }
 
 impl Handle {
-    fn forked(&self) -> bool {
+    pub(crate) fn forked(&self) -> bool {
         std::process::id() != self.opened_by
     }
 
@@ -222,6 +232,22 @@ impl Handle {
         }
     }
 
+    /// Runs `f` on the engine and the records `selection` picks (resolved
+    /// against the store's length under the same shared lock), with the GIL
+    /// released; a selection that picks nothing raises its refusal.
+    fn selected<T, F>(&self, py: Python<'_>, selection: Selection, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(&Engine, Resolved) -> loaderx_store::Result<T> + Send,
+    {
+        let path = self.path.as_str();
+        self.shared(py, |engine| match selection.resolve(engine.len(), path) {
+            Ok(resolved) => f(engine, resolved).map(Ok),
+            Err(refusal) => Ok(Err(refusal)),
+        })?
+        .map_err(|refusal| refusal.into_err(py))
+    }
+
     /// Runs `f` on the engine under the exclusive lock, with the GIL released.
     fn exclusive<T, F>(&self, py: Python<'_>, op: &str, f: F) -> PyResult<T>
     where
@@ -260,7 +286,54 @@ impl Handle {
     }
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        let forked = self.handle.forked();
+        self.behind.finish(forked);
+    }
+}
+
+impl Handle {
+    /// The path the store was opened at, as given.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `ClosedError` once `close` was called.
+    pub(crate) fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed(py, &self.path));
+        }
+        Ok(())
+    }
+}
+
 impl Store {
+    /// Waits for the write behind the last append (raising its error), after
+    /// refusing `op` in a child forked from the process that created this
+    /// writer.
+    fn settled(&self, py: Python<'_>, op: Option<&str>) -> PyResult<()> {
+        if let (Some(op), Some(kind)) = (op, self.writer)
+            && self.handle.forked()
+        {
+            return Err(zrecord_error(
+                py,
+                ErrorCode::Io,
+                format!(
+                    "cannot {op} {} in process {}: this {kind} writer was created in \
+                         process {}, and a child forked from there cannot write behind its \
+                         parent's back (the parent's appends, some perhaps still being \
+                         written at the fork, are the parent's); append through the parent's \
+                         writer",
+                    self.handle.path,
+                    std::process::id(),
+                    self.handle.opened_by
+                ),
+            ));
+        }
+        self.behind.settle(py, &self.handle)
+    }
+
     fn wrap(path: &std::path::Path, engine: Engine) -> Store {
         Store {
             handle: Arc::new(Handle {
@@ -270,6 +343,8 @@ impl Store {
                 engine: RwLock::new(Some(engine)),
             }),
             outputs: output_pool(),
+            behind: Behind::default(),
+            writer: None,
         }
     }
 
@@ -353,7 +428,9 @@ impl Store {
             lanes: typed::lanes(lanes)?,
             ..OpenOptions::default()
         };
-        Store::create_v2(py, &path, &schema, options)
+        let mut store = Store::create_v2(py, &path, &schema, options)?;
+        store.writer = Some(if kind == "dense" { "Dense" } else { "Ragged" });
+        Ok(store)
     }
 
     /// Creates an untyped byte-record store in format v2 (the 0.5.x API's
@@ -421,6 +498,7 @@ impl Store {
         src: PyReadonlyArray1<'_, u8>,
         n: usize,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         self.handle
             .shared(py, |engine| typed::append_dense(engine, src, n))
@@ -437,6 +515,7 @@ impl Store {
         lens: PyReadonlyArray1<'_, u64>,
         dims: PyReadonlyArray1<'_, u32>,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
         let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
@@ -460,6 +539,7 @@ impl Store {
         ndim: usize,
         empty: bool,
     ) -> PyResult<Option<u64>> {
+        self.settled(py, Some("append to"))?;
         let limit = u64::from(loaderx_store::format::v2::MAX_RECORD_LEN_V2);
         let Some(arrays) = crate::arrays::records(&records, dtype, ndim, limit, empty) else {
             return Ok(None);
@@ -519,67 +599,6 @@ impl Store {
         )))
     }
 
-    /// Dense records `idxs`, back to back in one new `uint8` array (from
-    /// this handle's output pool when at least `POOLED_OUTPUT_BYTES`).
-    fn gather_dense<'py>(
-        &self,
-        py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let outputs = &self.outputs;
-        let data = self.handle.shared(py, |engine| {
-            let item_len = typed::dense_item_len(engine)?;
-            let len = item_len
-                .checked_mul(idxs.len())
-                .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
-            let mut out = allocate(outputs, OutputKind::Dense, len)?;
-            engine.gather_exact(idxs, out.as_mut(), item_len)?;
-            Ok(out)
-        })?;
-        data.into_array(py, outputs, OutputKind::Dense)
-    }
-
-    /// Ragged records `idxs` in one new `uint8` array: `(data, offsets,
-    /// dims)` with the `n + 1` byte offsets of the records in `data` and
-    /// their `n * ndim` dimensions.
-    #[allow(clippy::type_complexity)]
-    fn gather_shaped<'py>(
-        &self,
-        py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<(
-        Bound<'py, PyArray1<u8>>,
-        Bound<'py, PyArray1<u64>>,
-        Bound<'py, PyArray1<u32>>,
-    )> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let outputs = &self.outputs;
-        let batch = self.handle.shared(py, |engine| {
-            typed::gather_ragged(engine, idxs, |len| {
-                allocate(outputs, OutputKind::Ragged, len)
-            })
-        })?;
-        Ok((
-            batch.data.into_array(py, outputs, OutputKind::Ragged)?,
-            PyArray1::from_vec(py, batch.offsets),
-            PyArray1::from_vec(py, batch.dims),
-        ))
-    }
-
-    /// The dimensions of ragged records `idxs`, `ndim` per record.
-    fn dims<'py>(
-        &self,
-        py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
-        let dims = self
-            .handle
-            .shared(py, |engine| typed::ragged_dims(engine, idxs))?;
-        Ok(PyArray1::from_vec(py, dims))
-    }
-
     /// Appends `uint8` images `src[offsets[i] ..][.. lens[i]]` (dense: one
     /// item each, `dims` empty; ragged: `(h, w, 3)` each, in `dims`),
     /// encoded with the schema's codec (JPEG at `quality`) on the store's
@@ -593,6 +612,7 @@ impl Store {
         dims: PyReadonlyArray1<'_, u32>,
         quality: u8,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
         let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
@@ -612,6 +632,7 @@ impl Store {
         offsets: PyReadonlyArray1<'_, u64>,
         lens: PyReadonlyArray1<'_, u64>,
     ) -> PyResult<u64> {
+        self.settled(py, Some("append to"))?;
         let src = src.as_slice().map_err(|_| not_contiguous("src"))?;
         let offsets = offsets.as_slice().map_err(|_| not_contiguous("offsets"))?;
         let lens = lens.as_slice().map_err(|_| not_contiguous("lens"))?;
@@ -620,51 +641,189 @@ impl Store {
         })
     }
 
-    /// Image records `idxs` decoded, resized to cover `height x width` and
-    /// centre-cropped, into one new `uint8` array of `n * height * width * 3`
-    /// bytes in `layout` (`"hwc"` or `"chw"`); GIL released.
-    fn gather_images<'py>(
+    /// The records `idx` selects from a dense store, in a new array of
+    /// `proto`'s dtype shaped `(n, *proto.shape[1:])` (`proto`: an empty
+    /// `(0, *item_shape)` array of the container's dtype), each record
+    /// checked to be exactly one item; for an index of one record (and not
+    /// `batch`), that record. `idx` is any index form module `indices`
+    /// reads, resolved and gathered under one lock: `Dense.__getitem__` in
+    /// one call. A batch of at least `POOLED_OUTPUT_BYTES` comes from this
+    /// handle's output pool.
+    #[pyo3(signature = (idx, proto, batch = false))]
+    #[allow(unsafe_code)]
+    fn get_dense<'py>(
         &self,
         py: Python<'py>,
-        idxs: PyReadonlyArray1<'_, u64>,
+        idx: &Bound<'py, PyAny>,
+        proto: &Bound<'py, PyUntypedArray>,
+        batch: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let selection = indices::parse(idx, batch)?;
+        let item_len = arrays::row_len(proto)
+            .filter(|_| proto.shape().first() == Some(&0))
+            .ok_or_else(|| {
+                PyValueError::new_err("proto must be an empty (0, *item_shape) array of plain data")
+            })?;
+        let small = selection
+            .count()
+            .filter(|&rows| rows.saturating_mul(item_len) < crate::pool::POOLED_OUTPUT_BYTES);
+        let (out, one) = if let Some(rows) = small {
+            let mut one = false;
+            // SAFETY: `item_len` is `row_len(proto)`, asked above; and
+            // `gather_exact` writes all `rows * item_len` bytes of `dst`
+            // when it succeeds (the resolved indices are checked to be
+            // `rows`, and every record to be exactly `item_len` bytes,
+            // before any is copied) and reads none.
+            let out = unsafe {
+                arrays::new_rows_like(py, proto, item_len, rows, |dst| {
+                    one = self.handle.selected(py, selection, |engine, resolved| {
+                        if resolved.idxs.len() != rows {
+                            return Err(loaderx_store::Error::OutOfMemory { bytes: u64::MAX });
+                        }
+                        engine.gather_exact(&resolved.idxs, dst, item_len)?;
+                        Ok(resolved.one)
+                    })?;
+                    Ok(())
+                })?
+            };
+            (out.into_any(), one)
+        } else {
+            let outputs = &self.outputs;
+            let (data, rows, one) = self.handle.selected(py, selection, |engine, resolved| {
+                let len = item_len
+                    .checked_mul(resolved.idxs.len())
+                    .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
+                let mut out = allocate(outputs, OutputKind::Dense, len)?;
+                engine.gather_exact(&resolved.idxs, out.as_mut(), item_len)?;
+                Ok((out, resolved.idxs.len(), resolved.one))
+            })?;
+            let mut shape = vec![rows];
+            shape.extend_from_slice(&proto.shape()[1..]);
+            let out = data
+                .into_array(py, outputs, OutputKind::Dense)?
+                .call_method1("view", (proto.dtype(),))?
+                .call_method1("reshape", (PyTuple::new(py, shape)?,))?;
+            (out, one)
+        };
+        if one { out.get_item(0) } else { Ok(out) }
+    }
+
+    /// The records `idx` selects from a ragged store of `dtype`: `(flat,
+    /// offsets, shapes, one)`, the records back to back in `flat` (a 1-D
+    /// `dtype` array over one allocation), record `i` being
+    /// `flat[offsets[i]:offsets[i + 1]]` (int64 element offsets) of shape
+    /// `shapes[i]` (int64, `(n, ndim)`); `one` when `idx` names one record
+    /// (and not `batch`). Resolved and gathered under one lock.
+    #[pyo3(signature = (idx, dtype, batch = false))]
+    #[allow(clippy::type_complexity)]
+    fn get_ragged<'py>(
+        &self,
+        py: Python<'py>,
+        idx: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyArrayDescr>,
+        batch: bool,
+    ) -> PyResult<(
+        Bound<'py, PyAny>,
+        Bound<'py, PyArray1<i64>>,
+        Bound<'py, PyAny>,
+        bool,
+    )> {
+        let selection = indices::parse(idx, batch)?;
+        let itemsize = dtype.itemsize().max(1) as u64;
+        let outputs = &self.outputs;
+        let (gathered, ndim, one) = self.handle.selected(py, selection, |engine, resolved| {
+            let ndim = typed::ragged_ndim(engine)?;
+            let gathered = typed::gather_ragged(engine, &resolved.idxs, |len| {
+                allocate(outputs, OutputKind::Ragged, len)
+            })?;
+            Ok((gathered, ndim, resolved.one))
+        })?;
+        let rows = gathered.offsets.len() - 1;
+        let flat = gathered
+            .data
+            .into_array(py, outputs, OutputKind::Ragged)?
+            .call_method1("view", (dtype,))?;
+        let offsets: Vec<i64> = gathered
+            .offsets
+            .iter()
+            .map(|&o| (o / itemsize) as i64)
+            .collect();
+        let shapes: Vec<i64> = gathered.dims.iter().map(|&d| i64::from(d)).collect();
+        let shapes = PyArray1::from_vec(py, shapes).reshape([rows, ndim])?;
+        Ok((
+            flat,
+            PyArray1::from_vec(py, offsets),
+            shapes.into_any(),
+            one,
+        ))
+    }
+
+    /// The shapes of the ragged records `idx` selects, `(n, ndim)` int64,
+    /// without reading the records.
+    fn shapes<'py>(&self, py: Python<'py>, idx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let selection = indices::parse(idx, true)?;
+        let (dims, rows, ndim) = self.handle.selected(py, selection, |engine, resolved| {
+            let dims = typed::ragged_dims(engine, &resolved.idxs)?;
+            Ok((dims, resolved.idxs.len(), typed::ragged_ndim(engine)?))
+        })?;
+        let dims: Vec<i64> = dims.into_iter().map(i64::from).collect();
+        Ok(PyArray1::from_vec(py, dims)
+            .reshape([rows, ndim])?
+            .into_any())
+    }
+
+    /// The images `idx` selects, decoded, resized to cover `height x width`
+    /// and centre-cropped, in a new `uint8` array `(n, height, width, 3)`
+    /// (`layout` `"hwc"`) or `(n, 3, height, width)` (`"chw"`); for an
+    /// index of one record (and not `batch`), that image. GIL released.
+    #[pyo3(signature = (idx, height, width, layout, batch = false))]
+    fn get_images<'py>(
+        &self,
+        py: Python<'py>,
+        idx: &Bound<'py, PyAny>,
         height: u32,
         width: u32,
         layout: &str,
-    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let layout = match layout {
-            "hwc" => loaderx_store::ImageLayout::Hwc,
-            "chw" => loaderx_store::ImageLayout::Chw,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "layout must be \"hwc\" or \"chw\", got {other:?}"
-                )));
-            }
-        };
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+        batch: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let layout = image_layout(layout)?;
+        let selection = indices::parse(idx, batch)?;
         let outputs = &self.outputs;
-        let data = self.handle.shared(py, |engine| {
+        let (data, rows, one) = self.handle.selected(py, selection, |engine, resolved| {
             let len = (height as usize)
                 .checked_mul(width as usize)
-                .and_then(|px| px.checked_mul(3 * idxs.len()))
+                .and_then(|px| px.checked_mul(3 * resolved.idxs.len()))
                 .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
             let mut out = allocate(outputs, OutputKind::Images, len)?;
-            engine.gather_images(idxs, out.as_mut(), height, width, layout)?;
-            Ok(out)
+            engine.gather_images(&resolved.idxs, out.as_mut(), height, width, layout)?;
+            Ok((out, resolved.idxs.len(), resolved.one))
         })?;
-        data.into_array(py, outputs, OutputKind::Images)
+        let (h, w) = (height as usize, width as usize);
+        let shape = match layout {
+            loaderx_store::ImageLayout::Hwc => [rows, h, w, 3],
+            _ => [rows, 3, h, w],
+        };
+        let out = data
+            .into_array(py, outputs, OutputKind::Images)?
+            .reshape(shape)?
+            .into_any();
+        if one { out.get_item(0) } else { Ok(out) }
     }
 
     /// Checks every record and entry; raises the first problem.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        self.settled(py, None)?;
         self.handle.shared(py, |engine| engine.verify())
     }
 
     /// Every damaged record: `(index, reason)`, empty when healthy.
     fn damaged(&self, py: Python<'_>) -> PyResult<Vec<(u64, String)>> {
+        self.settled(py, None)?;
         self.handle.shared(py, |engine| engine.damaged())
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.settled(py, Some("count the records of"))?;
         self.handle.shared(py, |engine| Ok(engine.len() as usize))
     }
 
@@ -685,6 +844,7 @@ impl Store {
 
     /// Makes everything appended so far durable.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        self.settled(py, Some("sync"))?;
         self.handle.shared(py, |engine| engine.sync())
     }
 
@@ -830,21 +990,33 @@ impl Store {
 
     /// Deletes records (tail swapped into each hole); waits for gathers in
     /// flight.
-    fn delete(&self, py: Python<'_>, idxs: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
-        let idxs = idxs.as_slice().map_err(|_| not_contiguous("idxs"))?;
+    /// `idxs` is any index form module `indices` reads (negative ones
+    /// counting from the end), resolved under the same lock.
+    fn delete(&self, py: Python<'_>, idxs: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.settled(py, None)?;
+        let selection = indices::parse(idxs, true)?;
+        let path = self.handle.path.as_str();
         self.handle
-            .exclusive(py, "delete from", |engine| engine.delete(idxs))
+            .exclusive(py, "delete from", |engine| {
+                match selection.resolve(engine.len(), path) {
+                    Ok(resolved) => engine.delete(&resolved.idxs).map(Ok),
+                    Err(refusal) => Ok(Err(refusal)),
+                }
+            })?
+            .map_err(|refusal| refusal.into_err(py))
     }
 
     /// Reclaims the space deleted records left behind; waits for gathers in
     /// flight.
     fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        self.settled(py, None)?;
         self.handle
             .exclusive(py, "compact", |engine| engine.compact())
     }
 
     /// `(records, live_bytes, chunk_bytes, reclaimable)`.
     fn stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64)> {
+        self.settled(py, None)?;
         self.handle.shared(py, |engine| {
             let s = engine.stats()?;
             Ok((s.records, s.live_bytes, s.chunk_bytes, s.reclaimable))
@@ -854,10 +1026,89 @@ impl Store {
     /// Commits and releases the store once the calls in flight have
     /// finished; raises what the commit raised. Idempotent (a second call
     /// does nothing).
+    /// The write behind the last append is waited for first, under the lock
+    /// an append takes to submit one (so an append racing this is either
+    /// stored or raises `ClosedError`); its error is raised once the store
+    /// is closed. In a forked child the parent's write in flight is
+    /// forgotten.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let committed = self.handle.close(py);
+        let (settled, committed) = self
+            .behind
+            .close(py, &self.handle, || self.handle.close(py));
         self.outputs.0.close();
+        settled?;
         committed.map_err(|err| store_error(py, err))
+    }
+
+    /// Appends `n` dense records from `src` (the writer's own copy, any
+    /// dtype, C-contiguous) on a helper thread (module `writer`).
+    fn append_dense_behind(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        n: usize,
+    ) -> PyResult<()> {
+        self.settled(py, Some("append to"))?;
+        self.behind.submit(
+            py,
+            &self.handle,
+            vec![src.clone()],
+            true,
+            n,
+            move |engine, parts| typed::append_dense(engine, parts[0], n),
+        )
+    }
+
+    /// Appends ragged records as `append_shaped` does, on a helper thread,
+    /// from arrays that are the writer's own (module `writer`).
+    fn append_shaped_behind(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        offsets: PyReadonlyArray1<'_, u64>,
+        lens: PyReadonlyArray1<'_, u64>,
+        dims: PyReadonlyArray1<'_, u32>,
+    ) -> PyResult<()> {
+        self.settled(py, Some("append to"))?;
+        let records = offsets.len();
+        let keep = vec![
+            src.clone(),
+            offsets.as_any().clone(),
+            lens.as_any().clone(),
+            dims.as_any().clone(),
+        ];
+        drop((offsets, lens, dims));
+        self.behind
+            .submit(py, &self.handle, keep, false, records, |engine, parts| {
+                let words = |bytes: &[u8]| -> Vec<u64> {
+                    bytes
+                        .chunks_exact(8)
+                        .map(|w| w.try_into().map_or(0, u64::from_ne_bytes))
+                        .collect()
+                };
+                let dims: Vec<u32> = parts[3]
+                    .chunks_exact(4)
+                    .map(|w| w.try_into().map_or(0, u32::from_ne_bytes))
+                    .collect();
+                typed::append_ragged(engine, parts[0], &words(parts[1]), &words(parts[2]), &dims)
+            })
+    }
+
+    /// The buffer of the last finished dense write behind an append, for the
+    /// next copy (`None` if there is none).
+    fn take_spare(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.behind.take_spare(py)
+    }
+}
+
+/// An image layout by its Python name.
+fn image_layout(layout: &str) -> PyResult<loaderx_store::ImageLayout> {
+    match layout {
+        "hwc" => Ok(loaderx_store::ImageLayout::Hwc),
+        "chw" => Ok(loaderx_store::ImageLayout::Chw),
+        other => Err(PyValueError::new_err(format!(
+            "layout must be \"hwc\" or \"chw\", got {other:?}"
+        ))),
     }
 }
 

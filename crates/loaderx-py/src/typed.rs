@@ -41,6 +41,11 @@ fn typed_codecs() -> impl Iterator<Item = (CodecTag, &'static str)> {
         .filter_map(|tag| tag.name().map(|name| (tag, name)))
 }
 
+/// The codec names a typed store takes, in tag order.
+pub(crate) fn codec_names() -> Vec<&'static str> {
+    typed_codecs().map(|(_, name)| name).collect()
+}
+
 fn kind_name(kind: Kind) -> &'static str {
     KINDS
         .iter()
@@ -241,6 +246,11 @@ pub(crate) fn gather_ragged<B: AsMut<[u8]>>(
         offsets,
         dims,
     })
+}
+
+/// The rank of a ragged store's records.
+pub(crate) fn ragged_ndim(engine: &Engine) -> Result<usize> {
+    Ok(usize::from(typed_schema(engine, Kind::Ragged)?.ndim))
 }
 
 /// The dimensions of records `idxs` of a ragged store, `ndim` per record.

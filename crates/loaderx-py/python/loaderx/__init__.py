@@ -20,10 +20,11 @@ compatible both ways for the ``raw`` and ``flate`` codecs.
 from __future__ import annotations
 
 from . import _native
-from ._sampler import Sampler
-from ._zrecord import CODECS, ERROR_CODES, MAX_RECORD_LEN, Zrecord, ZrecordError
-from .dataloader import DataLoader
-from .dataset import Dataset
+from .compat05.dataloader import DataLoader
+from .compat05.dataset import Dataset
+from .compat05.sampler import Sampler
+from .compat05.zrecord import CODECS, MAX_RECORD_LEN, Zrecord
+from .errors import ERROR_CODES, ZrecordError
 from .zrecord import Dense, Ragged
 
 #: The package version, as Cargo builds the native module.

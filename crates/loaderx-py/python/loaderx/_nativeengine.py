@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _native
-from ._sampler import Sampler
+from .compat05.sampler import Sampler
 
 #: Turns one gathered column, ``(bytes, offsets or None, indices)``, into
 #: the value a batch holds for that stream (`indices`: the records the

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from . import _native
 from ._engine import CLOSE_WAIT, POLL, Threaded, call_user, name_of
-from ._sampler import Sampler
+from .compat05.sampler import Sampler
 
 
 class PyEngine(Threaded):

@@ -17,8 +17,8 @@ from typing import Any, Union
 import numpy as np
 
 from . import _native
-from ._zrecord import ArgumentTypeError
-from .zrecord import ContainerModeError, Dense, Ragged
+from .errors import ArgumentTypeError, ContainerModeError
+from .zrecord import Dense, Ragged
 
 #: Dictionary size used when none is given, in bytes.
 DEFAULT_DICT_SIZE: int = int(_native.DEFAULT_DICT_SIZE)

@@ -24,9 +24,9 @@ from types import TracebackType
 
 import numpy as np
 
-from . import _sampler
-from ._zrecord import ClosedError
-from ._sampler import resolve_world
+from .compat05 import sampler as _sampler
+from .compat05.sampler import resolve_world
+from .errors import ClosedError
 
 
 class Sampler(_sampler.Sampler):

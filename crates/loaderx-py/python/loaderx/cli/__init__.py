@@ -16,241 +16,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-import numpy as np
-
-from . import _native
-from .zrecord import CODECS, Dense, Ragged
-
-# --- progress ------------------------------------------------------------------------------
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-class Progress:
-    """Reports ``(done, total)`` of a long operation on `stream`: a bar
-    redrawn in place with rate and ETA when `stream` is a terminal, else
-    one plain line every `interval` seconds (and one at the end)."""
-
-    def __init__(
-        self,
-        label: str,
-        stream: TextIO,
-        *,
-        enabled: bool = True,
-        tty: bool | None = None,
-        interval: float | None = None,
-        unit: str = "records",
-    ) -> None:
-        self.label = label
-        self.stream = stream
-        self.enabled = enabled
-        self.tty = stream.isatty() if tty is None else tty
-        self.interval = interval if interval is not None else (0.1 if self.tty else 5.0)
-        self.unit = unit
-        self.start = time.monotonic()
-        self.last = -float("inf")
-        self.done = 0
-        self.total: int | None = None
-        self.drawn = False
-
-    def __call__(self, done: int, total: int | None) -> None:
-        self.done, self.total = done, total
-        now = time.monotonic()
-        if self.enabled and now - self.last >= self.interval:
-            self.last = now
-            self._show(now)
-
-    def _rate(self, now: float) -> float:
-        elapsed = now - self.start
-        return self.done / elapsed if elapsed > 0 else 0.0
-
-    def _show(self, now: float) -> None:
-        rate = self._rate(now)
-        total = self.total
-        if total:
-            frac = min(1.0, self.done / total)
-            eta = _duration((total - self.done) / rate) if rate > 0 else "?"
-            counts = f"{self.done:,}/{total:,} {self.unit}"
-        else:
-            frac, eta = None, "?"
-            counts = f"{self.done:,} {self.unit}"
-        if self.tty:
-            width = 30
-            if frac is None:
-                bar = ""
-            else:
-                filled = int(frac * width)
-                bar = f"[{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% "
-            line = f"\r{self.label}: {bar}{counts} {rate:,.0f}/s ETA {eta}\x1b[K"
-            self.stream.write(line)
-            self.drawn = True
-        else:
-            pct = "" if frac is None else f" ({frac * 100:.1f}%)"
-            self.stream.write(
-                f"{self.label}: {counts}{pct}, {rate:,.0f} {self.unit}/s, ETA {eta}\n"
-            )
-        self.stream.flush()
-
-    def finish(self) -> float:
-        """Ends the display (a last line); returns the seconds taken."""
-        now = time.monotonic()
-        elapsed = now - self.start
-        if self.enabled:
-            if self.tty and self.drawn:
-                self.stream.write("\r\x1b[K")
-            rate = self._rate(now)
-            self.stream.write(
-                f"{self.label}: {self.done:,} {self.unit} in {elapsed:.2f}s "
-                f"({rate:,.0f} {self.unit}/s)\n"
-            )
-            self.stream.flush()
-        return elapsed
-
-
-# --- finding and describing stores ---------------------------------------------------------
-
-
-def _stores(path: Path) -> list[Path]:
-    """The store at `path`, or every store under it (a converted output
-    holds one per column and split), in name order."""
-    if (path / "meta.zr").is_file():
-        return [path]
-    if not path.is_dir():
-        raise FileNotFoundError(f"no loaderx store at {path}")
-    found = sorted(p.parent for p in path.rglob("meta.zr") if p.is_file())
-    if not found:
-        raise FileNotFoundError(f"no loaderx store at or under {path}")
-    return found
-
-
-def _open(path: Path, writable: bool = False) -> Any:
-    """A typed handle (``Dense``/``Ragged``) for a v2 typed store, else the
-    native handle of a byte store."""
-    store = _native.Store.open_existing(str(path), writable)
-    schema = store.schema()
-    if schema is None:
-        return store
-    store.close()
-    cls = Dense if schema["kind"] == "dense" else Ragged
-    return cls.open(path, writable)
-
-
-def _logical_bytes(handle: Any, records: int) -> int | None:
-    """The records' uncompressed size, where the API can tell it."""
-    step = 1 << 20
-    if isinstance(handle, Dense):
-        return records * handle.dtype.itemsize * int(np.prod(handle.item_shape, dtype=np.int64))
-    if isinstance(handle, Ragged):
-        total = 0
-        for start in range(0, records, step):
-            shapes = handle.shapes(np.arange(start, min(records, start + step)))
-            total += int(shapes.prod(axis=1).sum()) * handle.dtype.itemsize
-        return total
-    try:
-        out = np.zeros(min(records, step), dtype=np.uint32)
-        total = 0
-        for start in range(0, records, step):
-            idx = np.arange(start, min(records, start + step), dtype=np.uint64)
-            handle.lengths(idx, out[: idx.size])
-            total += int(out[: idx.size].sum(dtype=np.int64))
-        return total
-    except Exception:  # noqa: BLE001 - not every store tells
-        return None
-
-
-def _stats(handle: Any) -> tuple[int, int, int, int]:
-    stats = handle.stats()
-    if isinstance(stats, dict):
-        return (stats["records"], stats["live_bytes"], stats["chunk_bytes"], stats["reclaimable"])
-    return tuple(int(v) for v in stats)  # type: ignore[return-value]
-
-
-def describe(path: Path) -> dict[str, Any]:
-    """What ``loaderx info`` reports for one store."""
-    undo = (path / "meta.zr.undo").exists()
-    files = [p for p in path.iterdir() if p.is_file()]
-    on_disk = sum(p.stat().st_size for p in files)
-    data_files = [p for p in files if p.name.endswith(".zr") and p.name[:-3].isdigit()]
-    native = _native.Store.open_existing(str(path), False)
-    try:
-        version = int(native.format_version())
-        schema = native.schema()
-    finally:
-        native.close()
-    info: dict[str, Any] = {"path": str(path), "format": version}
-    if schema is None:
-        info["kind"] = "bytes"
-    else:
-        info["kind"] = schema["kind"]
-        info["dtype"] = np.dtype(schema["dtype"]).name
-        if schema["kind"] == "dense":
-            info["shape"] = list(schema["shape"])
-        else:
-            info["ndim"] = int(schema["ndim"])
-        info["codec"] = schema["codec"]
-    handle = _open(path)
-    try:
-        records, live, chunk, reclaimable = _stats(handle)
-        logical = _logical_bytes(handle, records)
-    finally:
-        handle.close()
-    info.update(
-        {
-            "records": records,
-            "bytes_on_disk": on_disk,
-            "stored_bytes": live,
-            "logical_bytes": logical,
-            "ratio": (logical / live) if logical and live else None,
-            "data_files": len(data_files),
-            "chunk_bytes": chunk,
-            "reclaimable_bytes": reclaimable,
-            "pending_undo_log": undo,
-        }
-    )
-    return info
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
-def _print_info(info: dict[str, Any], out: TextIO) -> None:
-    if info["kind"] == "dense":
-        what = f"dense {info['dtype']} {tuple(info['shape'])}"
-    elif info["kind"] == "ragged":
-        what = f"ragged {info['dtype']} ndim={info['ndim']}"
-    else:
-        what = "byte records (format v1 or untyped)"
-    ratio = f"{info['ratio']:.2f}x" if info["ratio"] else "?"
-    lines = [
-        f"{info['path']}",
-        f"  format            v{info['format']}",
-        f"  kind              {what}",
-        f"  codec             {info.get('codec', 'per record')}",
-        f"  records           {info['records']:,}",
-        f"  bytes on disk     {_size(info['bytes_on_disk'])} ({info['bytes_on_disk']:,})",
-        f"  stored / logical  {_size(info['stored_bytes'])} / {_size(info['logical_bytes'])} "
-        f"(ratio {ratio})",
-        f"  data files        {info['data_files']}",
-        f"  reclaimable       {_size(info['reclaimable_bytes'])} (loaderx compact frees it)",
-        f"  pending undo log  {'yes (a delete was interrupted)' if info['pending_undo_log'] else 'no'}",
-    ]
-    out.write("\n".join(lines) + "\n")
-
+from ..zrecord import CODECS, Dense, Ragged
+from .progress import Progress
+from .stores import _open, _print_info, _size, _stores, describe
 
 # --- commands ------------------------------------------------------------------------------
 
@@ -266,7 +36,7 @@ def _progress(args: argparse.Namespace, label: str, unit: str = "records") -> Pr
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from . import converter
+    from .. import convert
 
     size = None
     if args.size is not None:
@@ -276,7 +46,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             raise SystemExit(f"loaderx convert: --size must be HEIGHTxWIDTH, got {args.size!r}")
         size = (height, width)
     progress = _progress(args, "convert")
-    counts = converter.convert_path(
+    counts = convert.convert_path(
         args.src,
         args.dst,
         codec=args.codec,
@@ -392,7 +162,7 @@ def _seconds(text: str) -> float:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .dataloader import DataLoader
+    from ..compat05.dataloader import DataLoader
 
     batch_sizes = _parse_ints(args.batch_sizes, "--batch-sizes")
     workers = _parse_ints(args.workers, "--workers")
@@ -463,11 +233,13 @@ def parser() -> argparse.ArgumentParser:
         prog="loaderx", description="Convert data into loaderx stores and look after them."
     )
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from ..convert import SOURCES
+
+    shown = [source.shown for source in SOURCES]
 
     p = sub.add_parser(
         "convert",
-        help="convert .npy/.npz, Parquet, Arrow, image folders, WebDataset shards or a saved "
-        "Hugging Face dataset",
+        help=f"convert {', '.join(shown[:-1])} or {shown[-1]}",
     )
     p.add_argument("src", type=Path, help="the source file or directory")
     p.add_argument("dst", type=Path, help="the output (must not exist)")
