@@ -235,6 +235,8 @@ impl StoreLock {
     }
 
     /// Lets go of the writer lock (and the fork handler of its descriptor).
+    // Windows has no fork handler to tell.
+    #[cfg_attr(not(unix), allow(clippy::unused_self))]
     fn drop_writer(&self, held: &mut Held) {
         #[cfg(unix)]
         self.inherited.set_writer(-1, || held.writer = None);
@@ -247,6 +249,8 @@ impl StoreLock {
     /// Opens the writer lock's file, telling the fork handler of its
     /// descriptor in the same breath (a child forked in between would keep
     /// the lock's open file description alive).
+    // Windows has no fork handler to tell.
+    #[cfg_attr(not(unix), allow(clippy::unused_self))]
     fn open_writer(&self, path: &Path) -> io::Result<File> {
         let open = || {
             OpenOptions::new()
