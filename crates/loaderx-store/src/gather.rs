@@ -278,7 +278,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         };
         // Raw records copied from the map (not read with pread, not checked):
         // a batch of only those takes `copy_raw_runs`.
-        let raw_checked = self.schema.is_some() && self.check_raw;
+        let raw_checked = self.layout().checksums() && self.check_raw;
         if !raw_checked
             && idxs.len() >= PREFETCH_AT_LEAST
             && self.gather_covered(idxs, dst, place, &head)?

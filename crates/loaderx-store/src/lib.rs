@@ -66,6 +66,7 @@ mod files;
 mod fork;
 mod frontier;
 mod gather;
+mod layout;
 mod lock;
 mod open;
 mod parallel;

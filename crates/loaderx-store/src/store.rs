@@ -9,12 +9,13 @@ use std::{
     sync::{Mutex, OnceLock},
 };
 
-use loaderx_format::{CodecTag, FormatError, Head, RecordLoc, Rules, v2::Schema};
+use loaderx_format::{CodecTag, FormatError, Head, RecordLoc, v2::Schema};
 
 use crate::{
     Codec, CodecId, Deflate, Error, Result,
     files::Files,
     frontier::{ChunkLens, Frontier},
+    layout::Layout,
     lock::StoreLock,
     parallel,
     storage::{FileId, FileStorage, Storage},
@@ -224,7 +225,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// The on-disk format version: 1 (loaderx 0.5.x's) or 2.
     pub fn format_version(&self) -> u16 {
-        if self.schema.is_some() { 2 } else { 1 }
+        self.layout().version()
     }
 
     /// The write lanes: over how many chunk sequences, at most, appends
@@ -238,13 +239,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.schema.as_ref()
     }
 
-    /// The rules entries are judged by.
-    pub(crate) fn rules(&self) -> Rules {
-        if self.schema.is_some() {
-            Rules::V2
-        } else {
-            Rules::V1
-        }
+    /// What this store's format version does differently (`layout.rs`).
+    #[inline]
+    pub(crate) fn layout(&self) -> Layout {
+        self.files.layout()
     }
 
     /// Whether the store holds no records.
@@ -358,7 +356,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             None => 0,
         };
-        loaderx_format::validate_entry(index, loc, head, file_len, self.rules())
+        loaderx_format::validate_entry(index, loc, head, file_len, self.layout().rules())
             .map_err(|e| Error::format(self.file_path(FileId::Meta), e))
     }
 
@@ -770,7 +768,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             // straight into place, and checked there when they are checked.
             let file = FileId::Chunk(loc.chunk_id);
             self.files.copy(file, u64::from(loc.offset), out, "read")?;
-            if self.schema.is_some() && check_raw {
+            if self.layout().checksums() && check_raw {
                 let crc = loaderx_format::v2::crc32c(out);
                 if crc != loc.crc {
                     return Err(Error::Corrupt {
@@ -819,7 +817,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         f: impl FnOnce(&[u8]) -> std::result::Result<(), crate::DecodeError>,
     ) -> Result<()> {
         let file = FileId::Chunk(loc.chunk_id);
-        let check = self.schema.is_some() && (check_raw || loc.codec != CodecTag::RAW);
+        let check = self.layout().checksums() && (check_raw || loc.codec != CodecTag::RAW);
         let run = |src: &[u8]| {
             if check {
                 let crc = loaderx_format::v2::crc32c(src);
