@@ -79,9 +79,9 @@ mod undo;
 #[cfg(feature = "image")]
 pub use codec::image::{ImageLayout, list_codecs as list_image_codecs};
 pub use codec::{
-    Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, ExternalId,
-    Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, RegisterError,
-    TrainError, Zstd, ZstdDictionary, train_dictionary,
+    Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeContext, DecodeError,
+    Deflate, ExternalId, Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw,
+    RegisterError, TrainError, Zstd, ZstdDictionary, train_dictionary,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;

@@ -748,18 +748,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 loc.codec.0
             ),
         };
-        // Encoded images decode with the schema's layout and size, which
-        // `Codec::decode` cannot carry: with the `image` feature they have a
-        // built-in path, ahead of the registry (see `codec::image`).
-        if cfg!(feature = "image") && loc.codec.is_image() {
-            let schema = self.schema.as_ref();
-            if schema.and_then(|s| s.codec_ref(loc.codec)).is_none() {
-                return Err(listed());
-            }
-            return self.read_record(index, loc, check_raw, None, |src| {
-                crate::codec::image::decode_record(schema, loc.codec, src, out)
-            });
-        }
         if loc.codec == CodecTag::RAW
             && u64::from(loc.phys_length) >= crate::parallel::copy_reads_at()
             && out.len() == loc.phys_length as usize
@@ -780,7 +768,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             return Ok(());
         }
-        let plugged = if codec.is_builtin() {
+        // Built-ins (and, with the `image` feature, the image codecs) are
+        // dispatched by a match on the id; the rest come from the registry,
+        // which holds only the codecs the schema lists.
+        let plugged = if codec.is_builtin() || (cfg!(feature = "image") && loc.codec.is_image()) {
+            if loc.codec.is_image()
+                && self
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.codec_ref(loc.codec))
+                    .is_none()
+            {
+                return Err(listed());
+            }
             if let Some(feature) = codec.missing_feature() {
                 return Err(self.unavailable(codec, feature));
             }
@@ -788,20 +788,24 @@ impl<C: Codec, S: Storage> Store<C, S> {
         } else {
             Some(self.codecs.registered(loc.codec).ok_or_else(listed)?)
         };
+        let ctx = self.decode_context();
         self.read_record(
             index,
             loc,
             check_raw,
             plugged.map(Codec::name),
-            |src| match (codec, plugged) {
-                (_, Some(c)) => c.decode(src, out),
-                (CodecId::ZstdDict, None) => match &self.dictionary {
-                    Some(d) => d.decode(src, out),
-                    None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
-                },
-                (_, None) => codec.decode(src, out),
+            |src| match plugged {
+                Some(c) => c.decode_in(src, out, ctx),
+                None => codec.decode_in(src, out, ctx),
             },
         )
+    }
+
+    /// What a codec may need to decode this store's records besides their
+    /// bytes ([`Codec::decode_in`]).
+    #[inline]
+    pub(crate) fn decode_context(&self) -> crate::DecodeContext<'_> {
+        crate::DecodeContext::new(self.schema.as_ref()).with_dictionary(self.dictionary.as_ref())
     }
 
     /// Runs `f` on record `index`'s stored bytes, after checking a v2

@@ -1,11 +1,13 @@
 //! Encoded images: records stored as JPEG or PNG files (codec tags 5 and
 //! 6, format v2) that decode to `uint8` RGB in the gather's own threads,
 //! straight into the destination batch. Behind the cargo feature `image`
-//! (the decoders live in the `loaderx-image` crate), ahead of the codec
-//! registry: their decode needs the schema's layout and size, which
-//! `Codec::decode` cannot carry. A build without the feature refuses to
-//! open such stores (their codec table lists `jpeg`/`png`), saying which
-//! feature to enable, unless a codec for the tag was registered.
+//! (the decoders live in the `loaderx-image` crate) they are built-in
+//! [`CodecId`](crate::CodecId)s, ahead of the codec registry, decoded by
+//! [`CodecId::decode_in`](crate::CodecId::decode_in) with the schema's
+//! layout and size from its [`DecodeContext`](crate::DecodeContext). A
+//! build without the feature refuses to open such stores (their codec table
+//! lists `jpeg`/`png`), saying which feature to enable, unless a codec for
+//! the tag was registered (which gets the same context).
 //!
 //! * A dense image store's schema shape is `(H, W, 3)` (HWC) or
 //!   `(3, H, W)` (CHW); every record is an `H × W` image and decodes into
