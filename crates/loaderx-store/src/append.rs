@@ -778,7 +778,7 @@ fn encode_all(
         arena
             .try_reserve_exact(total as usize)
             .map_err(|_| Error::OutOfMemory { bytes: total })?;
-        advise_huge_pages(arena.spare_capacity_mut());
+        crate::hints::advise_huge_pages(arena.spare_capacity_mut());
         arena.resize(total as usize, 0);
     }
     let mut slots = Vec::with_capacity(n);
@@ -855,31 +855,3 @@ fn split_mut<T>(items: &mut [T]) -> Vec<(usize, &mut [T])> {
     }
     out
 }
-
-/// Asks the kernel to back the 2 MiB-aligned interior of `region` with
-/// transparent huge pages. The encode arena is touched first when it is
-/// filled, and a fresh handle's 64 MiB then costs 16k page faults of 4 KiB
-/// on first touch (expensive in a VM); with huge pages, 32. Advisory only:
-/// where huge pages are off (`/sys/kernel/mm/transparent_hugepage/enabled`
-/// set to `never`) the call changes nothing. Checked on Linux; a no-op
-/// elsewhere.
-#[cfg(target_os = "linux")]
-fn advise_huge_pages(region: &mut [std::mem::MaybeUninit<u8>]) {
-    const HUGE: usize = 2 << 20;
-    let start = region.as_mut_ptr() as usize;
-    let end = start + region.len();
-    let first = start.next_multiple_of(HUGE);
-    let last = end / HUGE * HUGE;
-    if last > first {
-        // SAFETY: [first, last) lies inside `region`, memory this process
-        // owns and holds borrowed; MADV_HUGEPAGE changes how the kernel
-        // backs the pages, never their contents. A refusal is harmless.
-        unsafe {
-            let from = region.as_mut_ptr().add(first - start);
-            libc::madvise(from.cast(), last - first, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_region: &mut [std::mem::MaybeUninit<u8>]) {}

@@ -365,7 +365,7 @@ impl<S: Storage> Files<S> {
         let fault = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
             // In range: `idx <= max`, so each entry lies inside `table`.
             let at = |idx: u64| (self.entry_at(idx) - start) as usize;
-            prefetch(
+            crate::hints::prefetch(
                 idxs.iter()
                     .filter(|&&i| i < length)
                     .map(|&idx| &table[at(idx)..at(idx) + entry_len]),
@@ -450,7 +450,7 @@ impl<S: Storage> Files<S> {
                 u64::from(loc.offset),
                 loc.phys_length as usize,
                 "read",
-                |bytes| prefetch(std::iter::once(bytes)),
+                |bytes| crate::hints::prefetch(std::iter::once(bytes)),
             );
         }
     }
@@ -630,35 +630,5 @@ impl<S: Storage> Files<S> {
             first += n;
         }
         Ok(())
-    }
-}
-
-/// Asks for every cache line of each of `slices`, so their loads (and TLB
-/// walks) run in parallel ahead of the work that reads them. On x86-64 each
-/// line is prefetched (no load waits on it); elsewhere each slice's first
-/// byte is read. Speed only.
-pub(crate) fn prefetch<'a>(slices: impl Iterator<Item = &'a [u8]>) {
-    #[cfg(target_arch = "x86_64")]
-    for bytes in slices {
-        for line in bytes.chunks(64) {
-            // SAFETY: SSE, which `prefetcht0` belongs to, is part of every
-            // x86-64 CPU; and a prefetch is a hint that reads nothing the
-            // program sees and never faults.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    line.as_ptr().cast(),
-                );
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let mut acc = 0u8;
-        for bytes in slices {
-            if let Some(&b) = bytes.first() {
-                acc ^= b;
-            }
-        }
-        std::hint::black_box(acc);
     }
 }

@@ -1,5 +1,15 @@
 //! Gathering records into a caller's buffer: validate everything first, then
 //! decode in parallel straight into the destination.
+//!
+//! Unsafe here (allowed by name in `lib.rs`): the workers write each
+//! record into its place in the destination through
+//! [`SharedDst::range_mut`]. Sound because, before any worker starts, every
+//! place was checked to lie inside the destination (`Placement::at`) and
+//! not to overlap another (strided slots are at least as wide as their
+//! records; explicit offsets pass `check_disjoint`), each record belongs to
+//! one range of the batch, handed to one worker, and the destination is
+//! borrowed mutably for the whole gather. A gather whose places are plain
+//! slots (`gather_covered`) uses the safe [`parallel::for_strided`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -127,9 +137,9 @@ fn copy_found_with<const N: usize>(
                     // One line: a scalar record sits inside one when its
                     // offset is a multiple of its size, as appends lay
                     // records of one size out.
-                    crate::files::prefetch(std::iter::once(&found[..1]));
+                    crate::hints::prefetch(std::iter::once(&found[..1]));
                 } else {
-                    crate::files::prefetch(std::iter::once(found));
+                    crate::hints::prefetch(std::iter::once(found));
                 }
             }
             *src = found;
@@ -448,15 +458,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let broken = AtomicBool::new(false);
         let finder = runs.finder();
         let copied = self.files.with_many_bytes(ranges, "read", |maps| {
-            let shared = SharedDst::new(dst);
-            parallel::for_ranges(idxs.len(), bytes, |range| {
-                let span = (range.len() - 1) * stride + len;
-                // SAFETY: the last record's slot ends inside `dst` (checked
-                // above), so this range's slots do too; each index belongs
-                // to one range handed to one worker, and a record is at
-                // most `stride` bytes (`fits`), so a range's span ends at or
-                // before the next range's first slot: spans do not overlap.
-                let out = unsafe { shared.range_mut(range.start * stride, span) };
+            parallel::for_strided(dst, stride, idxs.len(), bytes, |range, slots| {
+                // The last record ends inside `dst` (checked above) and a
+                // record is at most `stride` bytes (`fits`), so the range's
+                // records end inside its slots.
+                let out = &mut slots[..(range.len() - 1) * stride + len];
                 let idxs = &idxs[range];
                 let whole = match len {
                     8 => copy_found::<8>(finder, maps, idxs, out, stride, prefetch),
@@ -589,12 +595,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
                         let at = (r.offset - start) as usize;
                         &span[at..at + r.len]
                     };
-                    crate::files::prefetch(
+                    crate::hints::prefetch(
                         group.iter().take(ahead).map(|&k| bytes(&rec(k as usize))),
                     );
                     for (j, &k) in group.iter().enumerate() {
                         if let Some(&later) = group.get(j + ahead).filter(|_| prefetch) {
-                            crate::files::prefetch(std::iter::once(bytes(&rec(later as usize))));
+                            crate::hints::prefetch(std::iter::once(bytes(&rec(later as usize))));
                         }
                         let r = rec(k as usize);
                         // SAFETY: in bounds, disjoint and this thread's alone

@@ -101,7 +101,7 @@ mod imp {
 
     use crate::{
         Codec, DecodeError, Error, Result, Store, append_encoded::Prepared, parallel,
-        parallel::SharedDst, storage::Storage,
+        storage::Storage,
     };
 
     /// Layout of decoded images (`loaderx_image::Layout`).
@@ -411,16 +411,12 @@ mod imp {
                 locs.push((i * item, loc));
             }
             self.check_chunks_still_hold(idxs, &locs)?;
-            let shared = SharedDst::new(dst);
             let work = (idxs.len() * item) as u64 * 64;
-            parallel::for_ranges(idxs.len(), work, |range| {
-                for i in range {
-                    let (at, loc) = &locs[i];
-                    // SAFETY: `dst` is exactly `idxs.len() · item` bytes
-                    // (checked above), record `i` owns `[i · item, (i + 1)
-                    // · item)`, each index is handed to one worker, and `dst`
-                    // outlives this call.
-                    let out = unsafe { shared.range_mut(*at, item) };
+            // `dst` is exactly `idxs.len() · item` bytes (checked above):
+            // record `i` owns slot `i`.
+            parallel::for_strided(dst, item, idxs.len(), work, |range, slots| {
+                for (i, out) in range.zip(slots.chunks_exact_mut(item)) {
+                    let (_, loc) = &locs[i];
                     let format = format_of(loc.codec).unwrap_or(Format::Jpeg);
                     self.read_record(idxs[i], loc, self.check_raw, None, |src| {
                         loaderx_image::decode_fit_into(src, format, layout, height, width, out)
