@@ -83,8 +83,9 @@ fn copy_small(dst: &mut [u8], src: &[u8]) {
 /// after it, so the first loop has the block's cache misses in flight at
 /// once; finding a record takes some thirty instructions, and with the
 /// copy in the same loop only a few records' misses fit in the processor's
-/// window (8-byte labels from a 1M-record store: 1.8 µs per 256, against
-/// 1.3 µs in two loops).
+/// window. Two loops are what keeps a gather of scalar labels bound by
+/// memory, not by misses taken one at a time (`docs/BENCHMARKS.md`, "What
+/// limits", small records).
 #[inline]
 fn copy_found<const N: usize>(
     finder: Finder<'_>,
@@ -220,9 +221,8 @@ impl Placement<'_> {
 
 /// Relative cost of producing one byte of a record with each codec, in units
 /// of copying a raw byte, for deciding whether a batch is worth sharing with
-/// the pool (measured per core on 12 KiB image-like records: a copy runs at
-/// ~20 GiB/s from cache, zstd at ~1 GiB/s, DEFLATE at ~0.33 GiB/s; lz4 sits
-/// in between). See `docs/BENCHMARKS.md`.
+/// the pool: the ratios of their per-core decode speeds to a copy's, in
+/// round figures (the decode rows of `docs/BENCHMARKS.md`, "Store").
 fn decode_cost(codec: CodecTag) -> u64 {
     match codec {
         CodecTag::RAW => 1,

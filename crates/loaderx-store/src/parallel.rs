@@ -38,12 +38,12 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 use crate::Result;
 
 /// Work (in raw-copy byte equivalents) below which a batch runs on the
-/// calling thread: sharing it costs more than it saves. On the 2-core
-/// reference machine (Intel Xeon) a raw gather of 384 KiB gains from a
-/// second thread (13–16 against 17–18 µs; 768 KiB: 26 against 36 µs) and
-/// one of 192 KiB does not (9.5–12.6 against 8.9 µs), while two DEFLATE
-/// records already do. Measured with the `gather-small` bench (see
-/// `docs/BENCHMARKS.md`).
+/// calling thread: sharing it costs more than it saves. A second thread
+/// pays off from a few hundred KiB of raw copying, and already for two
+/// compressed records (their decode cost weighs them: `gather.rs`,
+/// `decode_cost`). The `gather-small` rows of `docs/BENCHMARKS.md`
+/// ("Store") are what place it; `LOADERX_SERIAL_BYTES` moves it to measure
+/// another machine.
 pub(crate) const SERIAL_BYTES: u64 = 256 << 10;
 
 /// The threshold in force: [`SERIAL_BYTES`], unless the environment variable
@@ -280,8 +280,8 @@ fn first_error(errors: Mutex<Vec<(usize, crate::Error)>>) -> Result<()> {
 
 /// Threads [`for_io_items`] shares writes out to, at least: while one waits
 /// on the disk (faulting in a memory-mapped source, say), another copies.
-/// More did not help on 2 cores (measured: 4 threads appended a cold
-/// 574 MiB source 10% slower than 2).
+/// More only contend for the same disk and cores (the append rows of
+/// `docs/BENCHMARKS.md`, "Store").
 const IO_THREADS: usize = 2;
 
 /// Work below this many bytes goes to [`for_ranges`] instead: starting

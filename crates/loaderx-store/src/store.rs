@@ -81,8 +81,9 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// The arena compressed appends encode into, kept from one append to
     /// the next so its pages are faulted in once per writing session, not
     /// once per append window (at most one window, 64 MiB: a window of one
-    /// larger record uses an arena of its own; measured: a zstd append of
-    /// 574 MiB spent 10% of its time in the kernel on fresh pages).
+    /// larger record uses an arena of its own). Fresh pages cost a fault
+    /// each, a visible share of a large compressed append's time (the
+    /// append rows of `docs/BENCHMARKS.md`, "Store").
     /// [`sync`](Self::sync) frees it, and so does closing.
     pub(crate) append_arena: Mutex<Vec<u8>>,
     /// Set, to the first failure, when a write failed halfway and could not
