@@ -140,14 +140,8 @@ impl<'a> Layout<'a> {
     /// Empty records pass only when `allow_empty` (ragged stores: an empty
     /// token list is a record).
     fn validate(&self, src: &[u8], limit: u32, allow_empty: bool) -> Result<u64> {
-        if let Layout::Ragged { offsets, lens } = self
-            && offsets.len() != lens.len()
-        {
-            return Err(Error::LengthMismatch {
-                what: "offsets",
-                expected: lens.len(),
-                found: offsets.len(),
-            });
+        if let Layout::Ragged { offsets, lens } = self {
+            Error::check_len("offsets", lens.len(), offsets.len())?;
         }
         let mut total = 0u64;
         for i in 0..self.count() {
@@ -283,13 +277,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         };
         let ndim = usize::from(schema.ndim);
         let n = layout.count();
-        if dims.len() != n * ndim {
-            return Err(Error::LengthMismatch {
-                what: "dims (records × rank)",
-                expected: n * ndim,
-                found: dims.len(),
-            });
-        }
+        Error::check_len("dims (records × rank)", n * ndim, dims.len())?;
         let itemsize = u64::from(schema.dtype.itemsize());
         for (i, d) in dims.chunks_exact(ndim).enumerate() {
             let bytes = d
@@ -840,7 +828,7 @@ fn encode_all(
 }
 
 /// `items` cut into about `4 × threads` runs, each with the index of its first.
-fn split_mut<T>(items: &mut [T]) -> Vec<(usize, &mut [T])> {
+pub(crate) fn split_mut<T>(items: &mut [T]) -> Vec<(usize, &mut [T])> {
     let n = items.len();
     let parts = (parallel::threads() * 4).clamp(1, n.max(1));
     let mut out = Vec::with_capacity(parts);

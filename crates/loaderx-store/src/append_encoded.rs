@@ -7,7 +7,7 @@ use loaderx_format::CodecTag;
 
 use crate::{
     Codec, Error, Result, Store,
-    append::{Encoded, Layout},
+    append::{Encoded, Layout, split_mut},
     parallel,
     storage::Storage,
 };
@@ -42,13 +42,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
         }
         let ndim = self.files.entry_dims();
-        if dims.len() != records.len() * ndim {
-            return Err(Error::LengthMismatch {
-                what: "dims (records × rank)",
-                expected: records.len() * ndim,
-                found: dims.len(),
-            });
-        }
+        Error::check_len("dims (records × rank)", records.len() * ndim, dims.len())?;
         let n = records.len();
         if n == 0 {
             return Ok(self.len());
@@ -63,18 +57,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             })
             .collect();
         if format.checksums() {
-            let parts = (parallel::threads() * 4).clamp(1, n);
-            let mut work = Vec::with_capacity(parts);
-            let mut rest = encoded.as_mut_slice();
-            let mut prev = 0;
-            for p in 1..=parts {
-                let end = p * n / parts;
-                let (a, r) = rest.split_at_mut(end - prev);
-                work.push((prev, a));
-                rest = r;
-                prev = end;
-            }
-            parallel::for_each_part(work, total, |(first, part)| {
+            parallel::for_each_part(split_mut(&mut encoded), total, |(first, part)| {
                 for (k, e) in part.iter_mut().enumerate() {
                     e.crc = loaderx_format::v2::crc32c(records[first + k].bytes);
                 }

@@ -267,13 +267,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// As [`gather`](Self::gather), plus [`Error::LengthMismatch`] and
     /// [`Error::OverlappingDestinations`].
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
-        if offsets.len() != idxs.len() {
-            return Err(Error::LengthMismatch {
-                what: "offsets",
-                expected: idxs.len(),
-                found: offsets.len(),
-            });
-        }
+        Error::check_len("offsets", idxs.len(), offsets.len())?;
         self.gather_placed(idxs, dst, Placement::Offsets(offsets))
     }
 

@@ -367,13 +367,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::LengthMismatch`] when `out` and `idxs` differ in length,
     /// [`Error::IndexOutOfRange`], or a damaged entry or file.
     pub fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
-        if out.len() != idxs.len() {
-            return Err(Error::LengthMismatch {
-                what: "lengths output",
-                expected: idxs.len(),
-                found: out.len(),
-            });
-        }
+        Error::check_len("lengths output", idxs.len(), out.len())?;
         self.check_usable()?;
         let head = self.head();
         self.check_meta_len(&head)?;

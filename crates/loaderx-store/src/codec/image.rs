@@ -199,22 +199,12 @@ mod imp {
             quality: u8,
         ) -> Result<u64> {
             let (schema, format) = self.image_schema("append_images")?;
-            if offsets.len() != lens.len() {
-                return Err(Error::LengthMismatch {
-                    what: "offsets",
-                    expected: lens.len(),
-                    found: offsets.len(),
-                });
-            }
+            Error::check_len("offsets", lens.len(), offsets.len())?;
             let n = lens.len();
             let (layout, fixed) = target(Some(schema));
             let ragged = schema.kind == Kind::Ragged;
-            if ragged && dims.len() != 3 * n {
-                return Err(Error::LengthMismatch {
-                    what: "dims (records × 3)",
-                    expected: 3 * n,
-                    found: dims.len(),
-                });
+            if ragged {
+                Error::check_len("dims (records × 3)", 3 * n, dims.len())?;
             }
             let mut sizes = Vec::with_capacity(n);
             for i in 0..n {
@@ -285,13 +275,7 @@ mod imp {
             lens: &[u64],
         ) -> Result<u64> {
             let (schema, _) = self.image_schema("append_encoded_images")?;
-            if offsets.len() != lens.len() {
-                return Err(Error::LengthMismatch {
-                    what: "offsets",
-                    expected: lens.len(),
-                    found: offsets.len(),
-                });
-            }
+            Error::check_len("offsets", lens.len(), offsets.len())?;
             let (_, fixed) = target(Some(schema));
             let n = lens.len();
             let mut files = Vec::with_capacity(n);
