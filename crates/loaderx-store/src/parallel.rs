@@ -6,7 +6,7 @@
 //!
 //! * [`SharedDst::range_mut`]: workers write ranges of the caller's buffer
 //!   through a raw pointer. Its callers prove the ranges in bounds and
-//!   disjoint, and hand each to one worker ([`for_strided`] does that
+//!   disjoint, and hand each to one worker (`for_strided` does that
 //!   itself, so its callers need no `unsafe`).
 //! * [`for_ranges`]: the per-part closure borrows the caller's stack and is
 //!   handed to `'static` pool jobs with its lifetime erased; a job calls it
@@ -414,6 +414,7 @@ where
 /// range.end · stride]`, clamped to `dst`'s length. The parts handed to
 /// distinct ranges never overlap, so the workers write their own slots
 /// with no `unsafe` on the caller's side.
+#[cfg(feature = "image")]
 pub(crate) fn for_strided<F>(
     dst: &mut [u8],
     stride: usize,
