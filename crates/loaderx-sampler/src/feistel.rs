@@ -26,8 +26,9 @@
 //!   a small input (neighbouring inputs give outputs a near-constant distance
 //!   apart) and leave lattice structure in the permutation; folding in bits
 //!   32 places lower, which move with the input at a different scale, breaks
-//!   it. In our tests this was as good as a two-multiply (murmur-style)
-//!   function and about 25% faster.
+//!   it. This mixes as well as a two-multiply (murmur-style) function at
+//!   half the multiplies, so it is the one kept (the shuffle rows of
+//!   `docs/BENCHMARKS.md`, "Sampler", measure it).
 //! * **Small index spaces.** A Feistel network over a tiny domain is far
 //!   from a uniform permutation (with 2-bit halves there are only 256
 //!   possible round functions, and such networks only ever produce even

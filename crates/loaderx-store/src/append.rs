@@ -5,10 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use loaderx_format::{
-    CodecTag, Head, MAX_CHUNKS, MAX_RECORD_LEN, MAX_RECORDS, RecordLoc, Tail,
-    v2::{Kind, MAX_RECORD_LEN_V2},
-};
+use loaderx_format::{CodecTag, Head, RecordLoc, Tail, v2::Kind};
 
 use crate::{
     Codec, CodecId, Error, Result, Store, parallel,
@@ -143,14 +140,8 @@ impl<'a> Layout<'a> {
     /// Empty records pass only when `allow_empty` (ragged stores: an empty
     /// token list is a record).
     fn validate(&self, src: &[u8], limit: u32, allow_empty: bool) -> Result<u64> {
-        if let Layout::Ragged { offsets, lens } = self
-            && offsets.len() != lens.len()
-        {
-            return Err(Error::LengthMismatch {
-                what: "offsets",
-                expected: lens.len(),
-                found: offsets.len(),
-            });
+        if let Layout::Ragged { offsets, lens } = self {
+            Error::check_len("offsets", lens.len(), offsets.len())?;
         }
         let mut total = 0u64;
         for i in 0..self.count() {
@@ -286,13 +277,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         };
         let ndim = usize::from(schema.ndim);
         let n = layout.count();
-        if dims.len() != n * ndim {
-            return Err(Error::LengthMismatch {
-                what: "dims (records × rank)",
-                expected: n * ndim,
-                found: dims.len(),
-            });
-        }
+        Error::check_len("dims (records × rank)", n * ndim, dims.len())?;
         let itemsize = u64::from(schema.dtype.itemsize());
         for (i, d) in dims.chunks_exact(ndim).enumerate() {
             let bytes = d
@@ -384,7 +369,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         dims: &[u32],
     ) -> Result<u64> {
         self.check_writable("append")?;
-        let v2 = self.schema.is_some();
+        let format = self.layout();
         if let Some(s) = self.schema.as_ref().filter(|s| s.codec.is_image()) {
             return Err(self.schema_error(format!(
                 "an image store (codec {}) holds encoded images: append them with append_images or append_encoded_images",
@@ -396,7 +381,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 self.schema_error("codec zstd_dict needs a store created with a dictionary".into())
             );
         }
-        if !v2 && !codec.tag().is_known() {
+        if !format.can_write(codec.tag()) {
             return Err(self.schema_error(format!("codec {codec} needs a format v2 store")));
         }
         if cfg!(feature = "image") && codec.tag().is_image() {
@@ -415,17 +400,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
             Some(self.plugged_codec(codec)?)
         };
         let n = layout.count();
-        let limit = if v2 {
-            MAX_RECORD_LEN_V2
-        } else {
-            MAX_RECORD_LEN
-        };
         let ragged = self.schema.as_ref().is_some_and(|s| s.kind == Kind::Ragged);
-        layout.validate(src, limit, ragged)?;
+        layout.validate(src, format.max_record_len(), ragged)?;
         if n == 0 {
             return Ok(self.len());
         }
-        let max_records = if v2 { u64::MAX } else { u64::from(MAX_RECORDS) };
+        let max_records = format.max_records();
         if self.len().saturating_add(n as u64) > max_records {
             return Err(self.full(n, "record", max_records));
         }
@@ -468,7 +448,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.become_writer()?;
-        let v2 = self.schema.is_some();
         let before = self.head();
         let first = before.length;
         // Writing at a frontier past a tail chunk's real end would leave a
@@ -490,8 +469,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if first.saturating_add(n as u64) > max_records {
             return Err(self.full(n, "record", max_records));
         }
-        // The table must stay inside the extent `meta.zr` is mapped over.
-        if v2 && self.files.table_end(first + n as u64) > crate::storage::META_EXTENT {
+        // The table must stay inside the extent `meta.zr` is mapped over
+        // (a v1 table, at most 256 MiB, always does).
+        if self.files.table_end(first + n as u64) > crate::storage::META_EXTENT {
             let fit = (crate::storage::META_EXTENT - self.files.table_end(0))
                 / self.files.entry_len() as u64;
             return Err(self.full(n, "record (the table's mapped extent)", fit));
@@ -514,7 +494,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         dims: &[u32],
     ) -> Result<Head> {
         let (start, end) = (range.start, range.end);
-        let v2 = self.schema.is_some();
+        let checksums = self.layout().checksums();
         let ndim = self.files.entry_dims();
         let (sub_src, sub) = layout.window(src, start, end);
         let sub_total = (start..end).map(|i| layout.len(i)).sum();
@@ -522,7 +502,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // in the same pass over the source (a memory-mapped input read
         // from disk is read once, by the writing threads, overlapping I/O
         // with the copies), not in a pass of their own before.
-        let crc_on_write = v2 && codec == CodecId::Raw;
+        let crc_on_write = checksums && codec == CodecId::Raw;
         // The handle's arena, reused from window to window, unless this
         // window is one record larger than a window: that one gets an arena
         // of its own, freed with it.
@@ -539,14 +519,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let (slots, encoded) = encode_all(
             codec,
             encode,
-            v2 && !crc_on_write,
+            checksums && !crc_on_write,
             sub_src,
             &sub,
             sub_total,
             arena,
         )?;
         let arena = &*arena;
-        let (mut locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start, v2)?;
+        let (mut locs, after, new_chunks) = self.place(head, &encoded, &sub, end - start)?;
         self.create_chunks(new_chunks)?;
         let payload = |i: usize| -> &[u8] {
             let e = encoded[i];
@@ -619,8 +599,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
         encoded: &[Encoded],
         layout: &Layout<'_>,
         n: usize,
-        v2: bool,
     ) -> Result<(Vec<RecordLoc>, Head, Vec<u32>)> {
+        let format = self.layout();
         let mut locs = Vec::new();
         locs.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
             bytes: (n * std::mem::size_of::<RecordLoc>()) as u64,
@@ -643,12 +623,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
             let tail = &mut after.tails[lane];
             if u64::from(tail.offset) + u64::from(e.phys) >= self.capacity {
                 let next = tail.chunk.checked_add(lanes as u32);
-                let Some(next) = next.filter(|&c| v2 || c < MAX_CHUNKS) else {
-                    return Err(self.full(
-                        n,
-                        "chunk",
-                        u64::from(if v2 { u32::MAX } else { MAX_CHUNKS }),
-                    ));
+                let Some(next) = next.filter(|&c| format.chunk_fits(c)) else {
+                    return Err(self.full(n, "chunk", format.max_chunks()));
                 };
                 *tail = Tail {
                     chunk: next,
@@ -790,7 +766,7 @@ fn encode_all(
         arena
             .try_reserve_exact(total as usize)
             .map_err(|_| Error::OutOfMemory { bytes: total })?;
-        advise_huge_pages(arena.spare_capacity_mut());
+        crate::hints::advise_huge_pages(arena.spare_capacity_mut());
         arena.resize(total as usize, 0);
     }
     let mut slots = Vec::with_capacity(n);
@@ -852,7 +828,7 @@ fn encode_all(
 }
 
 /// `items` cut into about `4 × threads` runs, each with the index of its first.
-fn split_mut<T>(items: &mut [T]) -> Vec<(usize, &mut [T])> {
+pub(crate) fn split_mut<T>(items: &mut [T]) -> Vec<(usize, &mut [T])> {
     let n = items.len();
     let parts = (parallel::threads() * 4).clamp(1, n.max(1));
     let mut out = Vec::with_capacity(parts);
@@ -867,31 +843,3 @@ fn split_mut<T>(items: &mut [T]) -> Vec<(usize, &mut [T])> {
     }
     out
 }
-
-/// Asks the kernel to back the 2 MiB-aligned interior of `region` with
-/// transparent huge pages. The encode arena is touched first when it is
-/// filled, and a fresh handle's 64 MiB then costs 16k page faults of 4 KiB
-/// on first touch (expensive in a VM); with huge pages, 32. Advisory only:
-/// where huge pages are off (`/sys/kernel/mm/transparent_hugepage/enabled`
-/// set to `never`) the call changes nothing. Checked on Linux; a no-op
-/// elsewhere.
-#[cfg(target_os = "linux")]
-fn advise_huge_pages(region: &mut [std::mem::MaybeUninit<u8>]) {
-    const HUGE: usize = 2 << 20;
-    let start = region.as_mut_ptr() as usize;
-    let end = start + region.len();
-    let first = start.next_multiple_of(HUGE);
-    let last = end / HUGE * HUGE;
-    if last > first {
-        // SAFETY: [first, last) lies inside `region`, memory this process
-        // owns and holds borrowed; MADV_HUGEPAGE changes how the kernel
-        // backs the pages, never their contents. A refusal is harmless.
-        unsafe {
-            let from = region.as_mut_ptr().add(first - start);
-            libc::madvise(from.cast(), last - first, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_region: &mut [std::mem::MaybeUninit<u8>]) {}

@@ -3,11 +3,11 @@
 //! image file kept as its JPEG bytes, say). Same placement, durability and
 //! all-or-nothing publication as every other append (`append.rs`).
 
-use loaderx_format::{CodecTag, MAX_RECORD_LEN, v2::MAX_RECORD_LEN_V2};
+use loaderx_format::CodecTag;
 
 use crate::{
     Codec, Error, Result, Store,
-    append::{Encoded, Layout},
+    append::{Encoded, Layout, split_mut},
     parallel,
     storage::Storage,
 };
@@ -28,12 +28,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// stores) in their table entries. Returns the index of the first.
     pub(crate) fn append_prepared(&self, records: &[Prepared<'_>], dims: &[u32]) -> Result<u64> {
         self.check_writable("append")?;
-        let v2 = self.schema.is_some();
-        let limit = if v2 {
-            MAX_RECORD_LEN_V2
-        } else {
-            MAX_RECORD_LEN
-        };
+        let format = self.layout();
+        let limit = format.max_record_len();
         for (position, r) in records.iter().enumerate() {
             for len in [r.bytes.len() as u64, u64::from(r.logic)] {
                 if len == 0 || len > u64::from(limit) {
@@ -46,13 +42,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
         }
         let ndim = self.files.entry_dims();
-        if dims.len() != records.len() * ndim {
-            return Err(Error::LengthMismatch {
-                what: "dims (records × rank)",
-                expected: records.len() * ndim,
-                found: dims.len(),
-            });
-        }
+        Error::check_len("dims (records × rank)", records.len() * ndim, dims.len())?;
         let n = records.len();
         if n == 0 {
             return Ok(self.len());
@@ -66,19 +56,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 crc: 0,
             })
             .collect();
-        if v2 {
-            let parts = (parallel::threads() * 4).clamp(1, n);
-            let mut work = Vec::with_capacity(parts);
-            let mut rest = encoded.as_mut_slice();
-            let mut prev = 0;
-            for p in 1..=parts {
-                let end = p * n / parts;
-                let (a, r) = rest.split_at_mut(end - prev);
-                work.push((prev, a));
-                rest = r;
-                prev = end;
-            }
-            parallel::for_each_part(work, total, |(first, part)| {
+        if format.checksums() {
+            parallel::for_each_part(split_mut(&mut encoded), total, |(first, part)| {
                 for (k, e) in part.iter_mut().enumerate() {
                     e.crc = loaderx_format::v2::crc32c(records[first + k].bytes);
                 }
@@ -90,13 +69,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
             offsets: &offsets,
             lens: &logic,
         };
-        let max_records = if v2 {
-            u64::MAX
-        } else {
-            u64::from(loaderx_format::MAX_RECORDS)
-        };
-        let (_writer, head) = self.begin_append(n, max_records)?;
-        let (locs, after, new_chunks) = self.place(&head, &encoded, &layout, n, v2)?;
+        let (_writer, head) = self.begin_append(n, format.max_records())?;
+        let (locs, after, new_chunks) = self.place(&head, &encoded, &layout, n)?;
         self.create_chunks(new_chunks)?;
         self.write_payloads(&locs, &|i| records[i].bytes, None, None)?;
         let entry_len = self.files.entry_len();

@@ -12,7 +12,7 @@
 //! the job. The price is copying the moved records twice. `docs/FORMAT.md`
 //! walks through what a crash at each step leaves.
 
-use loaderx_format::{Head, MAX_CHUNKS, RecordLoc, Tail};
+use loaderx_format::{Head, RecordLoc, Tail};
 
 use crate::{
     Codec, Error, Result, Store,
@@ -151,11 +151,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 continue;
             }
             let (chunk, offset) = cursor.frontier();
-            let limit = if self.schema.is_some() {
-                u64::from(u32::MAX)
-            } else {
-                u64::from(MAX_CHUNKS)
-            };
+            let limit = self.layout().max_chunks();
             if u64::from(chunk) >= limit || cursor.overflowed {
                 return Err(Error::Full {
                     len: head.length,

@@ -328,6 +328,19 @@ impl Error {
         }
     }
 
+    /// [`Error::LengthMismatch`] naming `what` unless `found == expected`:
+    /// the check every call taking parallel arrays makes first.
+    pub(crate) fn check_len(what: &'static str, expected: usize, found: usize) -> Result<()> {
+        if found == expected {
+            return Ok(());
+        }
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            found,
+        })
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Error {
         Error::Io {
             path: path.into(),

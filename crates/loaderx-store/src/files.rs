@@ -3,39 +3,24 @@
 //! `files.sync(FileId::Meta)?` and the error still names `…/meta.zr`.
 //!
 //! Also the `meta.zr` operations in the format's terms (read an entry, write
-//! entries, write the header) for both format versions ([`Layout`]), so
-//! table offsets are computed in one place ([`Files::entry_at`]) and entries
-//! decoded by one function per version.
+//! entries, write the header) for both format versions, asking the version
+//! seam ([`Layout`], `layout.rs`) for what differs: where the table starts,
+//! how long an entry is, how it is encoded.
 
 use std::path::{Path, PathBuf};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use loaderx_format::{
-    ENTRY_LEN, FormatError, HEADER_LEN, Head, RecordLoc, entry_offset,
+    FormatError, HEADER_LEN, Head, RecordLoc,
     v2::{self, HeaderV2},
 };
 
 use crate::{
     Error, Result,
+    layout::Layout,
     storage::{FileId, Storage},
 };
-
-/// Where `meta.zr`'s parts are, by format version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Layout {
-    /// A 16-byte header, then 16-byte entries.
-    V1,
-    /// Two header slots, the schema block, then entries of `entry_len` bytes
-    /// from `table` on, each carrying `ndim` dimensions.
-    V2 {
-        table: u64,
-        entry_len: usize,
-        ndim: usize,
-        schema_len: u32,
-        schema_crc: u32,
-    },
-}
 
 /// A table entry with its dimensions (ragged v2 stores), for operations
 /// that move entries between slots.
@@ -78,30 +63,17 @@ impl<S: Storage> Files<S> {
 
     /// Dimensions each entry carries.
     pub(crate) fn entry_dims(&self) -> usize {
-        match self.layout {
-            Layout::V1 => 0,
-            Layout::V2 { ndim, .. } => ndim,
-        }
+        self.layout.entry_dims()
     }
 
     /// Bytes of one table entry.
     pub(crate) fn entry_len(&self) -> usize {
-        match self.layout {
-            Layout::V1 => ENTRY_LEN,
-            Layout::V2 { entry_len, .. } => entry_len,
-        }
+        self.layout.entry_len()
     }
 
     /// Byte offset of table entry `index` in `meta.zr`.
     pub(crate) fn entry_at(&self, index: u64) -> u64 {
-        match self.layout {
-            Layout::V1 => entry_offset(index as u32),
-            // Saturating: a damaged header's length may be anything, and
-            // the table end it gives must then exceed the file, not wrap.
-            Layout::V2 {
-                table, entry_len, ..
-            } => table.saturating_add(index.saturating_mul(entry_len as u64)),
-        }
+        self.layout.entry_at(index)
     }
 
     /// The store's directory.
@@ -393,7 +365,7 @@ impl<S: Storage> Files<S> {
         let fault = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
             // In range: `idx <= max`, so each entry lies inside `table`.
             let at = |idx: u64| (self.entry_at(idx) - start) as usize;
-            prefetch(
+            crate::hints::prefetch(
                 idxs.iter()
                     .filter(|&&i| i < length)
                     .map(|&idx| &table[at(idx)..at(idx) + entry_len]),
@@ -478,7 +450,7 @@ impl<S: Storage> Files<S> {
                 u64::from(loc.offset),
                 loc.phys_length as usize,
                 "read",
-                |bytes| prefetch(std::iter::once(bytes)),
+                |bytes| crate::hints::prefetch(std::iter::once(bytes)),
             );
         }
     }
@@ -489,7 +461,7 @@ impl<S: Storage> Files<S> {
     pub(crate) fn read_entry(&self, index: u64) -> Result<RecordLoc> {
         match self.layout {
             Layout::V1 => {
-                let mut buf = [0u8; ENTRY_LEN];
+                let mut buf = [0u8; loaderx_format::ENTRY_LEN];
                 self.read(FileId::Meta, self.entry_at(index), &mut buf, "read table")?;
                 Ok(RecordLoc::decode(&buf))
             }
@@ -549,14 +521,7 @@ impl<S: Storage> Files<S> {
         dims: &[u32],
         out: &mut Vec<u8>,
     ) {
-        match self.layout {
-            Layout::V1 => out.extend_from_slice(&loc.encode()),
-            Layout::V2 { entry_len, .. } => {
-                let mut entry = [0u8; v2::entry_len(v2::MAX_NDIM)];
-                v2::encode_entry(index, loc, dims, &mut entry[..entry_len]);
-                out.extend_from_slice(&entry[..entry_len]);
-            }
-        }
+        self.layout.encode_entry(index, loc, dims, out);
     }
 
     /// Writes `entry` as table entry `index`.
@@ -649,16 +614,9 @@ impl<S: Storage> Files<S> {
             let bad = self.with_bytes(FileId::Meta, start, len, "read table", |table| {
                 for (k, e) in table.chunks_exact(stride).enumerate() {
                     let index = first + k as u64;
-                    match self.layout {
-                        Layout::V1 => {
-                            f(RecordLoc::decode(
-                                e.first_chunk::<ENTRY_LEN>().expect("16 bytes"),
-                            ));
-                        }
-                        Layout::V2 { .. } => match v2::decode_entry(index, e) {
-                            Ok(loc) => f(loc),
-                            Err(reason) => return Some((index, reason)),
-                        },
+                    match self.layout.decode_entry(index, e) {
+                        Ok(loc) => f(loc),
+                        Err(reason) => return Some((index, reason)),
                     }
                 }
                 None
@@ -672,35 +630,5 @@ impl<S: Storage> Files<S> {
             first += n;
         }
         Ok(())
-    }
-}
-
-/// Asks for every cache line of each of `slices`, so their loads (and TLB
-/// walks) run in parallel ahead of the work that reads them. On x86-64 each
-/// line is prefetched (no load waits on it); elsewhere each slice's first
-/// byte is read. Speed only.
-pub(crate) fn prefetch<'a>(slices: impl Iterator<Item = &'a [u8]>) {
-    #[cfg(target_arch = "x86_64")]
-    for bytes in slices {
-        for line in bytes.chunks(64) {
-            // SAFETY: SSE, which `prefetcht0` belongs to, is part of every
-            // x86-64 CPU; and a prefetch is a hint that reads nothing the
-            // program sees and never faults.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    line.as_ptr().cast(),
-                );
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let mut acc = 0u8;
-        for bytes in slices {
-            if let Some(&b) = bytes.first() {
-                acc ^= b;
-            }
-        }
-        std::hint::black_box(acc);
     }
 }

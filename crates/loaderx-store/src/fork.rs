@@ -38,7 +38,15 @@
 //! parent's to publish or abandon) and never takes the writer role
 //! ([`Store::check_writable`](crate::Store)). Only Unix has `fork()`; on
 //! Windows a new process opens its own handles.
-#![allow(unsafe_code)]
+//!
+//! Unsafe here (allowed by name in `lib.rs`), and sound because: the handlers make only
+//! those calls, on descriptors the registry lists, and a descriptor is
+//! listed only while the `File` owning it is open (recorded and closed with
+//! the flag held), so `dup2` never lands on a number that was closed or
+//! reused; the registry's list sits in an `UnsafeCell` touched only while
+//! its spin flag is held, which `prepare` takes in the forking thread
+//! before the copy, so the child (one thread) and the parent's handler own
+//! it until they release it.
 
 use std::{
     cell::UnsafeCell,

@@ -1,5 +1,14 @@
 //! Gathering records into a caller's buffer: validate everything first, then
 //! decode in parallel straight into the destination.
+//!
+//! Unsafe here (allowed by name in `lib.rs`): the workers write each
+//! record into its place in the destination through
+//! [`SharedDst::range_mut`]. Sound because, before any worker starts, every
+//! place was checked to lie inside the destination (`Placement::at`) and
+//! not to overlap another (strided slots are at least as wide as their
+//! records; explicit offsets pass `check_disjoint`), each record belongs to
+//! one range of the batch, handed to one worker, and the destination is
+//! borrowed mutably for the whole gather.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -73,8 +82,9 @@ fn copy_small(dst: &mut [u8], src: &[u8]) {
 /// after it, so the first loop has the block's cache misses in flight at
 /// once; finding a record takes some thirty instructions, and with the
 /// copy in the same loop only a few records' misses fit in the processor's
-/// window (8-byte labels from a 1M-record store: 1.8 µs per 256, against
-/// 1.3 µs in two loops).
+/// window. Two loops are what keeps a gather of scalar labels bound by
+/// memory, not by misses taken one at a time (`docs/BENCHMARKS.md`, "What
+/// limits", small records).
 #[inline]
 fn copy_found<const N: usize>(
     finder: Finder<'_>,
@@ -127,9 +137,9 @@ fn copy_found_with<const N: usize>(
                     // One line: a scalar record sits inside one when its
                     // offset is a multiple of its size, as appends lay
                     // records of one size out.
-                    crate::files::prefetch(std::iter::once(&found[..1]));
+                    crate::hints::prefetch(std::iter::once(&found[..1]));
                 } else {
-                    crate::files::prefetch(std::iter::once(found));
+                    crate::hints::prefetch(std::iter::once(found));
                 }
             }
             *src = found;
@@ -210,9 +220,8 @@ impl Placement<'_> {
 
 /// Relative cost of producing one byte of a record with each codec, in units
 /// of copying a raw byte, for deciding whether a batch is worth sharing with
-/// the pool (measured per core on 12 KiB image-like records: a copy runs at
-/// ~20 GiB/s from cache, zstd at ~1 GiB/s, DEFLATE at ~0.33 GiB/s; lz4 sits
-/// in between). See `docs/BENCHMARKS.md`.
+/// the pool: the ratios of their per-core decode speeds to a copy's, in
+/// round figures (the decode rows of `docs/BENCHMARKS.md`, "Store").
 fn decode_cost(codec: CodecTag) -> u64 {
     match codec {
         CodecTag::RAW => 1,
@@ -257,13 +266,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// As [`gather`](Self::gather), plus [`Error::LengthMismatch`] and
     /// [`Error::OverlappingDestinations`].
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
-        if offsets.len() != idxs.len() {
-            return Err(Error::LengthMismatch {
-                what: "offsets",
-                expected: idxs.len(),
-                found: offsets.len(),
-            });
-        }
+        Error::check_len("offsets", idxs.len(), offsets.len())?;
         self.gather_placed(idxs, dst, Placement::Offsets(offsets))
     }
 
@@ -278,7 +281,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         };
         // Raw records copied from the map (not read with pread, not checked):
         // a batch of only those takes `copy_raw_runs`.
-        let raw_checked = self.schema.is_some() && self.check_raw;
+        let raw_checked = self.layout().checksums() && self.check_raw;
         if !raw_checked
             && idxs.len() >= PREFETCH_AT_LEAST
             && self.gather_covered(idxs, dst, place, &head)?
@@ -448,6 +451,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let broken = AtomicBool::new(false);
         let finder = runs.finder();
         let copied = self.files.with_many_bytes(ranges, "read", |maps| {
+            // Not `parallel::for_strided`: its extra closure layer costs
+            // instructions per record on this path, where a scalar record
+            // costs only a few.
             let shared = SharedDst::new(dst);
             parallel::for_ranges(idxs.len(), bytes, |range| {
                 let span = (range.len() - 1) * stride + len;
@@ -589,12 +595,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
                         let at = (r.offset - start) as usize;
                         &span[at..at + r.len]
                     };
-                    crate::files::prefetch(
+                    crate::hints::prefetch(
                         group.iter().take(ahead).map(|&k| bytes(&rec(k as usize))),
                     );
                     for (j, &k) in group.iter().enumerate() {
                         if let Some(&later) = group.get(j + ahead).filter(|_| prefetch) {
-                            crate::files::prefetch(std::iter::once(bytes(&rec(later as usize))));
+                            crate::hints::prefetch(std::iter::once(bytes(&rec(later as usize))));
                         }
                         let r = rec(k as usize);
                         // SAFETY: in bounds, disjoint and this thread's alone

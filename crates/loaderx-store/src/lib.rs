@@ -1,16 +1,23 @@
-//! The loaderx record store: a directory of byte records (format v1, the
-//! layout of loaderx 0.5.x) that a training loop gathers from in parallel,
-//! straight into memory it owns.
+//! The loaderx record store: a directory of byte records that a training
+//! loop gathers from in parallel, straight into memory it owns. Two on-disk
+//! formats: v1, the layout of loaderx 0.5.x (byte-compatible), and v2
+//! ([`Store::create_v2`]: a schema, write lanes, a CRC32C on every entry
+//! and record). What the two do differently is asked of one internal value
+//! found at open (the version seam, `layout.rs`), never by testing for a
+//! schema.
 //!
 //! * [`Store`] is the engine: `open`, `append_fixed`/`append_ragged`,
 //!   `gather`/`gather_exact`/`gather_ragged`, `lengths`, `delete`, `compact`, `stats`,
 //!   `sync`, `verify`. Errors are one [`Error`] enum that names what went
-//!   wrong and where.
+//!   wrong and where, each mapped to a stable [`ErrorCode`].
 //! * [`Codec`] is a per-record compression scheme ([`Raw`], [`Deflate`] — the
 //!   default —, [`Zstd`], [`Lz4`]); [`CodecId`] picks one at run time. Reads
-//!   dispatch on each record's own tag. `Codec` is also the extension point:
-//!   codecs defined elsewhere (tags `128 ..= 255`) and the image codecs are
-//!   registered in a [`CodecRegistry`] passed in [`OpenOptions::codecs`].
+//!   dispatch on each record's own tag, and every record decodes through one
+//!   call, [`Codec::decode_in`], given a [`DecodeContext`] (the store's
+//!   schema and dictionary). `Codec` is also the extension point: codecs
+//!   defined elsewhere (tags `128 ..= 255`), and the image codecs in a build
+//!   without the `image` feature, are registered in a [`CodecRegistry`]
+//!   passed in [`OpenOptions::codecs`].
 //!   Cargo features pick the built-ins: `deflate-libdeflate` (default) or
 //!   `deflate-flate2` (pure Rust), `zstd` (default), `lz4` (default);
 //!   `--no-default-features --features deflate-flate2,lz4` compiles no C.
@@ -24,9 +31,12 @@
 //! laid out by [`loaderx_format`], re-exported as `format`), so a killed
 //! process leaves a store holding a prefix of what was appended. A gather
 //! validates every index and destination range, then decodes in parallel
-//! into the caller's buffer with no intermediate copy. The crate never interprets record bytes and knows
-//! nothing of Python. Files are read through memory maps: see the rule in
-//! [`Store::open`].
+//! into the caller's buffer with no intermediate copy.
+//!
+//! The crate never interprets record bytes (codecs do), knows nothing of
+//! Python, and writes `unsafe` only in the modules it allows by name, each
+//! stating its invariant. Files are read through memory maps: see the rule
+//! in [`Store::open`].
 //!
 //! ```
 //! use loaderx_store::{Store, Deflate};
@@ -41,6 +51,12 @@
 //! store.gather(&[3, 1], &mut batch, 1024).unwrap();
 //! assert!(batch.iter().all(|&b| b == 7));
 //! ```
+// Unsafe only in the modules allowed by name: `fork`, `gather`, `hints`,
+// `parallel` below, `storage::{file, lend}` in `storage/mod.rs` and
+// `lock::platform` (Windows) in `lock.rs`; each states at its top the
+// invariant that makes it sound (docs/ARCHITECTURE.md, "Where `unsafe`
+// lives, and why it is sound").
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 #![warn(clippy::pedantic)]
@@ -63,11 +79,17 @@ mod delete;
 mod error;
 mod files;
 #[cfg(unix)]
+#[allow(unsafe_code)] // fork handlers: see the module's invariant
 mod fork;
 mod frontier;
+#[allow(unsafe_code)] // disjoint writes into the caller's buffer: see the module's invariant
 mod gather;
+#[allow(unsafe_code)] // cache-line prefetch and madvise hints: see the module's invariant
+mod hints;
+mod layout;
 mod lock;
 mod open;
+#[allow(unsafe_code)] // the pool and `SharedDst`: see the module's invariant
 mod parallel;
 mod runs;
 mod slots;
@@ -78,9 +100,9 @@ mod undo;
 #[cfg(feature = "image")]
 pub use codec::image::{ImageLayout, list_codecs as list_image_codecs};
 pub use codec::{
-    Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeError, Deflate, ExternalId,
-    Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw, RegisterError,
-    TrainError, Zstd, ZstdDictionary, train_dictionary,
+    Codec, CodecId, CodecRegistry, DEFAULT_DICT_SIZE, DICT_MAGIC, DecodeContext, DecodeError,
+    Deflate, ExternalId, Lz4, MAX_DICT_SIZE, MAX_SAMPLE_BYTES, MIN_DICT_SIZE, MIN_SAMPLES, Raw,
+    RegisterError, TrainError, Zstd, ZstdDictionary, train_dictionary,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use loaderx_format as format;

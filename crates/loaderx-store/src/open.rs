@@ -10,8 +10,9 @@ use loaderx_format::{
 
 use crate::{
     Codec, CodecId, CodecRegistry, Error, Result, Store, ZstdDictionary,
-    files::{Files, Layout},
+    files::Files,
     frontier::{ChunkLens, Frontier},
+    layout::Layout,
     lock::StoreLock,
     storage::{FileId, FileStorage, Storage},
     undo,

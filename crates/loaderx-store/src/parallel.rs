@@ -1,6 +1,22 @@
 //! Fan-out of per-record work over a thread pool, and the one raw-pointer
 //! type that lets workers write disjoint parts of a caller's buffer.
 //!
+//! Unsafe here (allowed by name in `lib.rs`), each use sound for its own
+//! reason, argued where it sits:
+//!
+//! * [`SharedDst::range_mut`]: workers write ranges of the caller's buffer
+//!   through a raw pointer. Its callers prove the ranges in bounds and
+//!   disjoint, and hand each to one worker (`for_strided` does that
+//!   itself, so its callers need no `unsafe`).
+//! * [`for_ranges`]: the per-part closure borrows the caller's stack and is
+//!   handed to `'static` pool jobs with its lifetime erased; a job calls it
+//!   only after claiming a part, and the caller returns only once every
+//!   claimed part has finished. It never unwinds (panics are parked).
+//! * [`pool`]: the pool is published through an `AtomicPtr` to a leaked
+//!   `Box`, never freed, so a loaded pointer never dangles.
+//! * `block_interrupts` (Unix): `pthread_sigmask` on a local, initialised
+//!   `sigset_t`, changing only the calling thread's mask.
+//!
 //! The pool is rayon's, but owned here and tied to the process id: a child
 //! created by `fork()` inherits the pool's bookkeeping but none of its
 //! threads, so the first parallel call in a child builds a fresh pool (the
@@ -22,12 +38,12 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 use crate::Result;
 
 /// Work (in raw-copy byte equivalents) below which a batch runs on the
-/// calling thread: sharing it costs more than it saves. On the 2-core
-/// reference machine (Intel Xeon) a raw gather of 384 KiB gains from a
-/// second thread (13–16 against 17–18 µs; 768 KiB: 26 against 36 µs) and
-/// one of 192 KiB does not (9.5–12.6 against 8.9 µs), while two DEFLATE
-/// records already do. Measured with the `gather-small` bench (see
-/// `docs/BENCHMARKS.md`).
+/// calling thread: sharing it costs more than it saves. A second thread
+/// pays off from a few hundred KiB of raw copying, and already for two
+/// compressed records (their decode cost weighs them: `gather.rs`,
+/// `decode_cost`). The `gather-small` rows of `docs/BENCHMARKS.md`
+/// ("Store") are what place it; `LOADERX_SERIAL_BYTES` moves it to measure
+/// another machine.
 pub(crate) const SERIAL_BYTES: u64 = 256 << 10;
 
 /// The threshold in force: [`SERIAL_BYTES`], unless the environment variable
@@ -264,8 +280,8 @@ fn first_error(errors: Mutex<Vec<(usize, crate::Error)>>) -> Result<()> {
 
 /// Threads [`for_io_items`] shares writes out to, at least: while one waits
 /// on the disk (faulting in a memory-mapped source, say), another copies.
-/// More did not help on 2 cores (measured: 4 threads appended a cold
-/// 574 MiB source 10% slower than 2).
+/// More only contend for the same disk and cores (the append rows of
+/// `docs/BENCHMARKS.md`, "Store").
 const IO_THREADS: usize = 2;
 
 /// Work below this many bytes goes to [`for_ranges`] instead: starting
@@ -389,6 +405,38 @@ where
     } else {
         pool().install(|| parts.into_par_iter().for_each(work));
     }
+}
+
+/// Runs `work(range, out)` over `0..n` as [`for_ranges`] does, where `dst`
+/// holds `n` slots of `stride` bytes (slot `i` at `i · stride`; the last
+/// may be cut short by the end of `dst`) and `out` is the part of `dst`
+/// that the slots of `range` cover: `dst[range.start · stride ..
+/// range.end · stride]`, clamped to `dst`'s length. The parts handed to
+/// distinct ranges never overlap, so the workers write their own slots
+/// with no `unsafe` on the caller's side.
+#[cfg(feature = "image")]
+pub(crate) fn for_strided<F>(
+    dst: &mut [u8],
+    stride: usize,
+    n: usize,
+    bytes: u64,
+    work: F,
+) -> Result<()>
+where
+    F: Fn(Range<usize>, &mut [u8]) -> Result<()> + Sync,
+{
+    let len = dst.len();
+    let shared = SharedDst::new(dst);
+    for_ranges(n, bytes, |range| {
+        let start = range.start.saturating_mul(stride).min(len);
+        let end = range.end.saturating_mul(stride).min(len);
+        // SAFETY: `start <= end <= len`, so the part lies inside `dst`,
+        // which this call borrows mutably throughout; `for_ranges` hands
+        // out disjoint ranges, one worker each, and the parts of disjoint
+        // ranges of slots are disjoint (clamping keeps them so).
+        let out = unsafe { shared.range_mut(start, end - start) };
+        work(range, out)
+    })
 }
 
 /// A caller's destination buffer, shared by the workers of one gather.

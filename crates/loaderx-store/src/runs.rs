@@ -85,7 +85,10 @@ impl Finder<'_> {
 
     /// [`RawRuns::find`].
     #[inline(always)]
-    #[allow(clippy::inline_always)] // measured: not inlined, a gather of labels ran at half speed
+    // Called once per record of a covered gather: it must inline into the
+    // copy loop, or a gather of labels pays a call per record
+    // (`docs/BENCHMARKS.md`, "What limits", small records).
+    #[allow(clippy::inline_always)]
     pub(crate) fn find(self, index: u64) -> (usize, u64) {
         let b = (index >> self.shift) as usize;
         let start = self.direct[b];

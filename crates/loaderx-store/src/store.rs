@@ -9,12 +9,13 @@ use std::{
     sync::{Mutex, OnceLock},
 };
 
-use loaderx_format::{CodecTag, FormatError, Head, RecordLoc, Rules, v2::Schema};
+use loaderx_format::{CodecTag, FormatError, Head, RecordLoc, v2::Schema};
 
 use crate::{
     Codec, CodecId, Deflate, Error, Result,
     files::Files,
     frontier::{ChunkLens, Frontier},
+    layout::Layout,
     lock::StoreLock,
     parallel,
     storage::{FileId, FileStorage, Storage},
@@ -82,8 +83,9 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// The arena compressed appends encode into, kept from one append to
     /// the next so its pages are faulted in once per writing session, not
     /// once per append window (at most one window, 64 MiB: a window of one
-    /// larger record uses an arena of its own; measured: a zstd append of
-    /// 574 MiB spent 10% of its time in the kernel on fresh pages).
+    /// larger record uses an arena of its own). Fresh pages cost a fault
+    /// each, a visible share of a large compressed append's time (the
+    /// append rows of `docs/BENCHMARKS.md`, "Store").
     /// [`sync`](Self::sync) frees it, and so does closing.
     pub(crate) append_arena: Mutex<Vec<u8>>,
     /// Set, to the first failure, when a write failed halfway and could not
@@ -226,7 +228,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// The on-disk format version: 1 (loaderx 0.5.x's) or 2.
     pub fn format_version(&self) -> u16 {
-        if self.schema.is_some() { 2 } else { 1 }
+        self.layout().version()
     }
 
     /// The write lanes: over how many chunk sequences, at most, appends
@@ -240,13 +242,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.schema.as_ref()
     }
 
-    /// The rules entries are judged by.
-    pub(crate) fn rules(&self) -> Rules {
-        if self.schema.is_some() {
-            Rules::V2
-        } else {
-            Rules::V1
-        }
+    /// What this store's format version does differently (`layout.rs`).
+    #[inline]
+    pub(crate) fn layout(&self) -> Layout {
+        self.files.layout()
     }
 
     /// Whether the store holds no records.
@@ -360,7 +359,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             None => 0,
         };
-        loaderx_format::validate_entry(index, loc, head, file_len, self.rules())
+        loaderx_format::validate_entry(index, loc, head, file_len, self.layout().rules())
             .map_err(|e| Error::format(self.file_path(FileId::Meta), e))
     }
 
@@ -370,13 +369,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::LengthMismatch`] when `out` and `idxs` differ in length,
     /// [`Error::IndexOutOfRange`], or a damaged entry or file.
     pub fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
-        if out.len() != idxs.len() {
-            return Err(Error::LengthMismatch {
-                what: "lengths output",
-                expected: idxs.len(),
-                found: out.len(),
-            });
-        }
+        Error::check_len("lengths output", idxs.len(), out.len())?;
         self.check_usable()?;
         let head = self.head();
         self.check_meta_len(&head)?;
@@ -776,18 +769,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 loc.codec.0
             ),
         };
-        // Encoded images decode with the schema's layout and size, which
-        // `Codec::decode` cannot carry: with the `image` feature they have a
-        // built-in path, ahead of the registry (see `codec::image`).
-        if cfg!(feature = "image") && loc.codec.is_image() {
-            let schema = self.schema.as_ref();
-            if schema.and_then(|s| s.codec_ref(loc.codec)).is_none() {
-                return Err(listed());
-            }
-            return self.read_record(index, loc, check_raw, None, |src| {
-                crate::codec::image::decode_record(schema, loc.codec, src, out)
-            });
-        }
         if loc.codec == CodecTag::RAW
             && u64::from(loc.phys_length) >= crate::parallel::copy_reads_at()
             && out.len() == loc.phys_length as usize
@@ -796,7 +777,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             // straight into place, and checked there when they are checked.
             let file = FileId::Chunk(loc.chunk_id);
             self.files.copy(file, u64::from(loc.offset), out, "read")?;
-            if self.schema.is_some() && check_raw {
+            if self.layout().checksums() && check_raw {
                 let crc = loaderx_format::v2::crc32c(out);
                 if crc != loc.crc {
                     return Err(Error::Corrupt {
@@ -808,7 +789,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             return Ok(());
         }
-        let plugged = if codec.is_builtin() {
+        // Built-ins (and, with the `image` feature, the image codecs) are
+        // dispatched by a match on the id; the rest come from the registry,
+        // which holds only the codecs the schema lists.
+        let plugged = if codec.is_builtin() || (cfg!(feature = "image") && loc.codec.is_image()) {
+            if loc.codec.is_image()
+                && self
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.codec_ref(loc.codec))
+                    .is_none()
+            {
+                return Err(listed());
+            }
             if let Some(feature) = codec.missing_feature() {
                 return Err(self.unavailable(codec, feature));
             }
@@ -816,20 +809,24 @@ impl<C: Codec, S: Storage> Store<C, S> {
         } else {
             Some(self.codecs.registered(loc.codec).ok_or_else(listed)?)
         };
+        let ctx = self.decode_context();
         self.read_record(
             index,
             loc,
             check_raw,
             plugged.map(Codec::name),
-            |src| match (codec, plugged) {
-                (_, Some(c)) => c.decode(src, out),
-                (CodecId::ZstdDict, None) => match &self.dictionary {
-                    Some(d) => d.decode(src, out),
-                    None => Err(crate::DecodeError::new("the store has no zstd dictionary")),
-                },
-                (_, None) => codec.decode(src, out),
+            |src| match plugged {
+                Some(c) => c.decode_in(src, out, ctx),
+                None => codec.decode_in(src, out, ctx),
             },
         )
+    }
+
+    /// What a codec may need to decode this store's records besides their
+    /// bytes ([`Codec::decode_in`]).
+    #[inline]
+    pub(crate) fn decode_context(&self) -> crate::DecodeContext<'_> {
+        crate::DecodeContext::new(self.schema.as_ref()).with_dictionary(self.dictionary.as_ref())
     }
 
     /// Runs `f` on record `index`'s stored bytes, after checking a v2
@@ -845,7 +842,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         f: impl FnOnce(&[u8]) -> std::result::Result<(), crate::DecodeError>,
     ) -> Result<()> {
         let file = FileId::Chunk(loc.chunk_id);
-        let check = self.schema.is_some() && (check_raw || loc.codec != CodecTag::RAW);
+        let check = self.layout().checksums() && (check_raw || loc.codec != CodecTag::RAW);
         let run = |src: &[u8]| {
             if check {
                 let crc = loaderx_format::v2::crc32c(src);

@@ -15,7 +15,8 @@ use std::{
 
 use crate::{
     Codec, Error, Result, Store,
-    files::{Entry, Files, Layout},
+    files::{Entry, Files},
+    layout::Layout,
     lock::StoreLock,
     storage::{FileId, Storage},
 };

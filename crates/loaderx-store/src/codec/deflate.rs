@@ -3,9 +3,9 @@
 //! `deflate-flate2`). Both write plain raw DEFLATE streams, so each build
 //! reads what the other writes; with both features on, libdeflate is used.
 //!
-//! libdeflate decodes ~1.6× faster per core than flate2's miniz backend on
-//! 12 KiB records (see `docs/BENCHMARKS.md`), and works on whole buffers,
-//! which is exactly a record. Compressor and decompressor state is kept per
+//! libdeflate is the faster decoder per core (`docs/BENCHMARKS.md`,
+//! "Store", DEFLATE builds), and works on whole buffers, which is exactly a
+//! record. Compressor and decompressor state is kept per
 //! thread, so the hot path allocates nothing.
 
 use super::{Codec, CodecId, DecodeError};

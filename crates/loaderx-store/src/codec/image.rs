@@ -1,11 +1,13 @@
 //! Encoded images: records stored as JPEG or PNG files (codec tags 5 and
 //! 6, format v2) that decode to `uint8` RGB in the gather's own threads,
 //! straight into the destination batch. Behind the cargo feature `image`
-//! (the decoders live in the `loaderx-image` crate), ahead of the codec
-//! registry: their decode needs the schema's layout and size, which
-//! `Codec::decode` cannot carry. A build without the feature refuses to
-//! open such stores (their codec table lists `jpeg`/`png`), saying which
-//! feature to enable, unless a codec for the tag was registered.
+//! (the decoders live in the `loaderx-image` crate) they are built-in
+//! [`CodecId`](crate::CodecId)s, ahead of the codec registry, decoded by
+//! [`CodecId::decode_in`](crate::CodecId::decode_in) with the schema's
+//! layout and size from its [`DecodeContext`](crate::DecodeContext). A
+//! build without the feature refuses to open such stores (their codec table
+//! lists `jpeg`/`png`), saying which feature to enable, unless a codec for
+//! the tag was registered (which gets the same context).
 //!
 //! * A dense image store's schema shape is `(H, W, 3)` (HWC) or
 //!   `(3, H, W)` (CHW); every record is an `H × W` image and decodes into
@@ -99,7 +101,7 @@ mod imp {
 
     use crate::{
         Codec, DecodeError, Error, Result, Store, append_encoded::Prepared, parallel,
-        parallel::SharedDst, storage::Storage,
+        storage::Storage,
     };
 
     /// Layout of decoded images (`loaderx_image::Layout`).
@@ -197,22 +199,12 @@ mod imp {
             quality: u8,
         ) -> Result<u64> {
             let (schema, format) = self.image_schema("append_images")?;
-            if offsets.len() != lens.len() {
-                return Err(Error::LengthMismatch {
-                    what: "offsets",
-                    expected: lens.len(),
-                    found: offsets.len(),
-                });
-            }
+            Error::check_len("offsets", lens.len(), offsets.len())?;
             let n = lens.len();
             let (layout, fixed) = target(Some(schema));
             let ragged = schema.kind == Kind::Ragged;
-            if ragged && dims.len() != 3 * n {
-                return Err(Error::LengthMismatch {
-                    what: "dims (records × 3)",
-                    expected: 3 * n,
-                    found: dims.len(),
-                });
+            if ragged {
+                Error::check_len("dims (records × 3)", 3 * n, dims.len())?;
             }
             let mut sizes = Vec::with_capacity(n);
             for i in 0..n {
@@ -283,13 +275,7 @@ mod imp {
             lens: &[u64],
         ) -> Result<u64> {
             let (schema, _) = self.image_schema("append_encoded_images")?;
-            if offsets.len() != lens.len() {
-                return Err(Error::LengthMismatch {
-                    what: "offsets",
-                    expected: lens.len(),
-                    found: offsets.len(),
-                });
-            }
+            Error::check_len("offsets", lens.len(), offsets.len())?;
             let (_, fixed) = target(Some(schema));
             let n = lens.len();
             let mut files = Vec::with_capacity(n);
@@ -409,16 +395,12 @@ mod imp {
                 locs.push((i * item, loc));
             }
             self.check_chunks_still_hold(idxs, &locs)?;
-            let shared = SharedDst::new(dst);
             let work = (idxs.len() * item) as u64 * 64;
-            parallel::for_ranges(idxs.len(), work, |range| {
-                for i in range {
-                    let (at, loc) = &locs[i];
-                    // SAFETY: `dst` is exactly `idxs.len() · item` bytes
-                    // (checked above), record `i` owns `[i · item, (i + 1)
-                    // · item)`, each index is handed to one worker, and `dst`
-                    // outlives this call.
-                    let out = unsafe { shared.range_mut(*at, item) };
+            // `dst` is exactly `idxs.len() · item` bytes (checked above):
+            // record `i` owns slot `i`.
+            parallel::for_strided(dst, item, idxs.len(), work, |range, slots| {
+                for (i, out) in range.zip(slots.chunks_exact_mut(item)) {
+                    let (_, loc) = &locs[i];
                     let format = format_of(loc.codec).unwrap_or(Format::Jpeg);
                     self.read_record(idxs[i], loc, self.check_raw, None, |src| {
                         loaderx_image::decode_fit_into(src, format, layout, height, width, out)

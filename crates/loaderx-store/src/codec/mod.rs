@@ -5,14 +5,17 @@
 //! encodes into a buffer one byte shorter than the input: if the output does not
 //! fit, the record did not shrink and is stored raw.
 //!
-//! The built-in codecs (`raw`, `flate`, `zstd`, `lz4`, `zstd_dict`) are
-//! dispatched by a `match` on the tag, with no indirection. The image
-//! codecs (tags 5 and 6) decode with their store's schema (layout and
-//! size), which [`Codec::decode`] cannot carry: with the cargo feature
-//! `image` the store decodes them itself ([`image`]), and a build without
-//! it can only find them through the registry. Codecs defined outside
-//! loaderx (tags `128 ..= 255`) are found through the [`CodecRegistry`]
-//! the store was opened with ([`OpenOptions::codecs`](crate::OpenOptions)).
+//! Every record decodes through one call, [`Codec::decode_in`], which is
+//! given the record's bytes, its destination and a [`DecodeContext`]: what
+//! the store knows that the bytes do not say (its schema, its zstd
+//! dictionary). The built-in codecs (`raw`, `flate`, `zstd`, `lz4`,
+//! `zstd_dict`) and, with the cargo feature `image`, the image codecs
+//! (tags 5 and 6, which decode to the layout and size the schema gives:
+//! [`image`]) are [`CodecId`]s, dispatched by a `match` on the tag with no
+//! indirection. Codecs defined outside loaderx (tags `128 ..= 255`), and
+//! the image codecs in a build without `image`, are found through the
+//! [`CodecRegistry`] the store was opened with
+//! ([`OpenOptions::codecs`](crate::OpenOptions)).
 
 mod deflate;
 mod dict;
@@ -37,7 +40,38 @@ pub use self::zstd_dict::{ZstdDictionary, train_dictionary};
 
 pub use self::registry::{CodecRegistry, RegisterError};
 pub use self::{deflate::Deflate, lz4::Lz4, raw::Raw, zstd::Zstd};
-use loaderx_format::CodecTag;
+use loaderx_format::{CodecTag, v2::Schema};
+
+/// What decoding a record may need besides its bytes: what its store knows
+/// that the bytes do not say. The store builds one per gather and passes it
+/// to [`Codec::decode_in`]; a codec that needs none of it ignores it.
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct DecodeContext<'a> {
+    /// The store's schema (`None` for a format v1 store): the image codecs
+    /// decode to the layout (HWC or CHW) and size it gives.
+    pub schema: Option<&'a Schema>,
+    /// The store's zstd dictionary, prepared (format v2 `zstd_dict` stores).
+    pub dictionary: Option<&'a ZstdDictionary>,
+}
+
+impl<'a> DecodeContext<'a> {
+    /// The context of a store with `schema` (`None`: format v1) and no
+    /// dictionary.
+    #[must_use]
+    pub fn new(schema: Option<&'a Schema>) -> DecodeContext<'a> {
+        DecodeContext {
+            schema,
+            dictionary: None,
+        }
+    }
+
+    /// This context with `dictionary` as the store's zstd dictionary.
+    #[must_use]
+    pub fn with_dictionary(self, dictionary: Option<&'a ZstdDictionary>) -> DecodeContext<'a> {
+        DecodeContext { dictionary, ..self }
+    }
+}
 
 /// Why stored bytes did not decode to exactly the expected size.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +139,7 @@ impl std::error::Error for DecodeError {}
 ///   lives on the stack or in thread-locals, never behind a lock the hot
 ///   path contends on.
 /// * **Determinism.** `decode` is a pure function of `src` and
-///   `dst.len()`. `encode` should be deterministic too (the same input gives
+///   `dst.len()` (`decode_in`: and of its [`DecodeContext`]). `encode` should be deterministic too (the same input gives
 ///   the same bytes), so stores written twice are identical; the format
 ///   does not depend on it.
 /// * **Stable identity.** [`id`](Codec::id), [`name`](Codec::name) and
@@ -142,6 +176,25 @@ pub trait Codec: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     /// When `src` is not a valid encoding of exactly `dst.len()` bytes.
     fn decode(&self, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError>;
+
+    /// Decodes `src`, a record of the store `ctx` describes, into `dst`:
+    /// the one call a store makes for every record it decodes. The default
+    /// is [`decode`](Codec::decode), for codecs whose bytes say all there is
+    /// to know; a codec whose output depends on its store (an image codec
+    /// decodes to the layout and size of the store's schema) overrides it.
+    /// The contract is `decode`'s.
+    ///
+    /// # Errors
+    /// As [`decode`](Codec::decode).
+    fn decode_in(
+        &self,
+        src: &[u8],
+        dst: &mut [u8],
+        ctx: DecodeContext<'_>,
+    ) -> Result<(), DecodeError> {
+        let _ = ctx;
+        self.decode(src, dst)
+    }
 }
 
 /// A tag in the range format v2 leaves to codecs defined outside loaderx,
@@ -330,6 +383,33 @@ impl CodecId {
             ))),
         }
     }
+
+    /// Decodes with this codec a record of the store `ctx` describes (see
+    /// [`Codec::decode_in`]): as [`decode`](Self::decode), and besides
+    /// `zstd_dict` with the context's dictionary and, with the cargo feature
+    /// `image`, `jpeg` and `png` to the layout and size of its schema.
+    ///
+    /// # Errors
+    /// As [`decode`](Self::decode); for `zstd_dict`, when the context has no
+    /// dictionary.
+    #[inline]
+    pub fn decode_in(
+        self,
+        src: &[u8],
+        dst: &mut [u8],
+        ctx: DecodeContext<'_>,
+    ) -> Result<(), DecodeError> {
+        match self {
+            CodecId::ZstdDict => match ctx.dictionary {
+                Some(d) => d.decode(src, dst),
+                None => Err(DecodeError::new("the store has no zstd dictionary")),
+            },
+            CodecId::Jpeg | CodecId::Png if cfg!(feature = "image") => {
+                image::decode_record(ctx.schema, self.tag(), src, dst)
+            }
+            _ => self.decode(src, dst),
+        }
+    }
 }
 
 impl fmt::Display for CodecId {
@@ -399,6 +479,49 @@ mod tests {
         assert_eq!(CodecId::external(127), None);
         assert_eq!(CodecId::from_name("jpeg"), Some(CodecId::Jpeg));
         assert_eq!(CodecId::Deflate.name(), "flate");
+    }
+
+    #[test]
+    fn decode_in_hands_every_codec_its_store_context() {
+        /// Decodes to the schema's rank, which only the context tells.
+        #[derive(Debug)]
+        struct Rank;
+        impl Codec for Rank {
+            fn id(&self) -> CodecId {
+                CodecId::external(200).unwrap()
+            }
+            fn encode(&self, _: &[u8], _: &mut [u8]) -> Option<usize> {
+                None
+            }
+            fn decode(&self, _: &[u8], _: &mut [u8]) -> Result<(), DecodeError> {
+                Err(DecodeError::new("needs its store"))
+            }
+            fn decode_in(
+                &self,
+                _: &[u8],
+                dst: &mut [u8],
+                ctx: DecodeContext<'_>,
+            ) -> Result<(), DecodeError> {
+                dst.fill(ctx.schema.map_or(0, |s| s.ndim));
+                Ok(())
+            }
+        }
+        let schema = Schema {
+            ndim: 3,
+            ..Schema::bytes(CodecTag::RAW)
+        };
+        let mut out = [9u8; 2];
+        Rank.decode_in(&[], &mut out, DecodeContext::new(Some(&schema)))
+            .unwrap();
+        assert_eq!(out, [3, 3]);
+        // The default forwards to `decode`, context unused.
+        Raw.decode_in(&[1, 2], &mut out, DecodeContext::default())
+            .unwrap();
+        assert_eq!(out, [1, 2]);
+        let err = CodecId::ZstdDict
+            .decode_in(&[0; 8], &mut out, DecodeContext::default())
+            .unwrap_err();
+        assert!(err.reason.contains("no zstd dictionary"), "{err}");
     }
 
     #[test]

@@ -6,7 +6,8 @@ use super::{Codec, CodecId, DecodeError};
 #[cfg_attr(not(feature = "zstd"), allow(dead_code))]
 pub const ZSTD_LEVEL: i32 = 3;
 
-/// zstd: decodes ~3× faster than DEFLATE; not readable by loaderx 0.5.x.
+/// zstd: decodes several times faster than DEFLATE for a similar ratio
+/// (`docs/BENCHMARKS.md`, "Store"); not readable by loaderx 0.5.x.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Zstd;
 

@@ -2,6 +2,17 @@
 //! with positioned writes (`pwrite` on Unix, `WriteFile` at an offset on
 //! Windows). The mmap contract is on [`FileStorage`]; what differs per
 //! platform is in [`View`] and [`write_all_at`].
+//!
+//! Unsafe here (allowed by name in `storage/mod.rs`): slices over memory
+//! maps. Sound because (a) a range is lent only when it lies inside a
+//! mapping the lending call holds alive, (b) the engine asks only for
+//! ranges it checked against the file's known length, so no page lies past
+//! the end of the file (no `SIGBUS`), and (c) nobody writes bytes while
+//! they are lent: the engine's appends write past the committed frontier,
+//! compaction needs `&mut` and every other handle closed, and programs
+//! outside loaderx must not change a store's files while it is open (the
+//! mmap contract, [`FileStorage`]). Besides, `sync_file_range` (Linux) is
+//! a plain system call on a descriptor the file keeps open.
 
 use std::{
     fs::{self, File, OpenOptions},

@@ -84,6 +84,17 @@ impl MemFile {
         }
     }
 
+    /// A file whose content `image` and name are both durable.
+    fn durable(image: Image) -> MemFile {
+        MemFile {
+            now: image.clone(),
+            disk: image,
+            pending: Vec::new(),
+            lost: Vec::new(),
+            named: true,
+        }
+    }
+
     /// What the disk may hold after power loss, one `choose(n)` (an index
     /// in `0..n`, 0 being the durable state) per page changed and one for
     /// the length.
@@ -256,16 +267,7 @@ impl MemStorage {
     fn survivor(&self, files: BTreeMap<FileId, Image>) -> MemStorage {
         let files = files
             .into_iter()
-            .map(|(id, image)| {
-                let file = MemFile {
-                    now: image.clone(),
-                    disk: image,
-                    pending: Vec::new(),
-                    lost: Vec::new(),
-                    named: true,
-                };
-                (id, file)
-            })
+            .map(|(id, image)| (id, MemFile::durable(image)))
             .collect();
         MemStorage {
             state: Arc::new(Mutex::new(State {
@@ -294,16 +296,7 @@ impl MemStorage {
             len: bytes.len() as u64,
             data: bytes.to_vec(),
         };
-        self.lock().files.insert(
-            file,
-            MemFile {
-                now: image.clone(),
-                disk: image,
-                pending: Vec::new(),
-                lost: Vec::new(),
-                named: true,
-            },
-        );
+        self.lock().files.insert(file, MemFile::durable(image));
     }
 
     /// Counts a mutating operation, failing it if faults are due.
@@ -496,16 +489,7 @@ impl Storage for MemStorage {
             data: head.to_vec(),
         };
         image.data.truncate(len as usize);
-        st.files.insert(
-            FileId::Meta,
-            MemFile {
-                now: image.clone(),
-                disk: image,
-                pending: Vec::new(),
-                lost: Vec::new(),
-                named: true,
-            },
-        );
+        st.files.insert(FileId::Meta, MemFile::durable(image));
         for f in st.files.values_mut() {
             f.named = true;
         }

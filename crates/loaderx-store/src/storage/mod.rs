@@ -7,7 +7,10 @@
 //! what `sync` made durable) or fail an I/O operation on purpose, which is
 //! what the crash and fault tests need.
 
+#[allow(unsafe_code)] // memory maps; the invariants are at the top of the file
 mod file;
+#[allow(unsafe_code)] // slices rebuilt from lent addresses; see the file
+mod lend;
 #[cfg(feature = "testing")]
 mod memory;
 
@@ -98,42 +101,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
         ranges: &[(FileId, u64, usize)],
         f: impl FnOnce(&[&[u8]]) -> R,
     ) -> Result<R, (FileId, io::Error)> {
-        /// A lent range: its address and length.
-        type Lent = (*const u8, usize);
-        /// Borrows `ranges` one inside the other, their addresses into
-        /// `lent`, and calls `f` from the innermost borrow.
-        fn nest<S: Storage + ?Sized>(
-            storage: &S,
-            ranges: &[(FileId, u64, usize)],
-            lent: &mut Vec<Lent>,
-            f: &mut dyn FnMut(&[Lent]),
-        ) -> Result<(), (FileId, io::Error)> {
-            let Some((&(file, offset, len), rest)) = ranges.split_first() else {
-                f(lent);
-                return Ok(());
-            };
-            storage
-                .with_bytes(file, offset, len, |bytes| {
-                    lent.push((bytes.as_ptr(), bytes.len()));
-                    nest(storage, rest, lent, f)
-                })
-                .map_err(|e| (file, e))?
-        }
-        let mut f = Some(f);
-        let mut out = None;
-        let mut lent = Vec::with_capacity(ranges.len());
-        nest(self, ranges, &mut lent, &mut |lent| {
-            // SAFETY: every address was lent by a `with_bytes` call that is
-            // still running (an enclosing frame of `nest`), for its length.
-            let slices: Vec<&[u8]> = lent
-                .iter()
-                .map(|&(at, len)| unsafe { std::slice::from_raw_parts(at, len) })
-                .collect();
-            if let Some(f) = f.take() {
-                out = Some(f(&slices));
-            }
-        })?;
-        Ok(out.expect("the innermost borrow calls f once"))
+        lend::nested(self, ranges, f)
     }
 
     /// Copies bytes of an open `file` into `buf` (same contract as `with_bytes`).
