@@ -256,3 +256,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn jpeg_chroma_is_the_mean_of_each_2x2_block() {
+    // Columns alternate pure red and pure blue: every 2×2 block's chroma
+    // mean is purple. Taking one pixel of each block instead would make the
+    // whole image's chroma red.
+    let (h, w) = (32u32, 32u32);
+    let mut hwc = vec![0u8; (h * w * 3) as usize];
+    for (i, px) in hwc.chunks_exact_mut(3).enumerate() {
+        let channel = if i % 2 == 0 { 0 } else { 2 };
+        px[channel] = 255;
+    }
+    let jpeg = encode_jpeg(&hwc, h, w, Layout::Hwc, 90).unwrap();
+    let mut out = vec![0u8; hwc.len()];
+    decode_into(&jpeg, Format::Jpeg, Layout::Hwc, None, &mut out).unwrap();
+    let mean = |c: usize| {
+        let sum: u64 = out.chunks_exact(3).map(|px| u64::from(px[c])).sum();
+        sum as f64 / f64::from(h * w)
+    };
+    let (red, blue) = (mean(0), mean(2));
+    assert!(
+        (red - 127.5).abs() < 20.0 && (blue - 127.5).abs() < 20.0,
+        "mean red {red:.1}, mean blue {blue:.1}: the original's are 127.5 each"
+    );
+}
