@@ -62,6 +62,7 @@ use pyo3::types::PyDict;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    loaderx_remote::set_interrupt_check(errors::interrupted);
     m.add_class::<store::Store>()?;
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;

@@ -514,7 +514,19 @@ fn to_io(url: &str, e: object_store::Error) -> io::Error {
             io::ErrorKind::PermissionDenied,
             format!("{url}: access refused: {source}"),
         ),
-        other => io::Error::other(format!("{url}: {}", chain(&other))),
+        other => {
+            let text = chain(&other);
+            if text.contains("timed out") {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{url}: no complete answer within the timeout (storage option `timeout`): {text}"
+                    ),
+                )
+            } else {
+                io::Error::other(format!("{url}: {text}"))
+            }
+        }
     }
 }
 

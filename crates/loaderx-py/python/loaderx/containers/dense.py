@@ -76,6 +76,7 @@ class Dense(_Container):
         quality: int = DEFAULT_QUALITY,
         resize: tuple[int, int] | None = None,
         layout: str = "hwc",
+        storage_options: dict[str, str] | None = None,
     ) -> Any:
         """A reader of the store at `path`; with ``writable=True`` it also
         appends, deletes and compacts. Reads check the checksum of every
@@ -86,8 +87,17 @@ class Dense(_Container):
 
         An image store opened with ``resize=(H, W)`` is an :class:`Images`
         reader instead: every image decoded, resized to cover ``H x W`` and
-        centre-cropped to it, in `layout` (``"hwc"`` or ``"chw"``)."""
-        return cls._open_with(path, writable, check_raw, quality, resize, layout)
+        centre-cropped to it, in `layout` (``"hwc"`` or ``"chw"``).
+
+        `path` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+        ``abfs://``, ``http(s)://``, ``file://``): a read-only reader of a
+        store in object storage, every record checked against its checksum,
+        configured by `storage_options` (object_store's keys such as
+        ``aws_endpoint``, and loaderx's ``timeout``, ``max_retries``,
+        ``concurrency``, ...; see docs/REMOTE.md)."""
+        return cls._open_with(
+            path, writable, check_raw, quality, resize, layout, storage_options
+        )
 
     def _describe(self) -> str:
         return f"{self.dtype.str}{list(self.item_shape)}"

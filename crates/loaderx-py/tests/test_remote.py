@@ -1,0 +1,231 @@
+"""Stores in object storage, read from a real S3 server on loopback (moto
+in server mode, started here) and through a fault-injecting proxy of our
+own in front of it."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import loaderx
+from loaderx.errors import ZrecordError
+
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
+boto3 = pytest.importorskip("boto3")
+
+from remote_servers import FaultProxy, free_port  # noqa: E402
+
+BUCKET = "data"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket=BUCKET)
+    client.endpoint = endpoint  # type: ignore[attr-defined]
+    yield client
+    server.stop()
+
+
+def options(endpoint: str, **ours: Any) -> dict[str, Any]:
+    return {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+        "aws_region": "us-east-1",
+        "aws_allow_http": True,
+        **ours,
+    }
+
+
+def upload(client: Any, local: Path, prefix: str) -> str:
+    for f in sorted(local.iterdir()):
+        if f.name.endswith(".zr"):
+            client.upload_file(str(f), BUCKET, f"{prefix}/{f.name}")
+    return f"s3://{BUCKET}/{prefix}"
+
+
+@pytest.fixture(scope="module")
+def dense(s3: Any, tmp_path_factory: Any) -> tuple[str, np.ndarray]:
+    path = tmp_path_factory.mktemp("dense") / "s"
+    data = np.arange(3000 * 16, dtype=np.int32).reshape(3000, 16)
+    with loaderx.Dense.create(path, np.int32, (16,), codec="raw") as w:
+        w.append(data[:1500])
+        w.append(data[1500:])
+    return upload(s3, path, "dense"), data
+
+
+@pytest.fixture()
+def proxy(s3: Any) -> Iterator[FaultProxy]:
+    p = FaultProxy(s3.endpoint.removeprefix("http://"))
+    yield p
+    p.close()
+
+
+def test_dense_reads_from_s3_match_the_local_store(s3: Any, dense: Any) -> None:
+    url, data = dense
+    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+        assert len(d) == 3000
+        assert d.item_shape == (16,)
+        np.testing.assert_array_equal(d[7], data[7])
+        idx = np.array([2999, 0, 1500, 17, 17, 1234])
+        np.testing.assert_array_equal(d[idx], data[idx])
+        np.testing.assert_array_equal(d[100:140], data[100:140])
+        d.verify()
+        # A reader pickles with its URL and options (DataLoader workers).
+        again = pickle.loads(pickle.dumps(d))
+        np.testing.assert_array_equal(again[[5, 6]], data[[5, 6]])
+        again.close()
+
+
+def test_ragged_and_compressed_reads(s3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "r"
+    rows = [np.arange(n, dtype=np.float32) * n for n in (1, 5, 300, 2, 42)]
+    with loaderx.Ragged.create(path, np.float32, 1, codec="zstd") as w:
+        w.append(rows)
+    url = upload(s3, path, "ragged")
+    with loaderx.Ragged.open(url, storage_options=options(s3.endpoint)) as r:
+        assert len(r) == 5
+        for i, row in enumerate(rows):
+            np.testing.assert_array_equal(r[i], row)
+
+
+def test_image_reader_over_s3(s3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "img"
+    imgs = (np.arange(6 * 8 * 8 * 3) % 251).astype(np.uint8).reshape(6, 8, 8, 3)
+    with loaderx.Dense.create(path, np.uint8, (8, 8, 3), codec="png") as w:
+        w.append(imgs)
+    url = upload(s3, path, "img")
+    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+        np.testing.assert_array_equal(d[[4, 1]], imgs[[4, 1]])
+    images = loaderx.Dense.open(url, resize=(4, 4), storage_options=options(s3.endpoint))
+    assert images[[0, 5]].shape == (2, 4, 4, 3)
+
+
+def test_writes_and_bad_options_are_refused(s3: Any, dense: Any) -> None:
+    url, _ = dense
+    with pytest.raises(ValueError, match="read-only"):
+        loaderx.Dense.open(url, True, storage_options=options(s3.endpoint))
+    with pytest.raises(ValueError, match="aws_no_such_key"):
+        loaderx.Dense.open(url, storage_options={**options(s3.endpoint), "aws_no_such_key": "x"})
+    with pytest.raises(ZrecordError, match="meta.zr is missing"):
+        loaderx.Dense.open(f"s3://{BUCKET}/nothing-here", storage_options=options(s3.endpoint))
+
+
+def test_a_changed_object_is_an_error_naming_it(s3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "c"
+    with loaderx.Dense.create(path, np.uint8, (4,), codec="raw") as w:
+        w.append(np.arange(400, dtype=np.uint8).reshape(100, 4))
+    url = upload(s3, path, "changing")
+    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+        d[[1, 2]]
+        chunk = next(k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="changing/")["Contents"] if k["Key"].endswith("/0.zr"))
+        body = bytearray(s3.get_object(Bucket=BUCKET, Key=chunk)["Body"].read())
+        body[0] ^= 0xFF
+        s3.put_object(Bucket=BUCKET, Key=chunk, Body=bytes(body))
+        with pytest.raises(ZrecordError, match="changed since the store was opened") as e:
+            d[[0]]
+        assert f"{url}/0.zr" in str(e.value)
+
+
+def test_a_v1_store_by_url_is_refused_saying_why(s3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "v1"
+    store = loaderx.ZRecord(str(path)) if hasattr(loaderx, "ZRecord") else None
+    if store is None:
+        pytest.skip("no v1 writer in this build")
+    store.append(b"abc")
+    store.close()
+    url = upload(s3, path, "v1")
+    with pytest.raises(ZrecordError, match="no\\s+checksums"):
+        loaderx.Dense.open(url, storage_options=options(s3.endpoint))
+
+
+# --- faults, through the proxy ------------------------------------------------------
+
+
+def opened(proxy: FaultProxy, url: str, **ours: Any) -> Any:
+    ours.setdefault("timeout", 2)
+    ours.setdefault("retry_backoff", 0.01)
+    return loaderx.Dense.open(url, storage_options=options(proxy.endpoint, **ours))
+
+
+def test_latency_is_only_slower(proxy: FaultProxy, dense: Any) -> None:
+    url, data = dense
+    with opened(proxy, url) as d:
+        proxy.arm("latency", None, delay=0.05)
+        np.testing.assert_array_equal(d[[3, 2000]], data[[3, 2000]])
+        assert proxy.hit >= 1
+
+
+@pytest.mark.parametrize("fault", ["503", "reset", "truncate"])
+def test_transient_faults_are_retried(proxy: FaultProxy, dense: Any, fault: str) -> None:
+    url, data = dense
+    with opened(proxy, url) as d:
+        proxy.arm(fault, 2)
+        np.testing.assert_array_equal(d[[9, 2500]], data[[9, 2500]])
+        assert proxy.hit == 2
+
+
+@pytest.mark.parametrize("fault", ["503", "reset", "truncate"])
+def test_lasting_faults_end_in_an_error_naming_the_object(
+    proxy: FaultProxy, dense: Any, fault: str
+) -> None:
+    url, _ = dense
+    with opened(proxy, url, max_retries=2) as d:
+        proxy.arm(fault, None)
+        with pytest.raises(ZrecordError) as e:
+            d[[11]]
+        assert url in str(e.value)
+        assert proxy.hit >= 2
+
+
+def test_a_server_that_stops_answering_times_out(proxy: FaultProxy, dense: Any) -> None:
+    url, _ = dense
+    with opened(proxy, url, timeout=1, max_retries=0) as d:
+        proxy.arm("hang", None)
+        start = time.monotonic()
+        with pytest.raises(ZrecordError, match="timeout") as e:
+            d[[12]]
+        assert time.monotonic() - start < 10
+        assert url in str(e.value)
+
+
+def test_a_refused_connection_is_an_error_naming_the_url(dense: Any) -> None:
+    url, _ = dense
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with pytest.raises(ZrecordError) as e:
+        loaderx.Dense.open(url, storage_options=options(endpoint, timeout=2, retry_backoff=0.01))
+    assert time.monotonic() - start < 10
+    assert url in str(e.value)
+
+
+def test_ctrl_c_interrupts_a_waiting_gather(proxy: FaultProxy, dense: Any) -> None:
+    url, _ = dense
+    with opened(proxy, url, timeout=30) as d:
+        proxy.arm("hang", None)
+        timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            d[[13]]
+        timer.join()
+        assert time.monotonic() - start < 10
