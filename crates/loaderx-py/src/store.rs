@@ -420,7 +420,11 @@ impl Store {
         non_empty(&path)?;
         let engine = py
             .detach(|| {
-                Engine::open_path_in(&path, OpenOptions::default(), loaderx_remote::AnyStorage::Local)
+                Engine::open_path_in(
+                    &path,
+                    OpenOptions::default(),
+                    loaderx_remote::AnyStorage::Local,
+                )
             })
             .map_err(|err| store_error(py, err))?;
         Ok(Store::wrap(&path, engine))

@@ -247,3 +247,29 @@ def test_cli_info_verify_and_bench_take_a_url(s3: Any, dense: Any, capsys: Any) 
     assert rows[0]["batches"] >= 2
     with pytest.raises(SystemExit):
         main(["info", url, "-o", "no-equals-sign"])
+
+
+def test_a_dataloader_over_s3_batches_then_hands_a_fault_to_the_consumer(
+    proxy: FaultProxy, dense: Any
+) -> None:
+    url, data = dense
+    reader = opened(proxy, url, max_retries=1)
+    loader = loaderx.DataLoader({"x": reader}, transform_workers=2, batch_size=32, mode=1, seed=0)
+    try:
+        for _ in range(3):
+            batch = next(loader)
+            x = batch["x"]
+            assert x.shape == (32, 16)
+            # Row i of the store is i * 16 .. i * 16 + 15.
+            np.testing.assert_array_equal(x[:, 1:] - x[:, :-1], 1)
+            np.testing.assert_array_equal(data[x[:, 0] // 16], x)
+        proxy.arm("503", None)
+        with pytest.raises(ZrecordError) as e:
+            for _ in range(64):
+                next(loader)
+        assert url in str(e.value)
+    finally:
+        start = time.monotonic()
+        loader.close()
+        reader.close()
+        assert time.monotonic() - start < 10
