@@ -1188,3 +1188,40 @@ impl Handle {
         })
     }
 }
+
+/// Uploads the closed local store `local` to `url` (chunks first by
+/// multipart upload, `meta.zr` last), with the GIL released: the objects
+/// written and the bytes. `FileExistsError` when `url` holds a store,
+/// `ValueError` for a URL or option not understood.
+#[pyfunction]
+#[pyo3(signature = (local, url, storage_options = None))]
+pub(crate) fn push(
+    py: Python<'_>,
+    local: PathBuf,
+    url: String,
+    storage_options: Option<Vec<(String, String)>>,
+) -> PyResult<(Vec<String>, u64)> {
+    non_empty(&local)?;
+    if !loaderx_remote::is_url(&url) {
+        return Err(PyValueError::new_err(format!(
+            "push: {url:?} is not a store URL (s3://, gs://, az://, abfs://, file://)"
+        )));
+    }
+    let options = storage_options.unwrap_or_default();
+    py.detach(|| loaderx_remote::push(&local, &url, &options))
+        .map(|pushed| (pushed.objects, pushed.bytes))
+        .map_err(|err| match err {
+            loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(format!(
+                "{url} already holds a store: push refuses to replace one under its readers"
+            )),
+            loaderx_store::Error::InvalidArgument {
+                path,
+                argument,
+                reason,
+            } => PyValueError::new_err(format!(
+                "cannot push to {}: {argument}: {reason}",
+                path.display()
+            )),
+            err => store_error(py, err),
+        })
+}

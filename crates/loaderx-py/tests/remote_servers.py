@@ -103,13 +103,19 @@ class FaultProxy:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def arm(self, fault: str | None, count: int | None = None, delay: float = 0.0) -> None:
+    def arm(
+        self, fault: str | None, count: int | None = None, delay: float = 0.0, method: str = "GET"
+    ) -> None:
+        """Arms `fault` for ranged GETs, or with ``method="PUT"`` for every
+        PUT (the parts of an upload and whole-object writes)."""
         with self.lock:
             self.fault, self.remaining, self.delay, self.hit = fault, count, delay, 0
+            self.method = method
             self.release.clear()
 
     def _take(self, method: str, range_header: str | None) -> str | None:
-        if method != "GET" or range_header is None:
+        wanted = getattr(self, "method", "GET")
+        if method != wanted or (wanted == "GET" and range_header is None):
             return None
         with self.lock:
             if self.fault is None or self.remaining == 0:

@@ -273,3 +273,55 @@ def test_a_dataloader_over_s3_batches_then_hands_a_fault_to_the_consumer(
         loader.close()
         reader.close()
         assert time.monotonic() - start < 10
+
+
+# --- push ----------------------------------------------------------------------------
+
+
+def test_push_uploads_a_store_that_then_reads_back(s3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    data = (np.arange(5000 * 8) % 241).astype(np.uint8).reshape(5000, 8)
+    with loaderx.Dense.create(path, np.uint8, (8,), codec="zstd", data_shards=2) as w:
+        w.append(data)
+    url = f"s3://{BUCKET}/pushed"
+    objects = loaderx.push(path, url, storage_options=options(s3.endpoint))
+    assert objects[-1] == "meta.zr" and len(objects) >= 2
+    keys = {k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="pushed/")["Contents"]}
+    assert keys == {f"pushed/{o}" for o in objects}
+    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+        np.testing.assert_array_equal(d[[4999, 0, 2500]], data[[4999, 0, 2500]])
+    # A URL holding a store is not replaced under its readers.
+    with pytest.raises(FileExistsError):
+        loaderx.push(path, url, storage_options=options(s3.endpoint))
+    # Nor is a directory that is not a store pushed.
+    with pytest.raises(ZrecordError):
+        loaderx.push(tmp_path, f"s3://{BUCKET}/not-a-store", storage_options=options(s3.endpoint))
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="not-a-store/")
+
+
+def test_cli_push(s3: Any, tmp_path: Path, capsys: Any) -> None:
+    from loaderx.cli import main
+
+    path = tmp_path / "c"
+    with loaderx.Dense.create(path, np.int64, (), codec="raw") as w:
+        w.append(np.arange(100, dtype=np.int64))
+    url = f"s3://{BUCKET}/cli-pushed"
+    opts = [f"-o{k}={v}" for k, v in options(s3.endpoint).items()]
+    assert main(["push", str(path), url, *opts]) == 0
+    assert f"to {url}" in capsys.readouterr().out
+    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+        np.testing.assert_array_equal(d[[99, 1]], [99, 1])
+
+
+def test_a_failed_push_publishes_nothing(proxy: FaultProxy, s3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "i"
+    with loaderx.Dense.create(path, np.uint8, (4,), codec="raw") as w:
+        w.append(np.zeros((10, 4), np.uint8))
+    url = f"s3://{BUCKET}/failed-push"
+    proxy.arm("503", None, method="PUT")
+    with pytest.raises(ZrecordError) as e:
+        loaderx.push(path, url, storage_options=options(proxy.endpoint, max_retries=1, retry_backoff=0.01))
+    assert url in str(e.value)
+    assert proxy.hit >= 1
+    keys = {k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="failed-push/").get("Contents", [])}
+    assert f"failed-push/meta.zr" not in keys

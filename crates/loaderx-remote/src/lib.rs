@@ -17,6 +17,7 @@
 //! stack: `loaderx-store` alone has neither.
 
 mod options;
+mod push;
 mod remote;
 
 use std::path::Path;
@@ -27,6 +28,7 @@ use loaderx_store::{
 };
 
 pub use options::RemoteOptions;
+pub use push::{Pushed, push};
 pub use remote::{RemoteStorage, set_interrupt_check};
 
 /// Whether `location` names a store by URL (`scheme://...`, a scheme of

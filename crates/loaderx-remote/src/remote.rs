@@ -220,7 +220,29 @@ impl RemoteStorage {
         what: &str,
         fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
     ) -> io::Result<T> {
-        let timeout = self.options.timeout;
+        wait_for(what, Some(self.options.timeout), fut)
+    }
+
+    /// The `object_store` client and the store's prefix in it.
+    pub(crate) fn client(&self) -> (Arc<dyn ObjectStore>, ObjectPath) {
+        (self.store.clone(), self.prefix.clone())
+    }
+
+    /// Whether the listing at open found an object named `name`.
+    pub(crate) fn listed(&self, name: &str) -> bool {
+        self.listed.as_ref().is_some_and(|l| l.contains_key(name))
+    }
+}
+
+/// Runs `fut` on the runtime from this (non-runtime) thread, within
+/// `timeout` when given, checking for interruption while it waits.
+pub(crate) fn wait_for<T: Send + 'static>(
+    what: &str,
+    timeout: Option<Duration>,
+    fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
+) -> io::Result<T> {
+    {
+        let timeout = timeout.unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
         let what = what.to_owned();
         runtime().block_on(async move {
             let fut = tokio::time::timeout(timeout, fut);
@@ -239,7 +261,7 @@ impl RemoteStorage {
                         if INTERRUPT.get().is_some_and(|check| check()) {
                             return Err(io::Error::new(
                                 io::ErrorKind::Interrupted,
-                                format!("interrupted while reading {what}"),
+                                format!("interrupted while waiting on {what}"),
                             ));
                         }
                     }
@@ -247,7 +269,9 @@ impl RemoteStorage {
             }
         })
     }
+}
 
+impl RemoteStorage {
     /// What was recorded of `file`, which the engine opened.
     fn seen(&self, file: FileId) -> io::Result<Seen> {
         self.seen

@@ -203,3 +203,39 @@ fn a_store_opens_by_file_url_and_by_path() {
             .unwrap();
     assert!(local.storage().remote().is_none() && !local.is_read_only());
 }
+
+#[test]
+fn push_uploads_chunks_then_meta_and_refuses_to_replace_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let data: Vec<u8> = (0..4000u32).map(|k| (k % 253) as u8).collect();
+    {
+        let store: Store = Store::create_v2(
+            &path,
+            &Schema::bytes(CodecTag::ZSTD),
+            OpenOptions::default(),
+        )
+        .unwrap();
+        store.append_fixed(&data, 40, 100).unwrap();
+        store.close().unwrap();
+    }
+    let dest = dir.path().join("bucket").join("copy");
+    std::fs::create_dir_all(&dest).unwrap();
+    let url = format!("file://{}", dest.display());
+    let pushed = loaderx_remote::push(&path, &url, &[]).unwrap();
+    assert_eq!(pushed.objects.last().map(String::as_str), Some("meta.zr"));
+    let store = loaderx_remote::open_store::<Deflate>(&url, &[], OpenOptions::default()).unwrap();
+    let mut dst = vec![0u8; 200];
+    store.gather(&[39, 0], &mut dst, 100).unwrap();
+    assert_eq!(&dst[..100], &data[3900..]);
+    assert_eq!(&dst[100..], &data[..100]);
+    let err = loaderx_remote::push(&path, &url, &[]).unwrap_err();
+    assert!(matches!(err, loaderx_store::Error::Exists { .. }), "{err}");
+    // Not a store: nothing uploaded.
+    let empty = dir.path().join("bucket").join("none");
+    std::fs::create_dir_all(&empty).unwrap();
+    let err =
+        loaderx_remote::push(dir.path(), &format!("file://{}", empty.display()), &[]).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotAStore, "{err}");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+}

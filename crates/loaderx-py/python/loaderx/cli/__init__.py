@@ -1,4 +1,4 @@
-"""The ``loaderx`` command: ``convert``, ``info``, ``verify``, ``compact``
+"""The ``loaderx`` command: ``convert``, ``info``, ``verify``, ``push``, ``compact``
 and ``bench`` (see ``loaderx --help`` and docs/CLI.md).
 
 Results go to standard output (one JSON document with ``--json``);
@@ -108,6 +108,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
             elif not args.quiet:
                 sys.stdout.write(f"{entry['path']}: ok ({entry['records']:,} records)\n")
     return 1 if bad else 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from ..remote import push
+
+    objects = push(args.local, args.url, storage_options(args.storage_option))
+    if args.json:
+        json.dump({"url": args.url, "objects": objects}, sys.stdout)
+        sys.stdout.write("\n")
+    elif not args.quiet:
+        sys.stdout.write(f"pushed {len(objects)} objects to {args.url}\n")
+    return 0
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -302,6 +314,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("path", type=Path)
     _common(p)
     p.set_defaults(run=cmd_compact)
+
+    p = sub.add_parser("push", help="upload a closed v2 store to a URL (meta.zr last)")
+    p.add_argument("local", type=Path, help="the store directory")
+    p.add_argument("url", help="where to put it: s3://bucket/prefix, gs://, az://, file://")
+    _storage_option(p)
+    _common(p)
+    p.set_defaults(run=cmd_push)
 
     p = sub.add_parser("bench", help="gather throughput by batch size and worker count")
     p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
