@@ -325,3 +325,50 @@ def test_a_failed_push_publishes_nothing(proxy: FaultProxy, s3: Any, tmp_path: P
     assert proxy.hit >= 1
     keys = {k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="failed-push/").get("Contents", [])}
     assert f"failed-push/meta.zr" not in keys
+
+
+# --- the block cache -------------------------------------------------------------------
+
+
+def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
+    proxy: FaultProxy, s3: Any, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "cached"
+    data = np.arange(2000 * 4, dtype=np.int32).reshape(2000, 4)
+    with loaderx.Dense.create(path, np.int32, (4,), codec="raw") as w:
+        w.append(data)
+    url = upload(s3, path, "cached")
+    cache = tmp_path / "cache"
+    opts = options(proxy.endpoint, cache_dir=str(cache), cache_bytes=1 << 30, max_retries=0)
+    # Another process fills the cache.
+    script = (
+        "import json, sys, numpy as np, loaderx\n"
+        "url, opts = sys.argv[1], json.loads(sys.argv[2])\n"
+        "with loaderx.Dense.open(url, storage_options=opts) as d:\n"
+        "    print(int(d[np.arange(2000)].sum()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, url, json.dumps(opts)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert int(out.stdout) == int(data.sum())
+    assert any(p.name.endswith(".blk") for p in cache.iterdir())
+    # This one reads every record with the server refusing every ranged read.
+    proxy.arm("503", None)
+    with loaderx.Dense.open(url, storage_options=opts) as d:
+        np.testing.assert_array_equal(d[np.arange(2000)], data)
+    assert proxy.hit == 0
+    # The object changes on the server: a new handle sees the new ETag and
+    # is not served the old blocks (the server still refuses: an error).
+    chunk = f"cached/0.zr"
+    body = bytearray(s3.get_object(Bucket=BUCKET, Key=chunk)["Body"].read())
+    body[0] ^= 1
+    s3.put_object(Bucket=BUCKET, Key=chunk, Body=bytes(body))
+    with loaderx.Dense.open(url, storage_options=opts) as d:
+        with pytest.raises(ZrecordError):
+            d[[0]]
+    assert proxy.hit >= 1

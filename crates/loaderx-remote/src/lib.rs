@@ -16,6 +16,7 @@
 //! path or URL. This crate is what brings an async runtime and an HTTP
 //! stack: `loaderx-store` alone has neither.
 
+mod cache;
 mod options;
 mod push;
 mod remote;

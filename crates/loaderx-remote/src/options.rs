@@ -30,6 +30,15 @@ pub struct RemoteOptions {
     /// Bytes of the table fetched at a time (`table_page_bytes`; default
     /// 64 KiB), each page kept for the handle's life.
     pub table_page_bytes: u64,
+    /// The local block cache's directory (`cache_dir`, or the environment
+    /// variable `LOADERX_CACHE_DIR`; none by default: no cache).
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// The most the cache directory holds (`cache_bytes`, or
+    /// `LOADERX_CACHE_BYTES`; default 10 GiB), least recently used blocks
+    /// evicted first.
+    pub cache_bytes: u64,
+    /// Bytes of each cached block (`cache_block_bytes`; default 1 MiB).
+    pub cache_block_bytes: u64,
 }
 
 impl Default for RemoteOptions {
@@ -43,12 +52,20 @@ impl Default for RemoteOptions {
             coalesce_bytes: 1 << 20,
             max_request_bytes: 16 << 20,
             table_page_bytes: 64 << 10,
+            cache_dir: std::env::var_os("LOADERX_CACHE_DIR")
+                .filter(|v| !v.is_empty())
+                .map(std::path::PathBuf::from),
+            cache_bytes: std::env::var("LOADERX_CACHE_BYTES")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(10 << 30),
+            cache_block_bytes: 1 << 20,
         }
     }
 }
 
 /// loaderx's own keys, in the order documented.
-pub const OWN_KEYS: [&str; 8] = [
+pub const OWN_KEYS: [&str; 11] = [
     "timeout",
     "connect_timeout",
     "max_retries",
@@ -57,6 +74,9 @@ pub const OWN_KEYS: [&str; 8] = [
     "coalesce_bytes",
     "max_request_bytes",
     "table_page_bytes",
+    "cache_dir",
+    "cache_bytes",
+    "cache_block_bytes",
 ];
 
 impl RemoteOptions {
@@ -101,6 +121,11 @@ impl RemoteOptions {
                 "coalesce_bytes" => out.coalesce_bytes = count(0)?,
                 "max_request_bytes" => out.max_request_bytes = count(1)?,
                 "table_page_bytes" => out.table_page_bytes = count(4096)?,
+                "cache_dir" => {
+                    out.cache_dir = (!value.is_empty()).then(|| std::path::PathBuf::from(&value));
+                }
+                "cache_bytes" => out.cache_bytes = count(0)?,
+                "cache_block_bytes" => out.cache_block_bytes = count(4096)?,
                 _ => rest.push((key, value)),
             }
         }

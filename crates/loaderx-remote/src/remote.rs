@@ -21,7 +21,10 @@ use object_store::{
     RetryConfig, path::Path as ObjectPath,
 };
 
-use crate::options::RemoteOptions;
+use crate::{
+    cache::{BlockCache, object_key},
+    options::RemoteOptions,
+};
 
 /// What a handle recorded of one object when it first saw it.
 #[derive(Debug, Clone)]
@@ -50,6 +53,8 @@ pub struct RemoteStorage {
     seen: Mutex<HashMap<FileId, Seen>>,
     /// Table pages fetched so far, by page number.
     pages: Mutex<HashMap<u64, Bytes>>,
+    /// The local block cache, when enabled.
+    cache: Option<BlockCache>,
 }
 
 impl std::fmt::Debug for RemoteStorage {
@@ -82,6 +87,20 @@ static INTERRUPT: OnceLock<fn() -> bool> = OnceLock::new();
 /// (the Python binding checks for Ctrl-C). Only the first call counts.
 pub fn set_interrupt_check(check: fn() -> bool) {
     let _ = INTERRUPT.set(check);
+}
+
+/// The block cache `options` ask for, if any.
+fn cache_of(_url: &str, options: &RemoteOptions) -> loaderx_store::Result<Option<BlockCache>> {
+    let Some(dir) = &options.cache_dir else {
+        return Ok(None);
+    };
+    BlockCache::new(dir, options.cache_bytes, options.cache_block_bytes)
+        .map(Some)
+        .map_err(|e| Error::Io {
+            path: dir.clone(),
+            op: "create the block cache directory",
+            source: e,
+        })
 }
 
 fn invalid(url: &str, argument: &'static str, reason: String) -> Error {
@@ -125,6 +144,7 @@ impl RemoteStorage {
             prefix,
             url: url.trim_end_matches('/').to_owned(),
             location: PathBuf::from(url.trim_end_matches('/')),
+            cache: cache_of(url, &options)?,
             options,
             listed: None,
             seen: Mutex::new(HashMap::new()),
@@ -156,6 +176,7 @@ impl RemoteStorage {
             prefix: ObjectPath::from(prefix),
             url: url.to_owned(),
             location: PathBuf::from(url),
+            cache: cache_of(url, &options)?,
             options,
             listed: None,
             seen: Mutex::new(HashMap::new()),
@@ -286,6 +307,80 @@ impl RemoteStorage {
     /// concurrently, every request conditional on the recorded ETag;
     /// returns one buffer per range, in order.
     fn fetch(&self, ranges: &[(FileId, Range<u64>)]) -> Result<Vec<Bytes>, (FileId, io::Error)> {
+        let Some(cache) = &self.cache else {
+            return self.fetch_network(ranges);
+        };
+        let b = cache.block;
+        let mut keys: HashMap<FileId, (u64, u64)> = HashMap::new();
+        for (file, r) in ranges {
+            let seen = self.seen(*file).map_err(|e| (*file, e))?;
+            if r.end > seen.size {
+                // Past the end: the network path names the error.
+                return self.fetch_network(ranges);
+            }
+            let tag = seen.e_tag.or(seen.version).unwrap_or_default();
+            keys.insert(
+                *file,
+                (
+                    object_key(&self.object_url(*file), &tag, seen.size),
+                    seen.size,
+                ),
+            );
+        }
+        let mut need: Vec<(FileId, u64)> = ranges
+            .iter()
+            .filter(|(_, r)| r.end > r.start)
+            .flat_map(|(f, r)| (r.start / b..=(r.end - 1) / b).map(move |i| (*f, i)))
+            .collect();
+        need.sort_unstable();
+        need.dedup();
+        let mut held: HashMap<(FileId, u64), Bytes> = HashMap::new();
+        let mut missing: Vec<(FileId, Range<u64>)> = Vec::new();
+        for (file, i) in need {
+            let (key, size) = keys[&file];
+            let len = b.min(size - i * b);
+            match cache.get(key, i, len) {
+                Some(bytes) => {
+                    held.insert((file, i), Bytes::from(bytes));
+                }
+                None => missing.push((file, i * b..i * b + len)),
+            }
+        }
+        if !missing.is_empty() {
+            let got = self.fetch_network(&missing)?;
+            for ((file, r), bytes) in missing.iter().zip(got) {
+                cache.put(keys[file].0, r.start / b, &bytes);
+                held.insert((*file, r.start / b), bytes);
+            }
+        }
+        Ok(ranges
+            .iter()
+            .map(|(file, r)| {
+                if r.end <= r.start {
+                    return Bytes::new();
+                }
+                let (first, last) = (r.start / b, (r.end - 1) / b);
+                if first == last {
+                    let at = (r.start - first * b) as usize;
+                    return held[&(*file, first)].slice(at..at + (r.end - r.start) as usize);
+                }
+                let mut out = Vec::with_capacity((r.end - r.start) as usize);
+                for i in first..=last {
+                    let block = &held[&(*file, i)];
+                    let from = r.start.max(i * b) - i * b;
+                    let to = r.end.min(i * b + block.len() as u64) - i * b;
+                    out.extend_from_slice(&block[from as usize..to as usize]);
+                }
+                Bytes::from(out)
+            })
+            .collect())
+    }
+
+    /// [`fetch`](Self::fetch) from the network only.
+    fn fetch_network(
+        &self,
+        ranges: &[(FileId, Range<u64>)],
+    ) -> Result<Vec<Bytes>, (FileId, io::Error)> {
         // Sorted by object and offset; neighbours merged.
         let mut order: Vec<usize> = (0..ranges.len()).collect();
         order.sort_unstable_by_key(|&i| (ranges[i].0, ranges[i].1.start));
