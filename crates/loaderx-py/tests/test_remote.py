@@ -372,3 +372,29 @@ def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
         with pytest.raises(ZrecordError):
             d[[0]]
     assert proxy.hit >= 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_reads_through_an_inherited_reader(s3: Any, dense: Any) -> None:
+    url, data = dense
+    with loaderx.Dense.open(url, storage_options=options(s3.endpoint, timeout=5)) as d:
+        np.testing.assert_array_equal(d[[1, 2]], data[[1, 2]])
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if the read is right
+            code = 1
+            try:
+                code = 0 if np.array_equal(d[[10, 2000]], data[[10, 2000]]) else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 30
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung reading the store")
+            time.sleep(0.05)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        np.testing.assert_array_equal(d[[3]], data[[3]])

@@ -67,17 +67,29 @@ impl std::fmt::Debug for RemoteStorage {
 }
 
 /// The process's runtime for requests: two worker threads (requests wait
-/// on the network, not on the processor), started on first use.
+/// on the network, not on the processor), started on first use, and again
+/// in a forked child (the parent's threads do not exist there; the old
+/// runtime is left alone, never dropped, since its threads cannot be
+/// joined).
 fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("loaderx-remote")
-            .enable_all()
-            .build()
-            .expect("the request runtime starts")
-    })
+    static RT: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
+    let mut held = RT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let pid = std::process::id();
+    match *held {
+        Some((owner, rt)) if owner == pid => rt,
+        _ => {
+            let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("loaderx-remote")
+                    .enable_all()
+                    .build()
+                    .expect("the request runtime starts"),
+            ));
+            *held = Some((pid, rt));
+            rt
+        }
+    }
 }
 
 static INTERRUPT: OnceLock<fn() -> bool> = OnceLock::new();
