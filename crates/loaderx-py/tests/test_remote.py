@@ -344,6 +344,7 @@ def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
     url = upload(s3, path, "cached")
     cache = tmp_path / "cache"
     opts = options(proxy.endpoint, cache_dir=str(cache), cache_bytes=1 << 30, max_retries=0)
+    # (cache_dir= and cache_bytes= as keywords are the same options.)
     # Another process fills the cache.
     script = (
         "import json, sys, numpy as np, loaderx\n"
@@ -359,7 +360,8 @@ def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
     assert any(p.name.endswith(".blk") for p in cache.iterdir())
     # This one reads every record with the server refusing every ranged read.
     proxy.arm("503", None)
-    with loaderx.Dense.open(url, storage_options=opts) as d:
+    plain = options(proxy.endpoint, max_retries=0)
+    with loaderx.Dense.open(url, storage_options=plain, cache_dir=cache, cache_bytes=1 << 30) as d:
         np.testing.assert_array_equal(d[np.arange(2000)], data)
     assert proxy.hit == 0
     # The object changes on the server: a new handle sees the new ETag and

@@ -146,9 +146,17 @@ class _Container(_Closing):
         resize: tuple[int, int] | None,
         layout: str,
         storage_options: dict[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> Any:
         """What `Dense.open` and `Ragged.open` do: a reader or writer, or an
         :class:`Images` reader when `resize` is given."""
+        if cache_dir is not None or cache_bytes is not None:
+            storage_options = dict(storage_options or {})
+            if cache_dir is not None:
+                storage_options["cache_dir"] = os.fsdecode(os.fspath(cache_dir))
+            if cache_bytes is not None:
+                storage_options["cache_bytes"] = str(int(cache_bytes))
         if resize is not None:
             if writable:
                 raise ValueError("resize gives a reader: it cannot be combined with writable=True")

@@ -70,6 +70,8 @@ class Ragged(_Container):
         resize: tuple[int, int] | None = None,
         layout: str = "hwc",
         storage_options: dict[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> Any:
         """A reader of the store at `path`; with ``writable=True`` it also
         appends, deletes and compacts. Reads check the checksum of every
@@ -88,9 +90,13 @@ class Ragged(_Container):
         store in object storage, every record checked against its checksum,
         configured by `storage_options` (object_store's keys such as
         ``aws_endpoint``, and loaderx's ``timeout``, ``max_retries``,
-        ``concurrency``, ...; see docs/REMOTE.md)."""
+        ``concurrency``, ...; see docs/REMOTE.md). `cache_dir` (or the
+        environment variable ``LOADERX_CACHE_DIR``) keeps fetched blocks in a
+        local directory several processes may share, at most `cache_bytes`
+        (least recently used evicted first)."""
         return cls._open_with(
-            path, writable, check_raw, quality, resize, layout, storage_options
+            path, writable, check_raw, quality, resize, layout, storage_options, cache_dir,
+            cache_bytes,
         )
 
     def _describe(self) -> str:
