@@ -8,6 +8,7 @@ import numpy.typing as npt
 
 __all__ = [
     "Store",
+    "push",
     "Sampler",
     "Loader",
     "loader_state",
