@@ -324,7 +324,7 @@ def test_a_failed_push_publishes_nothing(proxy: FaultProxy, s3: Any, tmp_path: P
     assert url in str(e.value)
     assert proxy.hit >= 1
     keys = {k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="failed-push/").get("Contents", [])}
-    assert f"failed-push/meta.zr" not in keys
+    assert "failed-push/meta.zr" not in keys
 
 
 # --- the block cache -------------------------------------------------------------------
@@ -366,7 +366,7 @@ def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
     assert proxy.hit == 0
     # The object changes on the server: a new handle sees the new ETag and
     # is not served the old blocks (the server still refuses: an error).
-    chunk = f"cached/0.zr"
+    chunk = "cached/0.zr"
     body = bytearray(s3.get_object(Bucket=BUCKET, Key=chunk)["Body"].read())
     body[0] ^= 1
     s3.put_object(Bucket=BUCKET, Key=chunk, Body=bytes(body))
