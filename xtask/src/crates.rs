@@ -16,10 +16,11 @@ use std::process::Command;
 use crate::steps::{self, Failure, Workspace};
 
 /// The crates published to crates.io, in dependency order.
-pub const PUBLISHED: [&str; 5] = [
+pub const PUBLISHED: [&str; 6] = [
     "loaderx-format",
     "loaderx-image",
     "loaderx-store",
+    "loaderx-remote",
     "loaderx-sampler",
     "loaderx-loader",
 ];

@@ -202,10 +202,11 @@ fn run_test() -> Result<(), Failure> {
 
 /// The library crates: the ones other code builds on, held to rustdoc
 /// without warnings and tested with debug assertions on.
-const LIBRARY_CRATES: [&str; 5] = [
+const LIBRARY_CRATES: [&str; 6] = [
     "loaderx-format",
     "loaderx-image",
     "loaderx-store",
+    "loaderx-remote",
     "loaderx-sampler",
     "loaderx-loader",
 ];

@@ -23,6 +23,9 @@ const TOOLS: &[(&str, &str)] = &[
     ("datasets", "datasets"),
     ("pyarrow", "pyarrow"),
     ("pillow", "pillow"),
+    // The S3 server the remote-store tests start on loopback
+    // (`ThreadedMotoServer`); its `server` extra brings flask.
+    ("moto", "moto[server]"),
 ];
 
 /// The training frameworks the example tests run (CPU is enough). PyPI's
@@ -120,7 +123,7 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
     let missing: Vec<&str> = missing.split_whitespace().collect();
     if missing.is_empty() {
         println!(
-            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow",
+            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, moto",
             venv.dir.display()
         );
     } else {

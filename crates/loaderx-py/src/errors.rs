@@ -49,8 +49,23 @@ fn python_error<'py, A: pyo3::call::PyCallArgs<'py>>(
 }
 
 /// A store error, with its stable code and its what-and-where message.
+/// A read interrupted by Ctrl-C (a store in object storage waits on the
+/// network) is `KeyboardInterrupt`.
 pub(crate) fn store_error(py: Python<'_>, err: loaderx_store::Error) -> PyErr {
+    if let loaderx_store::Error::Io { source, .. } = &err
+        && source.kind() == std::io::ErrorKind::Interrupted
+    {
+        return pyo3::exceptions::PyKeyboardInterrupt::new_err(err.to_string());
+    }
     zrecord_error(py, err.code(), err.to_string())
+}
+
+/// Whether Ctrl-C (or another signal whose handler raises) arrived: the
+/// check a read from object storage makes while it waits
+/// (`loaderx_remote::set_interrupt_check`). Only the main thread sees
+/// signals; elsewhere this is false.
+pub(crate) fn interrupted() -> bool {
+    Python::attach(|py| py.check_signals().is_err())
 }
 
 /// A sampler that cannot be built or restored from what it was given.

@@ -62,7 +62,9 @@ use pyo3::types::PyDict;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    loaderx_remote::set_interrupt_check(errors::interrupted);
     m.add_class::<store::Store>()?;
+    m.add_function(wrap_pyfunction!(store::push, m)?)?;
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;

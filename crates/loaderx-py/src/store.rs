@@ -358,7 +358,9 @@ impl Store {
         options: OpenOptions,
     ) -> PyResult<Store> {
         let engine = py
-            .detach(|| Engine::create_v2(path, schema, options))
+            .detach(|| {
+                Engine::create_v2_path_in(path, schema, options, loaderx_remote::AnyStorage::Local)
+            })
             .map_err(|err| match err {
                 loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),
                 // A bad argument, named: what Python raises for one.
@@ -369,6 +371,36 @@ impl Store {
             })?;
         Ok(Store::wrap(path, engine))
     }
+}
+
+/// Opens the engine for `location`, a local store directory or a store
+/// URL (read-only; `writable` refused), with the GIL released: the one
+/// entry point by which the binding opens an existing store, for the
+/// containers and for anything else that opens stores by name.
+pub(crate) fn open_engine(
+    py: Python<'_>,
+    location: &str,
+    storage_options: &[(String, String)],
+    options: OpenOptions,
+) -> PyResult<Engine> {
+    if loaderx_remote::is_url(location) && !options.read_only {
+        return Err(PyValueError::new_err(format!(
+            "{location}: stores opened by URL are read-only (writable=True is refused)"
+        )));
+    }
+    py.detach(|| loaderx_remote::open_store(location, storage_options, options))
+        .map_err(|err| match err {
+            // A URL or storage option not understood: a bad argument, named.
+            loaderx_store::Error::InvalidArgument {
+                path,
+                argument,
+                reason,
+            } => PyValueError::new_err(format!(
+                "cannot open {}: {argument}: {reason}",
+                path.display()
+            )),
+            err => store_error(py, err),
+        })
 }
 
 /// The engine would take "" for the current directory.
@@ -387,7 +419,13 @@ impl Store {
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         non_empty(&path)?;
         let engine = py
-            .detach(|| Engine::open(&path))
+            .detach(|| {
+                Engine::open_path_in(
+                    &path,
+                    OpenOptions::default(),
+                    loaderx_remote::AnyStorage::Local,
+                )
+            })
             .map_err(|err| store_error(py, err))?;
         Ok(Store::wrap(&path, engine))
     }
@@ -450,13 +488,19 @@ impl Store {
     /// Opens an existing store (any version) without creating anything:
     /// read-only unless `writable`; with `check_raw`, gathers check the
     /// CRC32C of raw records too (compressed ones are always checked).
+    ///
+    /// A `path` that is a URL (`s3://`, `gs://`, `az://`, `abfs://`,
+    /// `http(s)://`, `file://`) opens a store in object storage, read-only
+    /// (`writable` must be false) with every record checked, configured by
+    /// `storage_options` (`docs/REMOTE.md`).
     #[staticmethod]
-    #[pyo3(signature = (path, writable, check_raw = false))]
+    #[pyo3(signature = (path, writable, check_raw = false, storage_options = None))]
     fn open_existing(
         py: Python<'_>,
         path: PathBuf,
         writable: bool,
         check_raw: bool,
+        storage_options: Option<Vec<(String, String)>>,
     ) -> PyResult<Self> {
         non_empty(&path)?;
         let options = OpenOptions {
@@ -465,9 +509,8 @@ impl Store {
             check_raw,
             ..OpenOptions::default()
         };
-        let engine = py
-            .detach(|| Engine::open_with(&path, options))
-            .map_err(|err| store_error(py, err))?;
+        let location = path.to_string_lossy().into_owned();
+        let engine = open_engine(py, &location, &storage_options.unwrap_or_default(), options)?;
         Ok(Store::wrap(&path, engine))
     }
 
@@ -1144,4 +1187,41 @@ impl Handle {
             taken.map_or(Ok(()), Engine::close)
         })
     }
+}
+
+/// Uploads the closed local store `local` to `url` (chunks first by
+/// multipart upload, `meta.zr` last), with the GIL released: the objects
+/// written and the bytes. `FileExistsError` when `url` holds a store,
+/// `ValueError` for a URL or option not understood.
+#[pyfunction]
+#[pyo3(signature = (local, url, storage_options = None))]
+pub(crate) fn push(
+    py: Python<'_>,
+    local: PathBuf,
+    url: String,
+    storage_options: Option<Vec<(String, String)>>,
+) -> PyResult<(Vec<String>, u64)> {
+    non_empty(&local)?;
+    if !loaderx_remote::is_url(&url) {
+        return Err(PyValueError::new_err(format!(
+            "push: {url:?} is not a store URL (s3://, gs://, az://, abfs://, file://)"
+        )));
+    }
+    let options = storage_options.unwrap_or_default();
+    py.detach(|| loaderx_remote::push(&local, &url, &options))
+        .map(|pushed| (pushed.objects, pushed.bytes))
+        .map_err(|err| match err {
+            loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(format!(
+                "{url} already holds a store: push refuses to replace one under its readers"
+            )),
+            loaderx_store::Error::InvalidArgument {
+                path,
+                argument,
+                reason,
+            } => PyValueError::new_err(format!(
+                "cannot push to {}: {argument}: {reason}",
+                path.display()
+            )),
+            err => store_error(py, err),
+        })
 }

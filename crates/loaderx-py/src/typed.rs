@@ -23,7 +23,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 /// The engine every binding class wraps.
-pub(crate) type Engine = loaderx_store::Store<loaderx_store::Deflate>;
+/// Local (`FileStorage`) or remote (object storage): one engine type for
+/// both (`docs/ARCHITECTURE.md`, "Decisions").
+pub(crate) type Engine = loaderx_store::Store<loaderx_store::Deflate, loaderx_remote::AnyStorage>;
 
 /// Container kinds as Python names them (`schema()["kind"]`).
 const KINDS: [(Kind, &str); 3] = [

@@ -150,6 +150,24 @@ impl<S: Storage> Files<S> {
             .map_err(|(file, e)| self.fail(file, op)(e))
     }
 
+    /// Whether the storage reads by requests ([`Storage::fetches`]).
+    #[inline]
+    pub(crate) fn fetches(&self) -> bool {
+        self.storage.fetches()
+    }
+
+    /// Reads each of `ranges` into a buffer of its own
+    /// ([`Storage::fetch_many`]).
+    pub(crate) fn fetch_many(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        op: &'static str,
+    ) -> Result<Vec<Vec<u8>>> {
+        self.storage
+            .fetch_many(ranges)
+            .map_err(|(file, e)| self.fail(file, op)(e))
+    }
+
     /// Copies bytes of `file` at `offset` into `buf` without mapping them
     /// ([`Storage::copy_at`]).
     pub(crate) fn copy(
@@ -357,6 +375,9 @@ impl<S: Storage> Files<S> {
             }
             return Ok(None);
         };
+        if self.fetches() {
+            return self.fetch_entries(idxs, length, entry_len, out);
+        }
         let start = self.entry_at(0);
         let len =
             usize::try_from(self.entry_at(max + 1) - start).map_err(|_| Error::OutOfMemory {
@@ -389,6 +410,51 @@ impl<S: Storage> Files<S> {
             );
             (i, error)
         }))
+    }
+
+    /// [`read_entries`](Self::read_entries) from storage that
+    /// [`fetches`](Storage::fetches): the batch's entries (only theirs, not
+    /// the table span between them) handed over at once; an index past
+    /// `length` (refused by the caller) reads entry 0 in its place.
+    fn fetch_entries(
+        &self,
+        idxs: &[u64],
+        length: u64,
+        entry_len: usize,
+        out: &mut Vec<RecordLoc>,
+    ) -> Result<Option<(usize, Error)>> {
+        let ranges: Vec<(FileId, u64, usize)> = idxs
+            .iter()
+            .map(|&i| {
+                let at = if i < length { i } else { 0 };
+                (FileId::Meta, self.entry_at(at), entry_len)
+            })
+            .collect();
+        let fetched = self.fetch_many(&ranges, "read table")?;
+        for (i, (&idx, bytes)) in idxs.iter().zip(&fetched).enumerate() {
+            if idx >= length {
+                out.push(RecordLoc {
+                    offset: 0,
+                    phys_length: 0,
+                    logic_length: 0,
+                    chunk_id: 0,
+                    codec: loaderx_format::CodecTag::RAW,
+                    crc: 0,
+                });
+                continue;
+            }
+            match v2::decode_entry(idx, bytes) {
+                Ok(loc) => out.push(loc),
+                Err(reason) => {
+                    let error = Error::format(
+                        self.path(FileId::Meta),
+                        FormatError::BadEntry { entry: idx, reason },
+                    );
+                    return Ok(Some((i, error)));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Decodes the table entries `range` (all below the length) into

@@ -325,6 +325,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             check_disjoint(&locs)?;
         }
         self.check_chunks_still_hold(idxs, &locs)?;
+        if self.files.fetches() {
+            return self.decode_fetched_batch(idxs, &locs, dst, work);
+        }
         let prefetch = idxs.len() >= PREFETCH_AT_LEAST && stored <= PREFETCH_RECORDS_UP_TO;
         if prefetch && !all_mapped_raw {
             self.files.prefetch_records(locs.iter().map(|(_, l)| l));
@@ -361,6 +364,43 @@ impl<C: Codec, S: Storage> Store<C, S> {
 }
 
 impl<C: Codec, S: Storage> Store<C, S> {
+    /// The rest of a gather from storage that [`fetches`](Storage::fetches):
+    /// the records' exact stored ranges handed over at once, then each
+    /// decoded from its bytes into its validated place (in parallel for
+    /// batches worth it), checked as any record is.
+    fn decode_fetched_batch(
+        &self,
+        idxs: &[u64],
+        locs: &[(usize, RecordLoc)],
+        dst: &mut [u8],
+        work: u64,
+    ) -> Result<()> {
+        let ranges: Vec<(FileId, u64, usize)> = locs
+            .iter()
+            .map(|(_, l)| {
+                (
+                    FileId::Chunk(l.chunk_id),
+                    u64::from(l.offset),
+                    l.phys_length as usize,
+                )
+            })
+            .collect();
+        let fetched = self.files.fetch_many(&ranges, "read")?;
+        let shared = SharedDst::new(dst);
+        parallel::for_ranges(idxs.len(), work, |range| {
+            for i in range {
+                let (at, loc) = &locs[i];
+                // SAFETY: as in `gather_placed`: `at + logic_length` lies
+                // inside the destination, distinct records' ranges do not
+                // overlap, and each index belongs to one range handed to
+                // one worker.
+                let out = unsafe { shared.range_mut(*at, loc.logic_length as usize) };
+                self.decode_fetched(idxs[i], loc, &fetched[i], out)?;
+            }
+            Ok(())
+        })
+    }
+
     /// The entries of `idxs` into `decoded`: from the handle's index of
     /// small raw records when it covers the batch (`runs.rs`; they were
     /// checked when indexed: `true`), else from the table (`false`, with the

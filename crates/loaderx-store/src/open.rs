@@ -151,6 +151,41 @@ impl<C: Codec + Default> Store<C, FileStorage> {
     /// # Errors
     /// As [`open`](Self::open).
     pub fn open_with(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
+        Self::open_path_in(path, options, |files| files)
+    }
+
+    /// Creates a new format v2 store at `path` holding records of `schema`
+    /// (the directory is created when absent), and opens it.
+    ///
+    /// # Errors
+    /// [`Error::Exists`] when `path` already holds a store,
+    /// [`Error::InvalidArgument`] naming the argument for a schema that
+    /// breaks the format's rules or a bad lane count or dictionary (nothing
+    /// is created), [`Error::CodecUnavailable`] for a codec this handle
+    /// lacks, [`Error::Io`] when a file cannot be created.
+    pub fn create_v2(
+        path: impl AsRef<Path>,
+        schema: &Schema,
+        options: OpenOptions,
+    ) -> Result<Self> {
+        Self::create_v2_path_in(path, schema, options, |files| files)
+    }
+}
+
+impl<C: Codec + Default, S: Storage> Store<C, S> {
+    /// [`open_with`](Store::open_with) on the directory `path`, its
+    /// [`FileStorage`] wrapped by `wrap` (a storage that can hold either a
+    /// local store or another kind, such as one in object storage), with
+    /// the same locks between handles. The memory-map rule of
+    /// [`open`](Store::open) applies.
+    ///
+    /// # Errors
+    /// As [`open`](Store::open).
+    pub fn open_path_in(
+        path: impl AsRef<Path>,
+        options: OpenOptions,
+        wrap: impl FnOnce(FileStorage) -> S,
+    ) -> Result<Self> {
         let path = path.as_ref();
         match fs::metadata(path) {
             Ok(md) if md.is_dir() => {}
@@ -172,26 +207,28 @@ impl<C: Codec + Default> Store<C, FileStorage> {
             Err(e) => return Err(Error::io(path, "stat", e)),
         }
         Self::open_locked(
-            FileStorage::with_chunk_capacity(path, options.read_only, options.chunk_capacity),
+            wrap(FileStorage::with_chunk_capacity(
+                path,
+                options.read_only,
+                options.chunk_capacity,
+            )),
             options,
             Some(path),
             None,
         )
     }
 
-    /// Creates a new format v2 store at `path` holding records of `schema`
-    /// (the directory is created when absent), and opens it.
+    /// [`create_v2`](Store::create_v2) on the directory `path`, its
+    /// [`FileStorage`] wrapped by `wrap`, as in
+    /// [`open_path_in`](Store::open_path_in).
     ///
     /// # Errors
-    /// [`Error::Exists`] when `path` already holds a store,
-    /// [`Error::InvalidArgument`] naming the argument for a schema that
-    /// breaks the format's rules or a bad lane count or dictionary (nothing
-    /// is created), [`Error::CodecUnavailable`] for a codec this handle
-    /// lacks, [`Error::Io`] when a file cannot be created.
-    pub fn create_v2(
+    /// As [`create_v2`](Store::create_v2).
+    pub fn create_v2_path_in(
         path: impl AsRef<Path>,
         schema: &Schema,
         options: OpenOptions,
+        wrap: impl FnOnce(FileStorage) -> S,
     ) -> Result<Self> {
         let path = path.as_ref();
         if options.read_only {
@@ -221,7 +258,11 @@ impl<C: Codec + Default> Store<C, FileStorage> {
             Err(e) => return Err(Error::io(path, "stat", e)),
         }
         Self::open_locked(
-            FileStorage::with_chunk_capacity(path, false, options.chunk_capacity),
+            wrap(FileStorage::with_chunk_capacity(
+                path,
+                false,
+                options.chunk_capacity,
+            )),
             options,
             Some(path),
             Some(schema),

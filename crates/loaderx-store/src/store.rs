@@ -748,7 +748,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// which is exactly `loc.logic_length` bytes.
     #[inline]
     pub(crate) fn decode_into(&self, index: u64, loc: &RecordLoc, out: &mut [u8]) -> Result<()> {
-        self.decode_checked(index, loc, out, self.check_raw)
+        self.decode_from(index, loc, out, self.check_raw, None)
+    }
+
+    /// [`decode_into`](Self::decode_into) from `fetched`, the record's
+    /// stored bytes already read (a gather from storage that
+    /// [`fetches`](Storage::fetches)), checked as they would be.
+    #[inline]
+    pub(crate) fn decode_fetched(
+        &self,
+        index: u64,
+        loc: &RecordLoc,
+        fetched: &[u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.decode_from(index, loc, out, self.check_raw, Some(fetched))
     }
 
     /// [`decode_into`](Self::decode_into), checking a v2 record's CRC32C
@@ -759,6 +773,19 @@ impl<C: Codec, S: Storage> Store<C, S> {
         loc: &RecordLoc,
         out: &mut [u8],
         check_raw: bool,
+    ) -> Result<()> {
+        self.decode_from(index, loc, out, check_raw, None)
+    }
+
+    /// [`decode_checked`](Self::decode_checked), from `fetched` when the
+    /// stored bytes were already read, else from storage.
+    fn decode_from(
+        &self,
+        index: u64,
+        loc: &RecordLoc,
+        out: &mut [u8],
+        check_raw: bool,
+        fetched: Option<&[u8]>,
     ) -> Result<()> {
         let codec = CodecId::from_tag(loc.codec).expect("validated entries have known codecs");
         let listed = || Error::Corrupt {
@@ -776,7 +803,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             // See `copy_reads_at`: large raw records are read, not mapped,
             // straight into place, and checked there when they are checked.
             let file = FileId::Chunk(loc.chunk_id);
-            self.files.copy(file, u64::from(loc.offset), out, "read")?;
+            match fetched {
+                Some(src) => out.copy_from_slice(src),
+                None => self.files.copy(file, u64::from(loc.offset), out, "read")?,
+            }
             if self.layout().checksums() && check_raw {
                 let crc = loaderx_format::v2::crc32c(out);
                 if crc != loc.crc {
@@ -810,11 +840,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
             Some(self.codecs.registered(loc.codec).ok_or_else(listed)?)
         };
         let ctx = self.decode_context();
-        self.read_record(
+        self.read_record_from(
             index,
             loc,
             check_raw,
             plugged.map(Codec::name),
+            fetched,
             |src| match plugged {
                 Some(c) => c.decode_in(src, out, ctx),
                 None => codec.decode_in(src, out, ctx),
@@ -829,16 +860,18 @@ impl<C: Codec, S: Storage> Store<C, S> {
         crate::DecodeContext::new(self.schema.as_ref()).with_dictionary(self.dictionary.as_ref())
     }
 
-    /// Runs `f` on record `index`'s stored bytes, after checking a v2
+    /// Runs `f` on record `index`'s stored bytes (`fetched` when they were
+    /// already read, else read from storage), after checking a v2
     /// record's CRC32C when it is compressed or `check_raw` is set; a
     /// failure of either is [`Error::Corrupt`] naming the record (and the
     /// codec, by `plugged`'s name when it came from the registry).
-    pub(crate) fn read_record(
+    pub(crate) fn read_record_from(
         &self,
         index: u64,
         loc: &RecordLoc,
         check_raw: bool,
         plugged: Option<&str>,
+        fetched: Option<&[u8]>,
         f: impl FnOnce(&[u8]) -> std::result::Result<(), crate::DecodeError>,
     ) -> Result<()> {
         let file = FileId::Chunk(loc.chunk_id);
@@ -853,7 +886,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             f(src)
         };
         let (offset, len) = (u64::from(loc.offset), loc.phys_length as usize);
-        let outcome = if u64::from(loc.logic_length) >= crate::parallel::copy_reads_at() {
+        let outcome = if let Some(src) = fetched {
+            run(src)
+        } else if u64::from(loc.logic_length) >= crate::parallel::copy_reads_at() {
             // A large record's stored bytes are read into this thread's
             // scratch buffer rather than decoded from the map (see
             // `copy_reads_at`); next to decoding them, the copy is cheap.

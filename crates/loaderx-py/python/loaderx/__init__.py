@@ -12,6 +12,8 @@
   the training loop ready batches, endlessly: ``{"data", "label"}`` from two
   datasets, or any dict of named streams, sharded over hosts and resumable
   exactly (``loaderx.zsampler`` has the 2.x spelling of the sampler).
+* Stores in object storage open by URL (``Dense.open("s3://...")``);
+  :func:`push` uploads one.
 
 A drop-in replacement for the loaderx 0.5.x Python API; stores are
 compatible both ways for the ``raw`` and ``flate`` codecs.
@@ -25,6 +27,7 @@ from .compat05.dataset import Dataset
 from .compat05.sampler import Sampler
 from .compat05.zrecord import CODECS, MAX_RECORD_LEN, Zrecord
 from .errors import ERROR_CODES, ZrecordError
+from .remote import push
 from .zrecord import Dense, Ragged
 
 #: The package version, as Cargo builds the native module.
@@ -42,4 +45,5 @@ __all__ = [
     "Zrecord",
     "ZrecordError",
     "__version__",
+    "push",
 ]

@@ -9,6 +9,7 @@ from ._zrecord import ZrecordError as ZrecordError
 from .dataloader import DataLoader as DataLoader
 from .dataset import Dataset as Dataset
 from .zrecord import Dense as Dense
+from .remote import push as push
 from .zrecord import Ragged as Ragged
 
 __version__: str
@@ -24,4 +25,5 @@ __all__ = [
     "Zrecord",
     "ZrecordError",
     "__version__",
+    "push",
 ]

@@ -8,6 +8,7 @@ import numpy.typing as npt
 
 __all__ = [
     "Store",
+    "push",
     "Sampler",
     "Loader",
     "loader_state",
@@ -89,7 +90,12 @@ class Store:
         lanes: int = 1,
     ) -> Store: ...
     @staticmethod
-    def open_existing(path: str, writable: bool, check_raw: bool = False) -> Store: ...
+    def open_existing(
+        path: str,
+        writable: bool,
+        check_raw: bool = False,
+        storage_options: list[tuple[str, str]] | None = None,
+    ) -> Store: ...
     @staticmethod
     def create_v2_bytes(path: str, codec: str) -> Store: ...
     def format_version(self) -> int: ...
@@ -230,3 +236,7 @@ class Loader:
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...
+
+def push(
+    local: str, url: str, storage_options: list[tuple[str, str]] | None = None
+) -> tuple[list[str], int]: ...

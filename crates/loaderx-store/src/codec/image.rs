@@ -395,6 +395,22 @@ mod imp {
                 locs.push((i * item, loc));
             }
             self.check_chunks_still_hold(idxs, &locs)?;
+            // From storage that fetches: every record's bytes at once.
+            let fetched = if self.files.fetches() {
+                let ranges: Vec<_> = locs
+                    .iter()
+                    .map(|(_, l)| {
+                        (
+                            crate::storage::FileId::Chunk(l.chunk_id),
+                            u64::from(l.offset),
+                            l.phys_length as usize,
+                        )
+                    })
+                    .collect();
+                Some(self.files.fetch_many(&ranges, "read")?)
+            } else {
+                None
+            };
             let work = (idxs.len() * item) as u64 * 64;
             // `dst` is exactly `idxs.len() · item` bytes (checked above):
             // record `i` owns slot `i`.
@@ -402,7 +418,8 @@ mod imp {
                 for (i, out) in range.zip(slots.chunks_exact_mut(item)) {
                     let (_, loc) = &locs[i];
                     let format = format_of(loc.codec).unwrap_or(Format::Jpeg);
-                    self.read_record(idxs[i], loc, self.check_raw, None, |src| {
+                    let src = fetched.as_ref().map(|f| f[i].as_slice());
+                    self.read_record_from(idxs[i], loc, self.check_raw, None, src, |src| {
                         loaderx_image::decode_fit_into(src, format, layout, height, width, out)
                             .map(|_| ())
                             .map_err(|e| DecodeError::new(e.to_string()))

@@ -104,6 +104,38 @@ pub trait Storage: Send + Sync + fmt::Debug {
         lend::nested(self, ranges, f)
     }
 
+    /// Whether every read is a request to a server (a store in object
+    /// storage): each costs a round trip, so the engine plans a gather's
+    /// reads itself and hands them over at once through
+    /// [`fetch_many`](Storage::fetch_many), exact record ranges only,
+    /// instead of borrowing spans of files. False for local storage.
+    fn fetches(&self) -> bool {
+        false
+    }
+
+    /// Reads every range of `ranges`, `(file, offset, len)`, into a buffer
+    /// of its own, in order (same contract as
+    /// [`with_bytes`](Storage::with_bytes) for each). A storage that
+    /// [`fetches`](Storage::fetches) issues them together; the default reads
+    /// them one by one.
+    ///
+    /// # Errors
+    /// The first range that cannot be read, with its I/O error.
+    fn fetch_many(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+    ) -> Result<Vec<Vec<u8>>, (FileId, io::Error)> {
+        ranges
+            .iter()
+            .map(|&(file, offset, len)| {
+                let mut buf = vec![0; len];
+                self.read_at(file, offset, &mut buf)
+                    .map_err(|e| (file, e))?;
+                Ok(buf)
+            })
+            .collect()
+    }
+
     /// Copies bytes of an open `file` into `buf` (same contract as `with_bytes`).
     ///
     /// # Errors
@@ -193,6 +225,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn chunk_ids(&self) -> io::Result<Vec<u32>>;
 }
 
-pub(crate) fn read_only_error() -> io::Error {
+/// The error a read-only storage gives for a write: kind
+/// `PermissionDenied`, which the engine reports as a read-only store.
+#[must_use]
+pub fn read_only_error() -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, "store is open read-only")
 }

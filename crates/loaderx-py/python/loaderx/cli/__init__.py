@@ -1,4 +1,4 @@
-"""The ``loaderx`` command: ``convert``, ``info``, ``verify``, ``compact``
+"""The ``loaderx`` command: ``convert``, ``info``, ``verify``, ``push``, ``compact``
 and ``bench`` (see ``loaderx --help`` and docs/CLI.md).
 
 Results go to standard output (one JSON document with ``--json``);
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..zrecord import CODECS, Dense, Ragged
 from .progress import Progress
-from .stores import _open, _print_info, _size, _stores, describe
+from .stores import _open, _print_info, _size, _stores, describe, storage_options
 
 # --- commands ------------------------------------------------------------------------------
 
@@ -69,7 +69,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    infos = [describe(p) for p in _stores(Path(args.path))]
+    options = storage_options(args.storage_option)
+    infos = [describe(p, options) for p in _stores(args.path)]
     if args.json:
         json.dump(infos if len(infos) > 1 else infos[0], sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -82,8 +83,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     report: list[dict[str, Any]] = []
     bad = 0
-    for path in _stores(Path(args.path)):
-        handle = _open(path)
+    options = storage_options(args.storage_option)
+    for path in _stores(args.path):
+        handle = _open(path, False, options)
         try:
             damaged = [(int(i), str(why)) for i, why in handle.damaged()]
             records = len(handle)
@@ -106,6 +108,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
             elif not args.quiet:
                 sys.stdout.write(f"{entry['path']}: ok ({entry['records']:,} records)\n")
     return 1 if bad else 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from ..remote import push
+
+    objects = push(args.local, args.url, storage_options(args.storage_option))
+    if args.json:
+        json.dump({"url": args.url, "objects": objects}, sys.stdout)
+        sys.stdout.write("\n")
+    elif not args.quiet:
+        sys.stdout.write(f"pushed {len(objects)} objects to {args.url}\n")
+    return 0
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -166,15 +180,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     batch_sizes = _parse_ints(args.batch_sizes, "--batch-sizes")
     workers = _parse_ints(args.workers, "--workers")
-    paths = _stores(Path(args.path))
+    paths = _stores(args.path)
+    options = storage_options(args.storage_option)
     readers: dict[str, Dense | Ragged] = {}
     try:
         for p in paths:
-            handle = _open(p)
+            handle = _open(p, False, options)
             if not isinstance(handle, (Dense, Ragged)):
                 handle.close()
                 raise SystemExit(f"loaderx bench: {p} is not a typed (Dense/Ragged) store")
-            readers[str(p.relative_to(args.path)) if p != Path(args.path) else p.name] = handle
+            if isinstance(p, str):
+                readers[p.rstrip("/").rsplit("/", 1)[-1]] = handle
+            else:
+                readers[str(p.relative_to(args.path)) if p != Path(args.path) else p.name] = handle
         lengths = {len(r) for r in readers.values()}
         if len(lengths) != 1 or 0 in lengths:
             raise SystemExit(
@@ -221,6 +239,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # --- the parser ----------------------------------------------------------------------------
+
+
+def _storage_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-option",
+        "-o",
+        action="append",
+        metavar="KEY=VALUE",
+        help="for a store URL: an object_store or loaderx key (docs/REMOTE.md); repeatable",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -271,12 +299,14 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_convert)
 
     p = sub.add_parser("info", help="what a store (or every store under a directory) holds")
-    p.add_argument("path", type=Path)
+    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_info)
 
     p = sub.add_parser("verify", help="check every record; exit 1 and list the damaged ones")
-    p.add_argument("path", type=Path)
+    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_verify)
 
@@ -285,8 +315,16 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_compact)
 
+    p = sub.add_parser("push", help="upload a closed v2 store to a URL (meta.zr last)")
+    p.add_argument("local", type=Path, help="the store directory")
+    p.add_argument("url", help="where to put it: s3://bucket/prefix, gs://, az://, file://")
+    _storage_option(p)
+    _common(p)
+    p.set_defaults(run=cmd_push)
+
     p = sub.add_parser("bench", help="gather throughput by batch size and worker count")
-    p.add_argument("path", type=Path)
+    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    _storage_option(p)
     p.add_argument("--batch-sizes", default="32,256,1024", help="(default 32,256,1024)")
     p.add_argument("--workers", default="1,2,4", help="transform workers (default 1,2,4)")
     p.add_argument("--seconds", type=_seconds, default=1.0, help="per configuration (default 1)")

@@ -11,9 +11,33 @@ import numpy as np
 from .. import _native
 from ..zrecord import Dense, Ragged
 
-def _stores(path: Path) -> list[Path]:
-    """The store at `path`, or every store under it (a converted output
-    holds one per column and split), in name order."""
+def is_url(path: Any) -> bool:
+    """Whether `path` names a store by URL (``s3://...``)."""
+    from ..containers.base import _is_url
+
+    return isinstance(path, str) and _is_url(path)
+
+
+def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--storage-option KEY=VALUE`` arguments as a dict."""
+    if not pairs:
+        return None
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"loaderx: --storage-option takes KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def _stores(path: Any) -> list[Any]:
+    """The store at `path` (a URL names one store), or every store under
+    it (a converted output holds one per column and split), in name
+    order."""
+    if is_url(path):
+        return [path]
+    path = Path(path)
     if (path / "meta.zr").is_file():
         return [path]
     if not path.is_dir():
@@ -24,16 +48,17 @@ def _stores(path: Path) -> list[Path]:
     return found
 
 
-def _open(path: Path, writable: bool = False) -> Any:
+def _open(path: Any, writable: bool = False, options: dict[str, str] | None = None) -> Any:
     """A typed handle (``Dense``/``Ragged``) for a v2 typed store, else the
     native handle of a byte store."""
-    store = _native.Store.open_existing(str(path), writable)
+    pairs = list(options.items()) if options else None
+    store = _native.Store.open_existing(str(path), writable, False, pairs)
     schema = store.schema()
     if schema is None:
         return store
     store.close()
     cls = Dense if schema["kind"] == "dense" else Ragged
-    return cls.open(path, writable)
+    return cls.open(path, writable, storage_options=options)
 
 
 def _logical_bytes(handle: Any, records: int) -> int | None:
@@ -66,13 +91,16 @@ def _stats(handle: Any) -> tuple[int, int, int, int]:
     return tuple(int(v) for v in stats)  # type: ignore[return-value]
 
 
-def describe(path: Path) -> dict[str, Any]:
-    """What ``loaderx info`` reports for one store."""
-    undo = (path / "meta.zr.undo").exists()
-    files = [p for p in path.iterdir() if p.is_file()]
+def describe(path: Any, options: dict[str, str] | None = None) -> dict[str, Any]:
+    """What ``loaderx info`` reports for one store (by path or URL; a
+    store by URL reports its chunk bytes as its bytes on disk)."""
+    remote = is_url(path)
+    undo = False if remote else (path / "meta.zr.undo").exists()
+    files = [] if remote else [p for p in path.iterdir() if p.is_file()]
     on_disk = sum(p.stat().st_size for p in files)
     data_files = [p for p in files if p.name.endswith(".zr") and p.name[:-3].isdigit()]
-    native = _native.Store.open_existing(str(path), False)
+    pairs = list(options.items()) if options else None
+    native = _native.Store.open_existing(str(path), False, False, pairs)
     try:
         version = int(native.format_version())
         schema = native.schema()
@@ -89,12 +117,14 @@ def describe(path: Path) -> dict[str, Any]:
         else:
             info["ndim"] = int(schema["ndim"])
         info["codec"] = schema["codec"]
-    handle = _open(path)
+    handle = _open(path, False, options)
     try:
         records, live, chunk, reclaimable = _stats(handle)
         logical = _logical_bytes(handle, records)
     finally:
         handle.close()
+    if remote:
+        on_disk = chunk
     info.update(
         {
             "records": records,

@@ -50,9 +50,37 @@ def _remove_empty(dirs: list[str]) -> None:
             return
 
 
-def _reopen(cls: type[_T], path: str, check_raw: bool) -> _T:
+def _reopen(
+    cls: type[_T], path: str, check_raw: bool, storage_options: dict[str, str] | None = None
+) -> _T:
     """Unpickles a reader."""
-    return cls._open(path, False, check_raw)
+    return cls._open(path, False, check_raw, storage_options)
+
+
+def _is_url(path: str) -> bool:
+    """Whether `path` names a store by URL (``scheme://``; a scheme of two
+    letters or more, so a Windows drive letter is a path)."""
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and len(scheme) >= 2 and all(c.isalnum() or c in "+-." for c in scheme)
+
+
+def _options(storage_options: Any) -> list[tuple[str, str]] | None:
+    """`storage_options` as the engine takes them: string keys, values
+    turned to strings (``True`` -> ``"true"``)."""
+    if storage_options is None:
+        return None
+    if not isinstance(storage_options, dict):
+        raise TypeError(
+            f"storage_options must be a dict of str to str, got {type(storage_options).__name__}"
+        )
+    out = []
+    for key, value in storage_options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"storage_options keys must be str, got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        out.append((key, str(value)))
+    return out
 
 
 class _Container(_Closing):
@@ -101,6 +129,7 @@ class _Container(_Closing):
         self._writable = writable
         self._editable = editable
         self._check_raw = False
+        self._storage_options: dict[str, str] | None = None
         #: Whether records are encoded images (codec ``jpeg`` or ``png``).
         self.is_image: bool = self.codec in IMAGE_CODECS
         #: JPEG quality of appended arrays (``jpeg`` stores).
@@ -116,28 +145,52 @@ class _Container(_Closing):
         quality: int,
         resize: tuple[int, int] | None,
         layout: str,
+        storage_options: dict[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> Any:
         """What `Dense.open` and `Ragged.open` do: a reader or writer, or an
         :class:`Images` reader when `resize` is given."""
+        if cache_dir is not None or cache_bytes is not None:
+            storage_options = dict(storage_options or {})
+            if cache_dir is not None:
+                storage_options["cache_dir"] = os.fsdecode(os.fspath(cache_dir))
+            if cache_bytes is not None:
+                storage_options["cache_bytes"] = str(int(cache_bytes))
         if resize is not None:
             if writable:
                 raise ValueError("resize gives a reader: it cannot be combined with writable=True")
-            return cls._open(path, False, check_raw)._images(resize, layout)
+            return cls._open(path, False, check_raw, storage_options)._images(resize, layout)
         q = _quality(quality)
-        opened = cls._open(path, writable, check_raw)
+        opened = cls._open(path, writable, check_raw, storage_options)
         opened.quality = q
         return opened
 
     @classmethod
-    def _open(cls: type[_T], path: Any, writable: bool, check_raw: bool) -> _T:
+    def _open(
+        cls: type[_T],
+        path: Any,
+        writable: bool,
+        check_raw: bool,
+        storage_options: dict[str, str] | None = None,
+    ) -> _T:
         shown = os.fspath(path)
         if not isinstance(shown, str):
             shown = os.fsdecode(shown)
-        if not os.path.isdir(shown) or not os.listdir(shown):
+        options = _options(storage_options)
+        if _is_url(shown):
+            if writable:
+                raise ValueError(f"{shown}: a store opened by URL is read-only (writable=True)")
+        elif options:
+            raise ValueError(
+                f"{shown} is a local path: storage_options apply to stores opened by URL"
+            )
+        elif not os.path.isdir(shown) or not os.listdir(shown):
             raise FileNotFoundError(f"no {cls._KIND} container at {shown}")
-        store = _native.Store.open_existing(shown, bool(writable), bool(check_raw))
+        store = _native.Store.open_existing(shown, bool(writable), bool(check_raw), options)
         opened = cls._make(store, shown, True, bool(writable), bool(writable))
         opened._check_raw = bool(check_raw)
+        opened._storage_options = storage_options
         return opened
 
     @classmethod
@@ -250,7 +303,7 @@ class _Container(_Closing):
         self._reading()
         if self._writable:
             raise TypeError(f"a writable {type(self).__name__} cannot be pickled; pickle a reader")
-        return (_reopen, (type(self), self.path, self._check_raw))
+        return (_reopen, (type(self), self.path, self._check_raw, self._storage_options))
 
     def close(self) -> None:
         """Publish what was appended and release the store. Idempotent;

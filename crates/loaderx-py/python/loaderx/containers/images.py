@@ -62,7 +62,13 @@ class Images(_Closing):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             _reopen_images,
-            (type(self._source), self.path, (self.height, self.width), self.layout),
+            (
+                type(self._source),
+                self.path,
+                (self.height, self.width),
+                self.layout,
+                self._source._storage_options,
+            ),
         )
 
     def __getitem__(self, idx: Any) -> np.ndarray:
@@ -80,7 +86,11 @@ class Images(_Closing):
 
 
 def _reopen_images(
-    cls: type[_Container], path: str, size: tuple[int, int], layout: str
+    cls: type[_Container],
+    path: str,
+    size: tuple[int, int],
+    layout: str,
+    storage_options: dict[str, str] | None = None,
 ) -> Images:
     """Unpickles an :class:`Images` reader."""
-    return cls._open(path, False, False)._images(size, layout)
+    return cls._open(path, False, False, storage_options)._images(size, layout)

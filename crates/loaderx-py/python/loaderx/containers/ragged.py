@@ -69,6 +69,9 @@ class Ragged(_Container):
         quality: int = DEFAULT_QUALITY,
         resize: tuple[int, int] | None = None,
         layout: str = "hwc",
+        storage_options: dict[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> Any:
         """A reader of the store at `path`; with ``writable=True`` it also
         appends, deletes and compacts. Reads check the checksum of every
@@ -80,8 +83,21 @@ class Ragged(_Container):
         An image store opened with ``resize=(H, W)`` is an :class:`Images`
         reader: a fixed-shape, stacked view where every image is decoded,
         resized to cover ``H x W`` and centre-cropped to it, in `layout`
-        (``"hwc"`` or ``"chw"``)."""
-        return cls._open_with(path, writable, check_raw, quality, resize, layout)
+        (``"hwc"`` or ``"chw"``).
+
+        `path` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+        ``abfs://``, ``http(s)://``, ``file://``): a read-only reader of a
+        store in object storage, every record checked against its checksum,
+        configured by `storage_options` (object_store's keys such as
+        ``aws_endpoint``, and loaderx's ``timeout``, ``max_retries``,
+        ``concurrency``, ...; see docs/REMOTE.md). `cache_dir` (or the
+        environment variable ``LOADERX_CACHE_DIR``) keeps fetched blocks in a
+        local directory several processes may share, at most `cache_bytes`
+        (least recently used evicted first)."""
+        return cls._open_with(
+            path, writable, check_raw, quality, resize, layout, storage_options, cache_dir,
+            cache_bytes,
+        )
 
     def _describe(self) -> str:
         return f"{self.dtype.str}, ndim={self.ndim}"

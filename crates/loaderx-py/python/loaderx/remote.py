@@ -1,0 +1,33 @@
+"""Stores in object storage: uploading one (:func:`push`). Reading is
+``Dense.open(url, storage_options=...)`` (docs/REMOTE.md)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _native
+
+__all__ = ["push"]
+
+
+def push(
+    local: str | os.PathLike[str], url: str, storage_options: dict[str, Any] | None = None
+) -> list[str]:
+    """Upload the closed format v2 store at `local` to `url`
+    (``s3://bucket/prefix``, ``gs://``, ``az://``, ``abfs://``, ``file://``):
+    every chunk file by multipart upload, then ``meta.zr`` last, so a reader
+    opening `url` meanwhile finds no store or a whole one. Do not write the
+    store while it is pushed. `storage_options` as for ``Dense.open``.
+    Returns the names of the objects written, ``meta.zr`` last.
+
+    ``FileExistsError`` when `url` already holds a store; ``ValueError`` for
+    a URL or option not understood; ``ZrecordError`` when `local` is not a
+    v2 store or an upload fails (nothing is published then)."""
+    from .containers.base import _options
+
+    path = os.fspath(local)
+    if not isinstance(path, str):
+        path = os.fsdecode(path)
+    objects, _ = _native.push(path, url, _options(storage_options))
+    return list(objects)

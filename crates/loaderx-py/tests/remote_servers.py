@@ -1,0 +1,137 @@
+"""Loopback servers for the remote-store tests: an S3 server (moto in
+server mode) and a fault-injecting HTTP proxy in front of it.
+
+The proxy forwards each request to the server and, for the requests a
+fault is armed for, misbehaves instead: added latency, a connection reset,
+a 503 SlowDown, a body cut short, or no answer at all."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAULTS = ("latency", "reset", "503", "truncate", "hang")
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 (a free port) in front of `upstream`
+    (``host:port``). :meth:`arm` sets a fault for the next `count` GET
+    requests with a ``Range`` header (the reads of records and table pages;
+    listings and probes pass), or for all of them with ``count=None``."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.fault: str | None = None
+        self.remaining: int | None = 0
+        self.delay = 0.0
+        self.hit = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                fault = proxy._take(self.command, self.headers.get("Range"))
+                if fault == "hang":
+                    proxy.release.wait(60)
+                    self.close_connection = True
+                    return
+                if fault == "reset":
+                    # SO_LINGER 0: close sends RST, not FIN.
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.close_connection = True
+                    return
+                if fault == "503":
+                    text = (
+                        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+                        b"<Message>Please reduce your request rate.</Message></Error>"
+                    )
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(text)))
+                    self.end_headers()
+                    self.wfile.write(text)
+                    return
+                if fault == "latency":
+                    time.sleep(proxy.delay)
+                conn = http.client.HTTPConnection(proxy.upstream, timeout=30)
+                headers = {k: v for k, v in self.headers.items()}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if fault == "truncate":
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.close_connection = True
+                    return
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def arm(
+        self, fault: str | None, count: int | None = None, delay: float = 0.0, method: str = "GET"
+    ) -> None:
+        """Arms `fault` for ranged GETs, or with ``method="PUT"`` for every
+        PUT (the parts of an upload and whole-object writes)."""
+        with self.lock:
+            self.fault, self.remaining, self.delay, self.hit = fault, count, delay, 0
+            self.method = method
+            self.release.clear()
+
+    def _take(self, method: str, range_header: str | None) -> str | None:
+        wanted = getattr(self, "method", "GET")
+        if method != wanted or (wanted == "GET" and range_header is None):
+            return None
+        with self.lock:
+            if self.fault is None or self.remaining == 0:
+                return None
+            if self.remaining is not None:
+                self.remaining -= 1
+            self.hit += 1
+            return self.fault
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

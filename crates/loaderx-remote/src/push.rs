@@ -1,0 +1,167 @@
+//! Uploading a closed local store to object storage.
+
+use std::{io::Read, path::Path};
+
+use loaderx_store::{Deflate, Error, OpenOptions, Result, Store};
+use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
+
+use crate::remote::{RemoteStorage, wait_for};
+
+/// Bytes of each part of a multipart upload (S3 wants at least 5 MiB).
+const PART_BYTES: usize = 16 << 20;
+
+/// Parts of one object in flight at once.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// What [`push`] uploaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    /// Objects written, `meta.zr` last.
+    pub objects: Vec<String>,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// Uploads the closed store at `local` to `url`: every chunk file by
+/// multipart upload first, then `meta.zr`, so a reader that opens the
+/// URL meanwhile finds either no store or a whole one. The store must be
+/// format v2 (what remote readers accept) with no delete left unfinished,
+/// and must not be written while it is pushed. A URL that already holds a
+/// store (`meta.zr`) is refused: readers of it would fail on every object
+/// replaced under them.
+///
+/// # Errors
+/// [`Error::NotAStore`] for a local path that is not a v2 store;
+/// [`Error::NeedsRecovery`] for a store with an unfinished delete;
+/// [`Error::Exists`] when `url` holds a store; [`Error::InvalidArgument`]
+/// for a URL or option not understood; [`Error::Io`] naming the file or
+/// object when reading or uploading fails (nothing is published then:
+/// `meta.zr` goes last).
+pub fn push(local: &Path, url: &str, storage_options: &[(String, String)]) -> Result<Pushed> {
+    // Opening it checks it is a store, with no delete to recover.
+    let store: Store<Deflate> = Store::open_with(
+        local,
+        OpenOptions {
+            create: false,
+            ..OpenOptions::read_only()
+        },
+    )?;
+    if store.format_version() < 2 {
+        return Err(Error::NotAStore {
+            path: local.to_owned(),
+            reason: "only format v2 stores can be read by URL, so only they are pushed".into(),
+        });
+    }
+    let remote = RemoteStorage::open(url, storage_options)?;
+    if remote.listed("meta.zr") {
+        return Err(Error::Exists { path: url.into() });
+    }
+    let (client, prefix) = remote.client();
+    // The table as it is now, read before the chunks: records it names lie
+    // in chunk bytes that exist by the time those are read.
+    let meta_path = local.join("meta.zr");
+    let meta = std::fs::read(&meta_path).map_err(|e| Error::Io {
+        path: meta_path.clone(),
+        op: "read",
+        source: e,
+    })?;
+    let mut chunks: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir(local)
+        .map_err(|e| Error::Io {
+            path: local.to_owned(),
+            op: "list",
+            source: e,
+        })?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
+            let id: u32 = name.strip_suffix(".zr")?.parse().ok()?;
+            Some((id, e.path()))
+        })
+        .collect();
+    chunks.sort();
+    drop(store);
+    let mut pushed = Pushed {
+        objects: Vec::new(),
+        bytes: 0,
+    };
+    for (id, path) in chunks {
+        let name = loaderx_format::chunk_file_name(id);
+        let object_url = format!("{}/{name}", url.trim_end_matches('/'));
+        let io = |e: std::io::Error| Error::Io {
+            path: object_url.clone().into(),
+            op: "upload",
+            source: e,
+        };
+        let mut file = std::fs::File::open(&path).map_err(|e| Error::Io {
+            path: path.clone(),
+            op: "open",
+            source: e,
+        })?;
+        let location = prefix.clone().join(name.as_str());
+        let upload = {
+            let client = client.clone();
+            let location = location.clone();
+            wait_for(&object_url, None, async move {
+                client.put_multipart(&location).await
+            })
+            .map_err(io)?
+        };
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        let mut buf = vec![0u8; PART_BYTES];
+        loop {
+            let n = read_full(&mut file, &mut buf).map_err(|e| Error::Io {
+                path: path.clone(),
+                op: "read",
+                source: e,
+            })?;
+            if n == 0 {
+                break;
+            }
+            writer.write(&buf[..n]);
+            pushed.bytes += n as u64;
+            // Bounded: at most PARTS_IN_FLIGHT parts held in memory.
+            let (w, result) = {
+                let mut w = writer;
+                let got = wait_for(&object_url, None, async move {
+                    let r = w.wait_for_capacity(PARTS_IN_FLIGHT).await;
+                    r.map(|()| w)
+                });
+                match got {
+                    Ok(w) => (Some(w), Ok(())),
+                    Err(e) => (None, Err(e)),
+                }
+            };
+            result.map_err(io)?;
+            writer = w.expect("kept when waiting succeeded");
+        }
+        wait_for(&object_url, None, async move { writer.finish().await }).map_err(io)?;
+        pushed.objects.push(name);
+    }
+    let meta_url = format!("{}/meta.zr", url.trim_end_matches('/'));
+    pushed.bytes += meta.len() as u64;
+    let location = prefix.join("meta.zr");
+    wait_for(&meta_url, None, async move {
+        client.put(&location, PutPayload::from(meta)).await
+    })
+    .map_err(|e| Error::Io {
+        path: meta_url.into(),
+        op: "upload",
+        source: e,
+    })?;
+    pushed.objects.push("meta.zr".into());
+    Ok(pushed)
+}
+
+/// Reads until `buf` is full or the file ends; the bytes read.
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,946 @@
+//! [`RemoteStorage`]: a store's objects read by (conditional, ranged)
+//! requests on a process-wide async runtime.
+
+use std::{
+    collections::HashMap,
+    io,
+    ops::Range,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures::{StreamExt, stream};
+use loaderx_store::{
+    Error,
+    storage::{FileId, Storage, read_only_error},
+};
+use object_store::{
+    ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, ObjectStoreScheme,
+    RetryConfig, path::Path as ObjectPath,
+};
+
+use crate::{
+    cache::{BlockCache, object_key},
+    options::RemoteOptions,
+};
+
+/// What a handle recorded of one object when it first saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    size: u64,
+    e_tag: Option<String>,
+    version: Option<String>,
+}
+
+/// Storage for a store in object storage, read-only.
+///
+/// Every object's size and ETag (or version) are recorded when the handle
+/// first sees it: all of them at open where the backend lists objects
+/// (S3, GCS, Azure, files), each on first use over plain HTTP. Every read
+/// after that is a request conditional on that ETag, so an object changed
+/// (rewritten, truncated, deleted) since is an error naming it.
+pub struct RemoteStorage {
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
+    url: String,
+    location: PathBuf,
+    options: RemoteOptions,
+    /// Objects listed at open (`None` where the backend cannot list).
+    listed: Option<HashMap<String, Seen>>,
+    /// Objects the engine opened, as recorded.
+    seen: Mutex<HashMap<FileId, Seen>>,
+    /// Table pages fetched so far, by page number.
+    pages: Mutex<HashMap<u64, Bytes>>,
+    /// The local block cache, when enabled.
+    cache: Option<BlockCache>,
+}
+
+impl std::fmt::Debug for RemoteStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStorage")
+            .field("url", &self.url)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The process's runtime for requests: two worker threads (requests wait
+/// on the network, not on the processor), started on first use, and again
+/// in a forked child (the parent's threads do not exist there; the old
+/// runtime is left alone, never dropped, since its threads cannot be
+/// joined).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
+    let mut held = RT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let pid = std::process::id();
+    match *held {
+        Some((owner, rt)) if owner == pid => rt,
+        _ => {
+            let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("loaderx-remote")
+                    .enable_all()
+                    .build()
+                    .expect("the request runtime starts"),
+            ));
+            *held = Some((pid, rt));
+            rt
+        }
+    }
+}
+
+static INTERRUPT: OnceLock<fn() -> bool> = OnceLock::new();
+
+/// Sets the check a waiting read calls every 50 ms: when it returns true
+/// the read stops with an error of kind [`io::ErrorKind::Interrupted`]
+/// (the Python binding checks for Ctrl-C). Only the first call counts.
+pub fn set_interrupt_check(check: fn() -> bool) {
+    let _ = INTERRUPT.set(check);
+}
+
+/// The block cache `options` ask for, if any.
+fn cache_of(_url: &str, options: &RemoteOptions) -> loaderx_store::Result<Option<BlockCache>> {
+    let Some(dir) = &options.cache_dir else {
+        return Ok(None);
+    };
+    BlockCache::new(dir, options.cache_bytes, options.cache_block_bytes)
+        .map(Some)
+        .map_err(|e| Error::Io {
+            path: dir.clone(),
+            op: "create the block cache directory",
+            source: e,
+        })
+}
+
+fn invalid(url: &str, argument: &'static str, reason: String) -> Error {
+    Error::InvalidArgument {
+        path: url.into(),
+        argument,
+        reason,
+    }
+}
+
+impl RemoteStorage {
+    /// Connects to the store at `url` with `storage_options` (loaderx's
+    /// keys, see [`RemoteOptions`], and `object_store`'s for the scheme),
+    /// credentials and endpoint otherwise from the standard environment
+    /// variables, and lists its objects where the backend can.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming a URL or key not understood;
+    /// [`Error::Io`] naming the URL when the listing fails.
+    pub fn open(url: &str, storage_options: &[(String, String)]) -> loaderx_store::Result<Self> {
+        let mut rest = storage_options.to_vec();
+        let options =
+            RemoteOptions::take(&mut rest).map_err(|r| invalid(url, "storage_options", r))?;
+        let parsed =
+            url::Url::parse(url).map_err(|e| invalid(url, "url", format!("not a URL ({e})")))?;
+        let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| {
+            invalid(
+                url,
+                "url",
+                format!(
+                    "not a store URL this build reads ({e}); use s3://, gs://, az://, abfs://, http(s):// or file://"
+                ),
+            )
+        })?;
+        let prefix = ObjectPath::parse(path)
+            .map_err(|e| invalid(url, "url", format!("bad object path ({e})")))?;
+        let lists = !matches!(scheme, ObjectStoreScheme::Http);
+        let store = build(url, scheme, &rest, &options)?;
+        let mut remote = RemoteStorage {
+            store,
+            prefix,
+            url: url.trim_end_matches('/').to_owned(),
+            location: PathBuf::from(url.trim_end_matches('/')),
+            cache: cache_of(url, &options)?,
+            options,
+            listed: None,
+            seen: Mutex::new(HashMap::new()),
+            pages: Mutex::new(HashMap::new()),
+        };
+        if lists {
+            remote.listed = Some(remote.list().map_err(|e| Error::Io {
+                path: remote.location.clone(),
+                op: "list",
+                source: e,
+            })?);
+        }
+        Ok(remote)
+    }
+
+    /// Over an `object_store` already built (tests use the in-memory one):
+    /// the store's objects are those under `prefix`, named `url` in errors.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the listing fails.
+    pub fn with_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        url: &str,
+        options: RemoteOptions,
+    ) -> loaderx_store::Result<Self> {
+        let mut remote = RemoteStorage {
+            store,
+            prefix: ObjectPath::from(prefix),
+            url: url.to_owned(),
+            location: PathBuf::from(url),
+            cache: cache_of(url, &options)?,
+            options,
+            listed: None,
+            seen: Mutex::new(HashMap::new()),
+            pages: Mutex::new(HashMap::new()),
+        };
+        remote.listed = Some(remote.list().map_err(|e| Error::Io {
+            path: remote.location.clone(),
+            op: "list",
+            source: e,
+        })?);
+        Ok(remote)
+    }
+
+    /// The URL of the store.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The options in force.
+    #[must_use]
+    pub fn options(&self) -> &RemoteOptions {
+        &self.options
+    }
+
+    /// The sizes and ETags of the objects directly under the prefix.
+    fn list(&self) -> io::Result<HashMap<String, Seen>> {
+        let store = self.store.clone();
+        let prefix = self.prefix.clone();
+        let listing = self.wait(&self.url, async move {
+            store.list_with_delimiter(Some(&prefix)).await
+        })?;
+        Ok(listing
+            .objects
+            .into_iter()
+            .filter_map(|m| {
+                let name = m.location.filename()?.to_owned();
+                Some((
+                    name,
+                    Seen {
+                        size: m.size,
+                        e_tag: m.e_tag,
+                        version: m.version,
+                    },
+                ))
+            })
+            .collect())
+    }
+
+    fn object(&self, file: FileId) -> ObjectPath {
+        self.prefix.clone().join(file.file_name())
+    }
+
+    fn object_url(&self, file: FileId) -> String {
+        format!("{}/{}", self.url, file.file_name())
+    }
+
+    /// Runs `fut` on the runtime from this (non-runtime) thread, within
+    /// the timeout and checking for interruption while it waits.
+    fn wait<T: Send + 'static>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
+    ) -> io::Result<T> {
+        wait_for(what, Some(self.options.timeout), fut)
+    }
+
+    /// The `object_store` client and the store's prefix in it.
+    pub(crate) fn client(&self) -> (Arc<dyn ObjectStore>, ObjectPath) {
+        (self.store.clone(), self.prefix.clone())
+    }
+
+    /// Whether the listing at open found an object named `name`.
+    pub(crate) fn listed(&self, name: &str) -> bool {
+        self.listed.as_ref().is_some_and(|l| l.contains_key(name))
+    }
+}
+
+/// Runs `fut` on the runtime from this (non-runtime) thread, within
+/// `timeout` when given, checking for interruption while it waits.
+pub(crate) fn wait_for<T: Send + 'static>(
+    what: &str,
+    timeout: Option<Duration>,
+    fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
+) -> io::Result<T> {
+    {
+        let timeout = timeout.unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+        let what = what.to_owned();
+        runtime().block_on(async move {
+            let fut = tokio::time::timeout(timeout, fut);
+            tokio::pin!(fut);
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    out = &mut fut => {
+                        return match out {
+                            Ok(Ok(v)) => Ok(v),
+                            Ok(Err(e)) => Err(to_io(&what, e)),
+                            Err(_) => Err(timed_out(&what, timeout)),
+                        };
+                    }
+                    _ = tick.tick() => {
+                        if INTERRUPT.get().is_some_and(|check| check()) {
+                            return Err(io::Error::new(
+                                io::ErrorKind::Interrupted,
+                                format!("interrupted while waiting on {what}"),
+                            ));
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
+impl RemoteStorage {
+    /// What was recorded of `file`, which the engine opened.
+    fn seen(&self, file: FileId) -> io::Result<Seen> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&file)
+            .cloned()
+            .ok_or_else(|| io::Error::other(format!("{} is not open", self.object_url(file))))
+    }
+
+    /// Fetches `ranges` of objects, each `(file, byte range)`, merged and
+    /// concurrently, every request conditional on the recorded ETag;
+    /// returns one buffer per range, in order.
+    fn fetch(&self, ranges: &[(FileId, Range<u64>)]) -> Result<Vec<Bytes>, (FileId, io::Error)> {
+        let Some(cache) = &self.cache else {
+            return self.fetch_network(ranges);
+        };
+        let b = cache.block;
+        let mut keys: HashMap<FileId, (u64, u64)> = HashMap::new();
+        for (file, r) in ranges {
+            let seen = self.seen(*file).map_err(|e| (*file, e))?;
+            if r.end > seen.size {
+                // Past the end: the network path names the error.
+                return self.fetch_network(ranges);
+            }
+            let tag = seen.e_tag.or(seen.version).unwrap_or_default();
+            keys.insert(
+                *file,
+                (
+                    object_key(&self.object_url(*file), &tag, seen.size),
+                    seen.size,
+                ),
+            );
+        }
+        let mut need: Vec<(FileId, u64)> = ranges
+            .iter()
+            .filter(|(_, r)| r.end > r.start)
+            .flat_map(|(f, r)| (r.start / b..=(r.end - 1) / b).map(move |i| (*f, i)))
+            .collect();
+        need.sort_unstable();
+        need.dedup();
+        let mut held: HashMap<(FileId, u64), Bytes> = HashMap::new();
+        let mut missing: Vec<(FileId, Range<u64>)> = Vec::new();
+        for (file, i) in need {
+            let (key, size) = keys[&file];
+            let len = b.min(size - i * b);
+            match cache.get(key, i, len) {
+                Some(bytes) => {
+                    held.insert((file, i), Bytes::from(bytes));
+                }
+                None => missing.push((file, i * b..i * b + len)),
+            }
+        }
+        if !missing.is_empty() {
+            let got = self.fetch_network(&missing)?;
+            for ((file, r), bytes) in missing.iter().zip(got) {
+                cache.put(keys[file].0, r.start / b, &bytes);
+                held.insert((*file, r.start / b), bytes);
+            }
+        }
+        Ok(ranges
+            .iter()
+            .map(|(file, r)| {
+                if r.end <= r.start {
+                    return Bytes::new();
+                }
+                let (first, last) = (r.start / b, (r.end - 1) / b);
+                if first == last {
+                    let at = (r.start - first * b) as usize;
+                    return held[&(*file, first)].slice(at..at + (r.end - r.start) as usize);
+                }
+                let mut out = Vec::with_capacity((r.end - r.start) as usize);
+                for i in first..=last {
+                    let block = &held[&(*file, i)];
+                    let from = r.start.max(i * b) - i * b;
+                    let to = r.end.min(i * b + block.len() as u64) - i * b;
+                    out.extend_from_slice(&block[from as usize..to as usize]);
+                }
+                Bytes::from(out)
+            })
+            .collect())
+    }
+
+    /// [`fetch`](Self::fetch) from the network only.
+    fn fetch_network(
+        &self,
+        ranges: &[(FileId, Range<u64>)],
+    ) -> Result<Vec<Bytes>, (FileId, io::Error)> {
+        // Sorted by object and offset; neighbours merged.
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_unstable_by_key(|&i| (ranges[i].0, ranges[i].1.start));
+        let mut requests: Vec<(FileId, Range<u64>, Vec<usize>)> = Vec::new();
+        for i in order {
+            let (file, r) = &ranges[i];
+            if let Some((f, span, members)) = requests.last_mut()
+                && f == file
+                && r.start <= span.end.saturating_add(self.options.coalesce_bytes)
+                && r.end.max(span.end) - span.start <= self.options.max_request_bytes
+            {
+                span.end = span.end.max(r.end);
+                members.push(i);
+                continue;
+            }
+            requests.push((*file, r.clone(), vec![i]));
+        }
+        let mut tasks = Vec::with_capacity(requests.len());
+        for (file, span, _) in &requests {
+            let seen = self.seen(*file).map_err(|e| (*file, e))?;
+            if span.end > seen.size {
+                return Err((
+                    *file,
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "{}: bytes {}..{} are past its end ({} bytes when opened)",
+                            self.object_url(*file),
+                            span.start,
+                            span.end,
+                            seen.size
+                        ),
+                    ),
+                ));
+            }
+            tasks.push((
+                *file,
+                self.object(*file),
+                self.object_url(*file),
+                span.clone(),
+                seen,
+            ));
+        }
+        let store = self.store.clone();
+        let concurrency = self.options.concurrency;
+        let timeout = self.options.timeout;
+        let bodies: Vec<(FileId, Result<Bytes, io::Error>)> = {
+            let work = stream::iter(tasks.into_iter().map(move |(file, path, url, span, seen)| {
+                let store = store.clone();
+                async move {
+                    let got = tokio::time::timeout(timeout, get(&*store, &path, &url, span, &seen))
+                        .await
+                        .unwrap_or_else(|_| Err(timed_out(&url, timeout)));
+                    (file, got)
+                }
+            }))
+            .buffered(concurrency)
+            .collect::<Vec<_>>();
+            let what = self.url.clone();
+            self.wait(&what, async move { Ok(work.await) })
+                .map_err(|e| (requests.first().map_or(FileId::Meta, |r| r.0), e))?
+        };
+        let mut out = vec![Bytes::new(); ranges.len()];
+        for ((file, span, members), (_, body)) in requests.iter().zip(bodies) {
+            let body = body.map_err(|e| (*file, e))?;
+            for &i in members {
+                let r = &ranges[i].1;
+                let at = (r.start - span.start) as usize;
+                out[i] = body.slice(at..at + (r.end - r.start) as usize);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The bytes `range` of the table, from its pages (fetching those not
+    /// held yet, all at once).
+    fn table(&self, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>, (FileId, io::Error)> {
+        let page = self.options.table_page_bytes;
+        let size = self.seen(FileId::Meta).map_err(|e| (FileId::Meta, e))?.size;
+        let mut missing: Vec<u64> = {
+            let pages = self
+                .pages
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ranges
+                .iter()
+                .filter(|r| r.end > r.start)
+                .flat_map(|r| r.start / page..=(r.end - 1) / page)
+                .filter(|p| !pages.contains_key(p))
+                .collect()
+        };
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let wanted: Vec<(FileId, Range<u64>)> = missing
+                .iter()
+                .map(|&p| (FileId::Meta, p * page..((p + 1) * page).min(size)))
+                .collect();
+            let got = self.fetch(&wanted)?;
+            let mut pages = self
+                .pages
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (p, bytes) in missing.into_iter().zip(got) {
+                pages.insert(p, bytes);
+            }
+        }
+        let pages = self
+            .pages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ranges
+            .iter()
+            .map(|r| {
+                let mut buf = Vec::with_capacity((r.end - r.start) as usize);
+                let mut at = r.start;
+                while at < r.end {
+                    let p = at / page;
+                    let bytes = pages.get(&p).ok_or_else(|| {
+                        (
+                            FileId::Meta,
+                            io::Error::other("a table page was not fetched"),
+                        )
+                    })?;
+                    let from = (at - p * page) as usize;
+                    let to = (r.end.min((p + 1) * page) - p * page) as usize;
+                    let chunk = bytes.get(from..to).ok_or_else(|| {
+                        (
+                            FileId::Meta,
+                            io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                format!("{}: short table page", self.object_url(FileId::Meta)),
+                            ),
+                        )
+                    })?;
+                    buf.extend_from_slice(chunk);
+                    at += chunk.len() as u64;
+                }
+                Ok(buf)
+            })
+            .collect()
+    }
+
+    fn head(&self, file: FileId) -> io::Result<Option<Seen>> {
+        if let Some(listed) = &self.listed {
+            return Ok(listed.get(&file.file_name()).cloned());
+        }
+        let store = self.store.clone();
+        let path = self.object(file);
+        let url = self.object_url(file);
+        match runtime_head(self, &url, store, path) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn runtime_head(
+    remote: &RemoteStorage,
+    url: &str,
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+) -> io::Result<Seen> {
+    let meta = remote.wait(url, async move { store.head(&path).await })?;
+    Ok(Seen {
+        size: meta.size,
+        e_tag: meta.e_tag,
+        version: meta.version,
+    })
+}
+
+/// One conditional ranged GET: the bytes `span` of the object at `path`,
+/// refused (an error naming `url`) when its ETag or version is no longer
+/// the one recorded or it comes back short.
+async fn get(
+    store: &dyn ObjectStore,
+    path: &ObjectPath,
+    url: &str,
+    span: Range<u64>,
+    seen: &Seen,
+) -> io::Result<Bytes> {
+    let options = GetOptions {
+        if_match: seen.e_tag.clone(),
+        version: if seen.e_tag.is_none() {
+            seen.version.clone()
+        } else {
+            None
+        },
+        range: Some(GetRange::Bounded(span.clone())),
+        ..GetOptions::default()
+    };
+    let result = store
+        .get_opts(path, options)
+        .await
+        .map_err(|e| to_io(url, e))?;
+    if let (Some(want), Some(got)) = (&seen.e_tag, &result.meta.e_tag)
+        && want != got
+    {
+        return Err(changed(url, &format!("its ETag is now {got}, was {want}")));
+    }
+    if result.meta.size != seen.size {
+        return Err(changed(
+            url,
+            &format!("it is now {} bytes, was {}", result.meta.size, seen.size),
+        ));
+    }
+    let bytes = result.bytes().await.map_err(|e| to_io(url, e))?;
+    let want = span.end - span.start;
+    if bytes.len() as u64 != want {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "{url}: got {} bytes of the {want} asked for (bytes {}..{})",
+                bytes.len(),
+                span.start,
+                span.end
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn changed(url: &str, how: &str) -> io::Error {
+    io::Error::other(format!(
+        "{url} changed since the store was opened ({how}); reopen the store to read the new version"
+    ))
+}
+
+fn timed_out(what: &str, timeout: Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!(
+            "{what}: no complete answer within the timeout of {:.3} s (storage option `timeout`)",
+            timeout.as_secs_f64()
+        ),
+    )
+}
+
+/// An `object_store` error as an I/O error naming `url`.
+fn to_io(url: &str, e: object_store::Error) -> io::Error {
+    match e {
+        object_store::Error::NotFound { .. } => io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{url}: no such object (deleted since the store was opened?)"),
+        ),
+        object_store::Error::Precondition { .. } => changed(url, "its ETag no longer matches"),
+        object_store::Error::PermissionDenied { source, .. }
+        | object_store::Error::Unauthenticated { source, .. } => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{url}: access refused: {source}"),
+        ),
+        other => {
+            let text = chain(&other);
+            if text.contains("timed out") {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{url}: no complete answer within the timeout (storage option `timeout`): {text}"
+                    ),
+                )
+            } else {
+                io::Error::other(format!("{url}: {text}"))
+            }
+        }
+    }
+}
+
+/// An error with its sources, the way a user needs them to see the cause
+/// (a refused connection, a DNS or TLS failure).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Builds the `object_store` client for `scheme`, environment first, then
+/// `options` (keys of that backend; an unknown one is an error naming it).
+fn build(
+    url: &str,
+    scheme: ObjectStoreScheme,
+    options: &[(String, String)],
+    ours: &RemoteOptions,
+) -> loaderx_store::Result<Arc<dyn ObjectStore>> {
+    let unknown = |key: &str, backend: &str| {
+        invalid(
+            url,
+            "storage_options",
+            format!(
+                "unknown key {key:?}: not one of loaderx's ({}) nor a {backend} configuration key of object_store",
+                crate::options::OWN_KEYS.join(", ")
+            ),
+        )
+    };
+    let failed = |e: object_store::Error| invalid(url, "url", chain(&e));
+    let retry = RetryConfig {
+        max_retries: ours.max_retries,
+        retry_timeout: ours.timeout,
+        backoff: object_store::BackoffConfig {
+            init_backoff: ours.retry_backoff,
+            max_backoff: Duration::from_secs(15),
+            base: 2.,
+        },
+    };
+    let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+    let timeouts = [
+        (ClientConfigKey::Timeout, ms(ours.timeout)),
+        (ClientConfigKey::ConnectTimeout, ms(ours.connect_timeout)),
+    ];
+    let store: Arc<dyn ObjectStore> = match scheme {
+        ObjectStoreScheme::AmazonS3 => {
+            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+            let mut b = AmazonS3Builder::from_env().with_url(url).with_retry(retry);
+            for (k, v) in timeouts {
+                b = b.with_config(AmazonS3ConfigKey::Client(k), v);
+            }
+            for (k, v) in options {
+                let key: AmazonS3ConfigKey = k
+                    .to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| unknown(k, "S3"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }
+        ObjectStoreScheme::GoogleCloudStorage => {
+            use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry);
+            for (k, v) in timeouts {
+                b = b.with_config(GoogleConfigKey::Client(k), v);
+            }
+            for (k, v) in options {
+                let key: GoogleConfigKey = k
+                    .to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| unknown(k, "GCS"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }
+        ObjectStoreScheme::MicrosoftAzure => {
+            use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry);
+            for (k, v) in timeouts {
+                b = b.with_config(AzureConfigKey::Client(k), v);
+            }
+            for (k, v) in options {
+                let key: AzureConfigKey = k
+                    .to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| unknown(k, "Azure"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }
+        ObjectStoreScheme::Http => {
+            let parsed = url::Url::parse(url).map_err(|e| invalid(url, "url", e.to_string()))?;
+            let base = format!("{}://{}", parsed.scheme(), parsed.authority());
+            let mut b = object_store::http::HttpBuilder::new()
+                .with_url(base)
+                .with_retry(retry);
+            for (k, v) in timeouts {
+                b = b.with_config(k, v);
+            }
+            for (k, v) in options {
+                let key: ClientConfigKey = k
+                    .to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| unknown(k, "HTTP client"))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }
+        ObjectStoreScheme::Local => {
+            if let Some((k, _)) = options.first() {
+                return Err(unknown(k, "file://"));
+            }
+            Arc::new(object_store::local::LocalFileSystem::new())
+        }
+        other => {
+            return Err(invalid(
+                url,
+                "url",
+                format!("{other:?} stores are not read by URL"),
+            ));
+        }
+    };
+    Ok(store)
+}
+
+impl Storage for RemoteStorage {
+    fn location(&self) -> &Path {
+        &self.location
+    }
+
+    fn is_read_only(&self) -> bool {
+        true
+    }
+
+    fn open_file(&self, file: FileId, create: bool, _create_len: u64) -> io::Result<Option<u64>> {
+        if let Some(seen) = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&file)
+        {
+            return Ok(Some(seen.size));
+        }
+        match self.head(file)? {
+            Some(seen) => {
+                let size = seen.size;
+                self.seen
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(file, seen);
+                Ok(Some(size))
+            }
+            None if create => Err(read_only_error()),
+            None => Ok(None),
+        }
+    }
+
+    /// The size recorded when the object was first seen: every read is
+    /// conditional on it not having changed since.
+    fn current_len(&self, file: FileId) -> io::Result<u64> {
+        Ok(self.seen(file)?.size)
+    }
+
+    fn with_bytes<R>(
+        &self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        let mut got = self
+            .fetch_many(&[(file, offset, len)])
+            .map_err(|(_, e)| e)?;
+        Ok(f(&got.pop().unwrap_or_default()))
+    }
+
+    fn with_many_bytes<R>(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, (FileId, io::Error)> {
+        let got = self.fetch_many(ranges)?;
+        let slices: Vec<&[u8]> = got.iter().map(Vec::as_slice).collect();
+        Ok(f(&slices))
+    }
+
+    fn fetches(&self) -> bool {
+        true
+    }
+
+    fn fetch_many(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+    ) -> Result<Vec<Vec<u8>>, (FileId, io::Error)> {
+        let span = |&(_, offset, len): &(FileId, u64, usize)| offset..offset + len as u64;
+        let table: Vec<Range<u64>> = ranges
+            .iter()
+            .filter(|r| r.0 == FileId::Meta)
+            .map(span)
+            .collect();
+        let mut table = self.table(&table)?.into_iter();
+        let records: Vec<(FileId, Range<u64>)> = ranges
+            .iter()
+            .filter(|r| r.0 != FileId::Meta)
+            .map(|r| (r.0, span(r)))
+            .collect();
+        let mut records = self.fetch(&records)?.into_iter();
+        Ok(ranges
+            .iter()
+            .map(|r| {
+                if r.0 == FileId::Meta {
+                    table.next().unwrap_or_default()
+                } else {
+                    records.next().map(|b| b.to_vec()).unwrap_or_default()
+                }
+            })
+            .collect())
+    }
+
+    fn write_at(&self, _file: FileId, _offset: u64, _bytes: &[u8]) -> io::Result<()> {
+        Err(read_only_error())
+    }
+
+    fn sync(&self, _file: FileId) -> io::Result<()> {
+        Err(read_only_error())
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        Err(read_only_error())
+    }
+
+    fn create_meta(&self, _head: &[u8], _len: u64) -> io::Result<bool> {
+        Err(read_only_error())
+    }
+
+    fn truncate(&mut self, _file: FileId, _len: u64) -> io::Result<()> {
+        Err(read_only_error())
+    }
+
+    fn remove(&mut self, _file: FileId) -> io::Result<()> {
+        Err(read_only_error())
+    }
+
+    fn exists(&self, file: FileId) -> io::Result<bool> {
+        if self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(&file)
+        {
+            return Ok(true);
+        }
+        Ok(self.head(file)?.is_some())
+    }
+
+    fn chunk_ids(&self) -> io::Result<Vec<u32>> {
+        let names: Vec<String> = match &self.listed {
+            Some(listed) => listed.keys().cloned().collect(),
+            None => self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .keys()
+                .map(|f| f.file_name())
+                .collect(),
+        };
+        let mut ids: Vec<u32> = names
+            .iter()
+            .filter_map(|n| n.strip_suffix(".zr")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+}

@@ -1,0 +1,316 @@
+//! The remote storage through the engine, over object_store's in-memory
+//! store: gathers, the table read by pages, the consistency rule, the CRC
+//! check of raw records, read-only refusals.
+
+use std::sync::Arc;
+
+use loaderx_format::{CodecTag, v2::Schema};
+use loaderx_remote::{AnyStorage, RemoteOptions, RemoteStorage};
+use loaderx_store::{Deflate, ErrorCode, OpenOptions, Store};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, memory::InMemory, path::Path};
+
+/// A local v2 store of `n` 100-byte records (record `i` is bytes
+/// `(i + j) % 251`), with codec `codec`, uploaded under `pre/`.
+fn uploaded(
+    n: u32,
+    codec: CodecTag,
+    options: RemoteOptions,
+) -> (Arc<InMemory>, Vec<u8>, RemoteStorage) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let data: Vec<u8> = (0..n * 100)
+        .map(|k| ((k / 100 + k % 100) % 251) as u8)
+        .collect();
+    {
+        let store: Store =
+            Store::create_v2(&path, &Schema::bytes(codec), OpenOptions::default()).unwrap();
+        store.append_fixed(&data, n as usize, 100).unwrap();
+        store.close().unwrap();
+    }
+    let mem = Arc::new(InMemory::new());
+    let rt = tokio_rt();
+    for entry in std::fs::read_dir(&path).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if !name.ends_with(".zr") {
+            continue;
+        }
+        let bytes = std::fs::read(entry.path()).unwrap();
+        rt.block_on(mem.put(&Path::from(format!("pre/{name}")), PutPayload::from(bytes)))
+            .unwrap();
+    }
+    let storage = RemoteStorage::with_store(mem.clone(), "pre", "memory:///pre", options).unwrap();
+    (mem, data, storage)
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
+fn open(storage: RemoteStorage) -> Store<Deflate, AnyStorage> {
+    let options = OpenOptions {
+        check_raw: true,
+        ..OpenOptions::read_only()
+    };
+    Store::open_in(AnyStorage::Remote(storage), options).unwrap()
+}
+
+#[test]
+fn a_gather_reads_the_records_asked_for_raw_and_compressed() {
+    for codec in [CodecTag::RAW, CodecTag::ZSTD, CodecTag::LZ4] {
+        // Small pages and no merging: many requests per gather.
+        let options = RemoteOptions {
+            table_page_bytes: 4096,
+            coalesce_bytes: 0,
+            concurrency: 4,
+            ..RemoteOptions::default()
+        };
+        let (_mem, data, storage) = uploaded(2000, codec, options);
+        let store = open(storage);
+        assert_eq!(store.len(), 2000);
+        let idxs: Vec<u64> = vec![1999, 3, 1000, 3, 0, 517, 1234];
+        let mut dst = vec![0u8; idxs.len() * 100];
+        store.gather(&idxs, &mut dst, 100).unwrap();
+        for (k, &i) in idxs.iter().enumerate() {
+            let i = i as usize;
+            assert_eq!(
+                &dst[k * 100..(k + 1) * 100],
+                &data[i * 100..(i + 1) * 100],
+                "{codec:?} record {i}"
+            );
+        }
+        let mut lens = vec![0u32; 3];
+        store.lengths(&[0, 1, 1999], &mut lens).unwrap();
+        assert_eq!(lens, [100, 100, 100]);
+        store.verify().unwrap();
+    }
+}
+
+#[test]
+fn an_object_changed_after_open_is_an_error_naming_it() {
+    let (mem, _data, storage) = uploaded(50, CodecTag::RAW, RemoteOptions::default());
+    let store = open(storage);
+    let mut dst = vec![0u8; 100];
+    store.gather(&[7], &mut dst, 100).unwrap();
+    // Same length, other bytes: only the ETag tells.
+    let chunk = Path::from("pre/0.zr");
+    let rt = tokio_rt();
+    let mut bytes = rt
+        .block_on(async { mem.get(&chunk).await.unwrap().bytes().await.unwrap() })
+        .to_vec();
+    bytes[8 * 100] ^= 0xFF;
+    rt.block_on(mem.put(&chunk, PutPayload::from(bytes)))
+        .unwrap();
+    let err = store.gather(&[8], &mut dst, 100).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Io, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("memory:///pre/0.zr") && text.contains("changed since"),
+        "{text}"
+    );
+    // Deleted: an error too.
+    rt.block_on(mem.delete(&chunk)).unwrap();
+    let text = store.gather(&[9], &mut dst, 100).unwrap_err().to_string();
+    assert!(text.contains("memory:///pre/0.zr"), "{text}");
+}
+
+#[test]
+fn a_raw_record_damaged_before_open_fails_its_checksum() {
+    let (mem, _data, _) = uploaded(50, CodecTag::RAW, RemoteOptions::default());
+    let chunk = Path::from("pre/0.zr");
+    let rt = tokio_rt();
+    let mut bytes = rt
+        .block_on(async { mem.get(&chunk).await.unwrap().bytes().await.unwrap() })
+        .to_vec();
+    bytes[20 * 100 + 5] ^= 1;
+    rt.block_on(mem.put(&chunk, PutPayload::from(bytes)))
+        .unwrap();
+    let storage = RemoteStorage::with_store(
+        mem.clone(),
+        "pre",
+        "memory:///pre",
+        RemoteOptions::default(),
+    )
+    .unwrap();
+    let store = open(storage);
+    let mut dst = vec![0u8; 200];
+    store.gather(&[19, 21], &mut dst, 100).unwrap();
+    let err = store.gather(&[19, 20], &mut dst, 100).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Corrupt, "{err}");
+    assert!(err.to_string().contains("checksum"), "{err}");
+}
+
+#[test]
+fn writes_are_refused_and_the_store_is_unchanged() {
+    let (_mem, _data, storage) = uploaded(10, CodecTag::RAW, RemoteOptions::default());
+    let store = open(storage);
+    assert!(store.is_read_only());
+    let err = store.append_fixed(&[0u8; 100], 1, 100).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Io, "{err}");
+    assert_eq!(store.len(), 10);
+}
+
+#[test]
+fn missing_store_and_bad_options_are_clear_errors() {
+    let mem: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let storage = RemoteStorage::with_store(
+        mem,
+        "nothing",
+        "memory:///nothing",
+        RemoteOptions::default(),
+    )
+    .unwrap();
+    let err = Store::<Deflate, AnyStorage>::open_in(
+        AnyStorage::Remote(storage),
+        OpenOptions::read_only(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("meta.zr is missing"), "{err}");
+
+    let opts = vec![("aws_no_such_key".to_owned(), "1".to_owned())];
+    let err = loaderx_remote::open_url::<Deflate>("s3://bucket/x", &opts, OpenOptions::read_only())
+        .unwrap_err();
+    assert!(err.to_string().contains("aws_no_such_key"), "{err}");
+    let opts = vec![("timeout".to_owned(), "soon".to_owned())];
+    let err = loaderx_remote::open_url::<Deflate>("s3://bucket/x", &opts, OpenOptions::read_only())
+        .unwrap_err();
+    assert!(err.to_string().contains("timeout"), "{err}");
+    let err = loaderx_remote::open_url::<Deflate>("ftp://host/x", &[], OpenOptions::read_only())
+        .unwrap_err();
+    assert!(err.to_string().contains("ftp://host/x"), "{err}");
+}
+
+#[test]
+fn a_store_opens_by_file_url_and_by_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    {
+        let store: Store =
+            Store::create_v2(&path, &Schema::bytes(CodecTag::RAW), OpenOptions::default()).unwrap();
+        store.append_fixed(&[5u8; 40], 4, 10).unwrap();
+        store.close().unwrap();
+    }
+    let url = format!("file://{}", path.display());
+    let store = loaderx_remote::open_store::<Deflate>(&url, &[], OpenOptions::default()).unwrap();
+    assert!(store.storage().remote().is_some() && store.is_read_only());
+    let mut dst = [0u8; 20];
+    store.gather(&[3, 1], &mut dst, 10).unwrap();
+    assert_eq!(dst, [5u8; 20]);
+    let local =
+        loaderx_remote::open_store::<Deflate>(path.to_str().unwrap(), &[], OpenOptions::default())
+            .unwrap();
+    assert!(local.storage().remote().is_none() && !local.is_read_only());
+}
+
+#[test]
+fn push_uploads_chunks_then_meta_and_refuses_to_replace_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let data: Vec<u8> = (0..4000u32).map(|k| (k % 253) as u8).collect();
+    {
+        let store: Store = Store::create_v2(
+            &path,
+            &Schema::bytes(CodecTag::ZSTD),
+            OpenOptions::default(),
+        )
+        .unwrap();
+        store.append_fixed(&data, 40, 100).unwrap();
+        store.close().unwrap();
+    }
+    let dest = dir.path().join("bucket").join("copy");
+    std::fs::create_dir_all(&dest).unwrap();
+    let url = format!("file://{}", dest.display());
+    let pushed = loaderx_remote::push(&path, &url, &[]).unwrap();
+    assert_eq!(pushed.objects.last().map(String::as_str), Some("meta.zr"));
+    let store = loaderx_remote::open_store::<Deflate>(&url, &[], OpenOptions::default()).unwrap();
+    let mut dst = vec![0u8; 200];
+    store.gather(&[39, 0], &mut dst, 100).unwrap();
+    assert_eq!(&dst[..100], &data[3900..]);
+    assert_eq!(&dst[100..], &data[..100]);
+    let err = loaderx_remote::push(&path, &url, &[]).unwrap_err();
+    assert!(matches!(err, loaderx_store::Error::Exists { .. }), "{err}");
+    // Not a store: nothing uploaded.
+    let empty = dir.path().join("bucket").join("none");
+    std::fs::create_dir_all(&empty).unwrap();
+    let err =
+        loaderx_remote::push(dir.path(), &format!("file://{}", empty.display()), &[]).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotAStore, "{err}");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+}
+
+#[test]
+fn the_block_cache_serves_blocks_across_handles_never_of_a_changed_object() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = || RemoteOptions {
+        cache_dir: Some(cache.path().to_owned()),
+        cache_block_bytes: 4096,
+        cache_bytes: 1 << 30,
+        ..RemoteOptions::default()
+    };
+    let (mem, data, storage) = uploaded(300, CodecTag::RAW, options());
+    let store = open(storage);
+    let all: Vec<u64> = (0..300).collect();
+    let mut dst = vec![0u8; 300 * 100];
+    store.gather(&all, &mut dst, 100).unwrap();
+    assert_eq!(dst, data);
+    let blocks = std::fs::read_dir(cache.path()).unwrap().filter(|e| {
+        e.as_ref()
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".blk")
+    });
+    assert!(blocks.count() >= 8);
+    // A second handle, as after a restart, lists the objects and then
+    // reads from the cache alone.
+    let rt = tokio_rt();
+    let storage =
+        RemoteStorage::with_store(mem.clone(), "pre", "memory:///pre", options()).unwrap();
+    let chunk = Path::from("pre/0.zr");
+    let original = rt.block_on(async { mem.get(&chunk).await.unwrap().bytes().await.unwrap() });
+    let mut changed = original.to_vec();
+    changed[5] ^= 0xFF;
+    let store = open(storage);
+    // Overwritten after this handle listed it: the cache still serves the
+    // version the handle opened (its blocks are named by that ETag)...
+    rt.block_on(mem.put(&chunk, PutPayload::from(changed)))
+        .unwrap();
+    let mut again = vec![0u8; 300 * 100];
+    store.gather(&all, &mut again, 100).unwrap();
+    assert_eq!(again, data);
+    // ...and a handle opened now sees the new ETag: no old block is
+    // served, the changed byte fails record 0's checksum.
+    let storage =
+        RemoteStorage::with_store(mem.clone(), "pre", "memory:///pre", options()).unwrap();
+    let store = open(storage);
+    let err = store.gather(&[0], &mut again[..100], 100).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Corrupt, "{err}");
+}
+
+#[test]
+fn the_block_cache_stays_under_its_bound() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = RemoteOptions {
+        cache_dir: Some(cache.path().to_owned()),
+        cache_block_bytes: 4096,
+        cache_bytes: 16384,
+        ..RemoteOptions::default()
+    };
+    let (_mem, data, storage) = uploaded(1000, CodecTag::RAW, options);
+    let store = open(storage);
+    let mut dst = vec![0u8; 100];
+    for i in 0..1000u64 {
+        store.gather(&[i], &mut dst, 100).unwrap();
+        assert_eq!(dst, data[i as usize * 100..][..100]);
+    }
+    let held: u64 = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".blk"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    // At most the bound, plus what was written since the last eviction.
+    assert!(held <= 16384 + 4096, "{held}");
+}
