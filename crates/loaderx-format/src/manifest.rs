@@ -177,7 +177,10 @@ impl Manifest {
     /// The column named `name`, with its position.
     #[must_use]
     pub fn column(&self, name: &str) -> Option<(usize, &Column)> {
-        self.columns.iter().enumerate().find(|(_, c)| c.name == name)
+        self.columns
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.name == name)
     }
 
     /// Checks every rule a manifest must keep: `1 ..= MAX_COLUMNS` columns
@@ -205,10 +208,12 @@ impl Manifest {
         for (i, c) in self.columns.iter().enumerate() {
             check_name(&c.name).or_else(|why| fault(column_at(i, &c.name), why))?;
             if !seen.insert(c.name.as_str()) {
-                return fault(column_at(i, &c.name), "a column of that name is listed before");
+                return fault(
+                    column_at(i, &c.name),
+                    "a column of that name is listed before",
+                );
             }
-            check_column_schema(&c.schema)
-                .or_else(|why| fault(column_at(i, &c.name), why))?;
+            check_column_schema(&c.schema).or_else(|why| fault(column_at(i, &c.name), why))?;
         }
         let mut seen = HashSet::with_capacity(self.parts.len());
         for (i, p) in self.parts.iter().enumerate() {
@@ -273,7 +278,10 @@ impl Manifest {
         if bytes.len() < min {
             return fault(
                 "header",
-                format!("{} bytes, shorter than the {min} of a header and checksum", bytes.len()),
+                format!(
+                    "{} bytes, shorter than the {min} of a header and checksum",
+                    bytes.len()
+                ),
             );
         }
         if bytes[..4] != MANIFEST_MAGIC {
@@ -295,13 +303,18 @@ impl Manifest {
         if stored != computed {
             return fault(
                 "checksum",
-                format!("stored CRC32C {stored:#010x}, computed {computed:#010x}: the manifest is damaged"),
+                format!(
+                    "stored CRC32C {stored:#010x}, computed {computed:#010x}: the manifest is damaged"
+                ),
             );
         }
         let mut r = Reader { bytes: body, at: 6 };
         let reserved = r.u16().unwrap_or(0);
         if reserved != 0 {
-            return fault("header", format!("reserved bytes 6..8 hold {reserved}, not 0"));
+            return fault(
+                "header",
+                format!("reserved bytes 6..8 hold {reserved}, not 0"),
+            );
         }
         let columns = r.u32().unwrap_or(0);
         let parts = r.u64().unwrap_or(0);
@@ -324,33 +337,15 @@ impl Manifest {
         }
         let mut cols = Vec::with_capacity(columns as usize);
         for i in 0..columns as usize {
-            let at = || format!("column {i}");
-            let name = r.name().or_else(|why| fault(at(), why))?;
-            let at = || column_at(i, &name);
-            let Some(len) = r.u32() else {
-                return fault(at(), "the manifest ends before its schema_len");
-            };
-            let Some(block) = r.take(len as usize) else {
-                return fault(
-                    at(),
-                    format!("schema_len {len} runs past the end of the manifest"),
-                );
-            };
-            let schema = Schema::decode(block, crc32c(block)).or_else(|e| {
-                fault(
-                    at(),
-                    match e {
-                        FormatError::BadSchema(why) | FormatError::BadDictionary(why) => why,
-                        other => other.to_string(),
-                    },
-                )
-            })?;
-            cols.push(Column { name, schema });
+            cols.push(decode_column(&mut r, i)?);
         }
         let mut list = Vec::with_capacity(parts as usize);
         for i in 0..parts as usize {
             let Some(count) = r.u64() else {
-                return fault(format!("part {i}"), "the manifest ends before its record count");
+                return fault(
+                    format!("part {i}"),
+                    "the manifest ends before its record count",
+                );
             };
             let name = r.name().or_else(|why| fault(format!("part {i}"), why))?;
             list.push(Part {
@@ -359,10 +354,7 @@ impl Manifest {
             });
         }
         if r.left() != 0 {
-            return fault(
-                "parts",
-                format!("{} bytes follow the last part", r.left()),
-            );
+            return fault("parts", format!("{} bytes follow the last part", r.left()));
         }
         let manifest = Manifest {
             columns: cols,
@@ -381,6 +373,32 @@ impl Manifest {
         manifest.check()?;
         Ok(manifest)
     }
+}
+
+/// Column `i`: `name_len u8 | name | schema_len u32 | schema block`.
+fn decode_column(r: &mut Reader<'_>, i: usize) -> Result<Column, ManifestError> {
+    let at = || format!("column {i}");
+    let name = r.name().or_else(|why| fault(at(), why))?;
+    let at = || column_at(i, &name);
+    let Some(len) = r.u32() else {
+        return fault(at(), "the manifest ends before its schema_len");
+    };
+    let Some(block) = r.take(len as usize) else {
+        return fault(
+            at(),
+            format!("schema_len {len} runs past the end of the manifest"),
+        );
+    };
+    let schema = Schema::decode(block, crc32c(block)).or_else(|e| {
+        fault(
+            at(),
+            match e {
+                FormatError::BadSchema(why) | FormatError::BadDictionary(why) => why,
+                other => other.to_string(),
+            },
+        )
+    })?;
+    Ok(Column { name, schema })
 }
 
 /// The rules of a column's schema beyond the v2 schema's own: a zstd
@@ -548,16 +566,31 @@ mod tests {
         let mut b = good.clone();
         b[12..20].copy_from_slice(&(1u64 << 31).to_le_bytes());
         reseal(&mut b);
-        assert!(Manifest::decode(&b).unwrap_err().reason.contains("need at least"));
+        assert!(
+            Manifest::decode(&b)
+                .unwrap_err()
+                .reason
+                .contains("need at least")
+        );
         // A version from the future.
         let mut b = good.clone();
         b[4] = 9;
-        assert!(Manifest::decode(&b).unwrap_err().reason.contains("version 9"));
+        assert!(
+            Manifest::decode(&b)
+                .unwrap_err()
+                .reason
+                .contains("version 9")
+        );
         // Trailing bytes.
         let mut b = good[..good.len() - 4].to_vec();
         b.extend_from_slice(&[0, 0, 0, 0, 0]);
         reseal(&mut b);
-        assert!(Manifest::decode(&b).unwrap_err().reason.contains("follow the last part"));
+        assert!(
+            Manifest::decode(&b)
+                .unwrap_err()
+                .reason
+                .contains("follow the last part")
+        );
     }
 
     #[test]
