@@ -20,7 +20,16 @@ from typing import Any
 
 from ..zrecord import CODECS, Dense, Ragged
 from .progress import Progress
-from .stores import _open, _print_info, _size, _stores, describe
+from .stores import (
+    _is_collection,
+    _open,
+    _print_collection,
+    _print_info,
+    _size,
+    _stores,
+    describe,
+    describe_collection,
+)
 
 # --- commands ------------------------------------------------------------------------------
 
@@ -69,6 +78,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    if _is_collection(Path(args.path)):
+        info = describe_collection(Path(args.path))
+        if args.json:
+            json.dump(info, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            _print_collection(info, sys.stdout)
+        return 0
     infos = [describe(p) for p in _stores(Path(args.path))]
     if args.json:
         json.dump(infos if len(infos) > 1 else infos[0], sys.stdout, indent=1)
@@ -82,15 +99,26 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     report: list[dict[str, Any]] = []
     bad = 0
-    for path in _stores(Path(args.path)):
-        handle = _open(path)
-        try:
+    root = Path(args.path)
+    if _is_collection(root):
+        # Every column of every part; damaged records by global index.
+        from .. import collection
+
+        col = collection.open(root)
+        handles = [(f"{root}[{name!r}]", col[name]) for name in col.columns]
+    else:
+        col = None
+        handles = [(str(path), _open(path)) for path in _stores(root)]
+    try:
+        for shown, handle in handles:
             damaged = [(int(i), str(why)) for i, why in handle.damaged()]
-            records = len(handle)
-        finally:
+            bad += len(damaged)
+            report.append({"path": shown, "records": len(handle), "damaged": damaged})
+    finally:
+        for _shown, handle in handles:
             handle.close()
-        bad += len(damaged)
-        report.append({"path": str(path), "records": records, "damaged": damaged})
+        if col is not None:
+            col.close()
     if args.json:
         json.dump(report if len(report) > 1 else report[0], sys.stdout, indent=1)
         sys.stdout.write("\n")
