@@ -23,6 +23,9 @@ const TOOLS: &[(&str, &str)] = &[
     ("datasets", "datasets"),
     ("pyarrow", "pyarrow"),
     ("pillow", "pillow"),
+    // `loaderx.ray` and its tests (Ray Data in local mode): about 200 MB
+    // installed.
+    ("ray", "ray[data]"),
 ];
 
 /// The training frameworks the example tests run (CPU is enough). PyPI's

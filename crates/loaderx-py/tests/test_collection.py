@@ -167,11 +167,18 @@ def test_image_bytes_columns_keep_the_files(tmp_path):
     col = lc.open(root)
     img = col["image"][2]
     assert img.shape == (6, 5, 3) and int(img[0, 0, 0]) == 80
-    # Bytes under another codec are uint8 records, byte for byte.
+    # Files are told by their first bytes whatever the codec asked.
+    sniffed = str(tmp_path / "sniffed")
+    lc.write_part(sniffed, 0, {"image": files}, codec="lz4")
+    lc.commit(sniffed)
+    assert lc.open(sniffed).schema["image"]["codec"] == "png"
+    # Other bytes are uint8 records, byte for byte.
+    blobs = [b"hello", b"\x00\x01", b"x" * 300]
     raw = str(tmp_path / "raw")
-    lc.write_part(raw, 0, {"blob": files}, codec="lz4")
+    lc.write_part(raw, 0, {"blob": blobs}, codec="lz4")
     lc.commit(raw)
-    assert lc.open(raw)["blob"][1].tobytes() == files[1]
+    got = lc.open(raw)["blob"]
+    assert [got[i].tobytes() for i in range(3)] == blobs
 
 
 def test_cli_info_and_verify_take_a_collection(committed):

@@ -117,6 +117,10 @@ def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -
         return
     items = list(values)
     if items and all(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
+        kinds = {_image_kind(bytes(v[:8])) for v in items}
+        if None not in kinds and codec not in ("jpeg", "png"):
+            # Encoded images, kept as they are (JPEG and PNG may mix).
+            codec = "jpeg" if "jpeg" in kinds else "png"
         if codec in ("jpeg", "png"):
             w = Ragged.create(path, np.uint8, 3, codec=codec, data_shards=1)
             try:
@@ -149,6 +153,15 @@ def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -
         w.close()
 
 
+def _image_kind(head: bytes) -> str | None:
+    """``"jpeg"`` or ``"png"`` by a file's first bytes, else ``None``."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    return None
+
+
 def _fsync_dir(path: str) -> None:
     if os.name != "posix":
         return
@@ -171,9 +184,10 @@ def write_part(
     `columns` maps each column name to its records: a NumPy array (a
     :class:`~loaderx.Dense` column of its ``shape[1:]``; ``(n,)`` gives
     scalars), or a list of arrays of one dtype and rank (a
-    :class:`~loaderx.Ragged` column), or a list of ``bytes`` (encoded images
-    kept as they are with codec ``"jpeg"``/``"png"``, else ``uint8`` Ragged
-    records). Every column holds the same number of records. `codec` is one
+    :class:`~loaderx.Ragged` column), or a list of ``bytes``: JPEG or PNG
+    files (told by their first bytes, or any bytes under codec ``"jpeg"``/
+    ``"png"``) make an image column keeping the files as they are, other
+    bytes ``uint8`` Ragged records. Every column holds the same number of records. `codec` is one
     codec for all columns or ``{column: codec}`` (default ``"zstd"``).
 
     The part is written under a temporary name (starting with ``.``, which
