@@ -16,7 +16,10 @@ use loaderx_loader::Source;
 use loaderx_store::collection::{self, Column};
 use loaderx_store::format::v2::Kind;
 use loaderx_store::{Deflate, OpenOptions};
-use numpy::{PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -138,10 +141,20 @@ impl Source for ColumnSource {
     fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> loaderx_store::Result<()> {
         self.0.gather(idxs, dst, stride)
     }
-    fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> loaderx_store::Result<()> {
+    fn gather_exact(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        item_len: usize,
+    ) -> loaderx_store::Result<()> {
         self.0.gather_exact(idxs, dst, item_len)
     }
-    fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> loaderx_store::Result<()> {
+    fn gather_ragged(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> loaderx_store::Result<()> {
         self.0.gather_ragged(idxs, dst, offsets)
     }
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()> {
@@ -309,7 +322,12 @@ impl CollectionColumn {
         let offsets: Vec<i64> = offsets.iter().map(|&o| (o / itemsize) as i64).collect();
         let shapes: Vec<i64> = dims.iter().map(|&d| i64::from(d)).collect();
         let shapes = PyArray1::from_vec(py, shapes).reshape([rows, ndim])?;
-        Ok((flat, PyArray1::from_vec(py, offsets), shapes.into_any(), one))
+        Ok((
+            flat,
+            PyArray1::from_vec(py, offsets),
+            shapes.into_any(),
+            one,
+        ))
     }
 
     /// The shapes of the ragged records `idx` selects, `(n, ndim)` int64.
@@ -323,7 +341,9 @@ impl CollectionColumn {
             Ok((dims, resolved.idxs.len()))
         })?;
         let dims: Vec<i64> = dims.into_iter().map(i64::from).collect();
-        Ok(PyArray1::from_vec(py, dims).reshape([rows, ndim])?.into_any())
+        Ok(PyArray1::from_vec(py, dims)
+            .reshape([rows, ndim])?
+            .into_any())
     }
 
     /// Images `idx` selects, decoded and fitted, as `Store.get_images`.

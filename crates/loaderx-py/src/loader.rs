@@ -19,9 +19,9 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::collection::CollectionColumn;
 use crate::errors::{sampler_error, zrecord_error};
 use crate::pool::{BatchBuffer, BatchPool, SharedPool};
-use crate::collection::CollectionColumn;
 use crate::store::Store;
 
 /// How long `next()` waits with the GIL released before checking for signals.

@@ -108,12 +108,12 @@ def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -
             raise ValueError(f"column {name!r}: a 0-d array is not a column of records")
         if values.dtype.kind in "OUS":
             raise TypeError(f"column {name!r}: dtype {values.dtype} is not stored (strings)")
-        w = Dense.create(path, values.dtype, values.shape[1:], codec=codec, data_shards=1)
+        dense = Dense.create(path, values.dtype, values.shape[1:], codec=codec, data_shards=1)
         try:
             if len(values):
-                w.append(np.ascontiguousarray(values))
+                dense.append(np.ascontiguousarray(values))
         finally:
-            w.close()
+            dense.close()
         return
     items = list(values)
     if items and all(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
@@ -122,11 +122,11 @@ def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -
             # Encoded images, kept as they are (JPEG and PNG may mix).
             codec = "jpeg" if "jpeg" in kinds else "png"
         if codec in ("jpeg", "png"):
-            w = Ragged.create(path, np.uint8, 3, codec=codec, data_shards=1)
+            images = Ragged.create(path, np.uint8, 3, codec=codec, data_shards=1)
             try:
-                w.append_encoded(items)
+                images.append_encoded(items)
             finally:
-                w.close()
+                images.close()
             return
         arrays = [np.frombuffer(bytes(v), dtype=np.uint8) for v in items]
     else:
@@ -146,11 +146,11 @@ def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
     np.cumsum([a.size for a in arrays], out=offsets[1:])
     shapes = np.array([a.shape for a in arrays], dtype=np.int64).reshape(len(arrays), first.ndim)
-    w = Ragged.create(path, first.dtype, first.ndim, codec=codec, data_shards=1)
+    ragged = Ragged.create(path, first.dtype, first.ndim, codec=codec, data_shards=1)
     try:
-        w.append_flat(np.ascontiguousarray(flat), offsets, shapes)
+        ragged.append_flat(np.ascontiguousarray(flat), offsets, shapes)
     finally:
-        w.close()
+        ragged.close()
 
 
 def _image_kind(head: bytes) -> str | None:
@@ -282,6 +282,10 @@ class Collection(_Closing):
     * ``DataLoader(col, batch_size=...)``: one stream per column, named
       after it, natively gathered, sharded and resumable as for stores.
     """
+
+    path: str
+    _native: Any
+    _readers: dict[str, Any]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use loaderx.collection.open(root)")

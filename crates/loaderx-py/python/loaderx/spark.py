@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from . import collection
 
@@ -119,7 +119,10 @@ def write(
         rows = sum(b.num_rows for b in got)
         if rows:
             table = pa.Table.from_batches(got)
-            part = TaskContext.get().partitionId()
+            ctx = TaskContext.get()
+            if ctx is None:
+                raise RuntimeError("loaderx.spark: the part writer runs outside a Spark task")
+            part = ctx.partitionId()
             name = writer(base, part, _columns(table, fixed), codec)
             yield pa.RecordBatch.from_pydict(
                 {"part": [name], "records": [rows]},
