@@ -398,6 +398,15 @@ fn decode_column(r: &mut Reader<'_>, i: usize) -> Result<Column, ManifestError> 
             },
         )
     })?;
+    // One spelling per schema: bytes the decoder does not look at (a
+    // dictionary checksum with no dictionary) must be what encode writes.
+    if schema.encode() != block {
+        return fault(
+            at(),
+            "the schema block is not in its canonical form (a field the schema does not use \
+             is not zero)",
+        );
+    }
     Ok(Column { name, schema })
 }
 
@@ -591,6 +600,21 @@ mod tests {
                 .reason
                 .contains("follow the last part")
         );
+    }
+
+    #[test]
+    fn a_schema_block_in_another_spelling_is_refused() {
+        // Column 0's block: a dictionary checksum with no dictionary (the
+        // v2 decoder ignores it, so only the manifest's rule catches it).
+        let mut b = sample().encode().unwrap();
+        let block_at = MANIFEST_HEADER_LEN + 1 + 1 + 4;
+        // ZSCH kind codec ndim dtype_len "<f4" shape(2 x u64) dict_len dict_crc
+        let crc_at = block_at + 4 + 4 + 3 + 16 + 4;
+        b[crc_at + 2] = 6;
+        reseal(&mut b);
+        let err = Manifest::decode(&b).unwrap_err();
+        assert_eq!(err.at, "column 0 (\"x\")");
+        assert!(err.reason.contains("canonical"), "{err}");
     }
 
     #[test]
