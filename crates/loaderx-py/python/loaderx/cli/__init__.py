@@ -63,6 +63,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         size=size,
         progress=progress,
         keep_encoded=args.keep_encoded,
+        parts=args.parts,
     )
     elapsed = progress.finish()
     records = max(counts.values()) if counts else 0
@@ -271,6 +272,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("src", type=Path, help="the source file or directory")
     p.add_argument("dst", type=Path, help="the output (must not exist)")
+    p.add_argument(
+        "--parts",
+        type=int,
+        default=1,
+        help="write a collection in this many processes (saved Hugging Face datasets)",
+    )
     p.add_argument(
         "--codec",
         default="zstd",
