@@ -293,3 +293,94 @@ fn a_damaged_manifest_is_refused_naming_it() {
     assert_eq!(err.code(), ErrorCode::NotAStore);
     assert!(err.to_string().contains("manifest checksum"), "{err}");
 }
+
+/// Parts made on demand in memory: part `p` of `RECORDS_PER_PART` records
+/// holding their global indices. Counts how many stores were opened.
+#[derive(Debug, Default)]
+struct Synth {
+    opened: std::sync::atomic::AtomicUsize,
+}
+
+const RECORDS_PER_PART: u64 = 10;
+
+fn scalar_u64() -> Schema {
+    Schema {
+        kind: Kind::Dense,
+        dtype: Dtype::from_name("<u8").unwrap(),
+        shape: vec![],
+        ndim: 0,
+        codec: CodecTag::LZ4,
+        dictionary: None,
+        codecs: Vec::new(),
+    }
+}
+
+impl loaderx_store::collection::PartOpener<loaderx_store::Deflate, loaderx_store::storage::MemStorage>
+    for Synth
+{
+    fn open(
+        &self,
+        part: &str,
+        _column: &str,
+    ) -> loaderx_store::Result<Store<loaderx_store::Deflate, loaderx_store::storage::MemStorage>> {
+        self.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p: u64 = part.trim_start_matches("part-").parse().unwrap();
+        let store = Store::create_v2_in(
+            loaderx_store::storage::MemStorage::new(),
+            &scalar_u64(),
+            OpenOptions::default(),
+        )?;
+        let data: Vec<u8> = (p * RECORDS_PER_PART..(p + 1) * RECORDS_PER_PART)
+            .flat_map(u64::to_le_bytes)
+            .collect();
+        store.append_fixed(&data, RECORDS_PER_PART as usize, 8)?;
+        Ok(store)
+    }
+
+    fn location(&self, part: &str, column: &str) -> std::path::PathBuf {
+        Path::new("mem").join(part).join(column)
+    }
+}
+
+/// The scale simulation of docs/ARCHITECTURE.md ("Collections"): 100,000
+/// parts of 10 records. Opening touches no part; a random batch opens
+/// only the parts it falls in, and gathers the right records.
+#[test]
+fn a_hundred_thousand_parts_open_lazily_and_gather_by_part() {
+    use loaderx_store::format::manifest::{Column as ColumnDef, Part};
+    const PARTS: u64 = 100_000;
+    let manifest = Manifest {
+        columns: vec![ColumnDef {
+            name: "id".into(),
+            schema: scalar_u64(),
+        }],
+        parts: (0..PARTS)
+            .map(|p| Part {
+                name: format!("part-{p:06}"),
+                records: RECORDS_PER_PART,
+            })
+            .collect(),
+    };
+    let bytes = manifest.encode().unwrap();
+    // 8 (count) + 1 + 11 (name) bytes a part.
+    assert!(bytes.len() <= PARTS as usize * 20 + 200, "{} bytes", bytes.len());
+    let coll: Arc<Collection<loaderx_store::Deflate, loaderx_store::storage::MemStorage>> =
+        Arc::new(Collection::from_manifest("mem", &bytes, Box::new(Synth::default())).unwrap());
+    assert_eq!(coll.len(), PARTS * RECORDS_PER_PART);
+    assert_eq!(coll.opened_parts(), 0);
+    let col = coll.column("id").unwrap();
+    // A shuffled batch of 1,024 over the whole index space.
+    let idxs: Vec<u64> = (0..1024u64)
+        .map(|i| (i * 2_654_435_761) % coll.len())
+        .collect();
+    let mut out = vec![0u8; idxs.len() * 8];
+    col.gather_exact(&idxs, &mut out, 8).unwrap();
+    for (k, &g) in idxs.iter().enumerate() {
+        assert_eq!(u64::from_le_bytes(out[k * 8..][..8].try_into().unwrap()), g);
+    }
+    let parts: std::collections::HashSet<u64> = idxs.iter().map(|g| g / RECORDS_PER_PART).collect();
+    assert_eq!(coll.opened_parts(), parts.len());
+    // The same batch again opens nothing more.
+    col.gather_exact(&idxs, &mut out, 8).unwrap();
+    assert_eq!(coll.opened_parts(), parts.len());
+}
