@@ -315,15 +315,20 @@ fn scalar_u64() -> Schema {
     }
 }
 
-impl loaderx_store::collection::PartOpener<loaderx_store::Deflate, loaderx_store::storage::MemStorage>
-    for Synth
+impl
+    loaderx_store::collection::PartOpener<
+        loaderx_store::Deflate,
+        loaderx_store::storage::MemStorage,
+    > for Synth
 {
     fn open(
         &self,
         part: &str,
         _column: &str,
-    ) -> loaderx_store::Result<Store<loaderx_store::Deflate, loaderx_store::storage::MemStorage>> {
-        self.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ) -> loaderx_store::Result<Store<loaderx_store::Deflate, loaderx_store::storage::MemStorage>>
+    {
+        self.opened
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let p: u64 = part.trim_start_matches("part-").parse().unwrap();
         let store = Store::create_v2_in(
             loaderx_store::storage::MemStorage::new(),
@@ -363,7 +368,11 @@ fn a_hundred_thousand_parts_open_lazily_and_gather_by_part() {
     };
     let bytes = manifest.encode().unwrap();
     // 8 (count) + 1 + 11 (name) bytes a part.
-    assert!(bytes.len() <= PARTS as usize * 20 + 200, "{} bytes", bytes.len());
+    assert!(
+        bytes.len() <= PARTS as usize * 20 + 200,
+        "{} bytes",
+        bytes.len()
+    );
     let coll: Arc<Collection<loaderx_store::Deflate, loaderx_store::storage::MemStorage>> =
         Arc::new(Collection::from_manifest("mem", &bytes, Box::new(Synth::default())).unwrap());
     assert_eq!(coll.len(), PARTS * RECORDS_PER_PART);
