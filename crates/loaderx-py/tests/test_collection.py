@@ -253,3 +253,19 @@ def test_convert_num_proc_writes_a_collection_in_order(tmp_path):
     )
     assert bad.returncode != 0 and "--parts" in bad.stderr, bad.stderr
     assert not (tmp_path / "c3").exists()
+
+
+def test_collections_and_their_readers_pickle_as_their_root(committed):
+    import pickle
+
+    col = lc.open(committed)
+    again = pickle.loads(pickle.dumps(col))
+    assert len(again) == len(col) and again.columns == col.columns
+    x = pickle.loads(pickle.dumps(col["x"]))
+    assert isinstance(x, loaderx.Dense)
+    np.testing.assert_array_equal(x[[3, 17]], col["x"][[3, 17]])
+    t = pickle.loads(pickle.dumps(col["t"]))
+    assert t[9].tolist() == col["t"][9].tolist()
+    col.close()
+    with pytest.raises(loaderx.errors.ClosedError):
+        pickle.dumps(col)

@@ -272,6 +272,31 @@ def open(  # noqa: A001 - the module's verb, as in loaderx.collection.open
     return Collection._open(base)
 
 
+def _reopen_column(root: str, name: str) -> Any:
+    """Unpickles a column reader: the collection reopened, its column."""
+    return open(root).column(name)
+
+
+class _ColumnDense(Dense):
+    """A :class:`~loaderx.Dense` reader of a collection's column; pickles
+    as its collection and name (a spawned worker reopens it)."""
+
+    _origin: tuple[str, str]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reopen_column, self._origin)
+
+
+class _ColumnRagged(Ragged):
+    """A :class:`~loaderx.Ragged` reader of a collection's column; pickles
+    as its collection and name."""
+
+    _origin: tuple[str, str]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reopen_column, self._origin)
+
+
 class Collection(_Closing):
     """A committed collection: ``len(col)`` records in every column.
 
@@ -330,8 +355,11 @@ class Collection(_Closing):
         if reader is None:
             handle = native.column(name)
             kind = handle.schema()["kind"]
-            cls = Dense if kind == "dense" else Ragged
+            cls: type[_ColumnDense] | type[_ColumnRagged] = (
+                _ColumnDense if kind == "dense" else _ColumnRagged
+            )
             reader = cls._make(handle, f"{self.path}[{name!r}]", True, False, False)
+            reader._origin = (self.path, name)
             self._readers[name] = reader
         return reader
 
@@ -356,6 +384,11 @@ class Collection(_Closing):
         """Check every record of every part; raises the first problem."""
         for name in self.columns:
             self.column(name).verify()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its root (a spawned worker reopens it)."""
+        self._live()
+        return (open, (self.path,))
 
     def __del__(self) -> None:
         # A reader taken from a collection (``open(root)["x"]``) outlives
