@@ -26,6 +26,12 @@ const TOOLS: &[(&str, &str)] = &[
     // The S3 server the remote-store tests start on loopback
     // (`ThreadedMotoServer`); its `server` extra brings flask.
     ("moto", "moto[server]"),
+    // `loaderx.ray` and its tests (Ray Data in local mode): about 200 MB
+    // installed.
+    ("ray", "ray[data]"),
+    // `loaderx.spark` and its tests (PySpark in local mode; they also need a
+    // Java runtime: `ensure_jre`). About 320 MB installed.
+    ("pyspark", "pyspark"),
 ];
 
 /// The training frameworks the example tests run (CPU is enough). PyPI's
@@ -123,7 +129,7 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
     let missing: Vec<&str> = missing.split_whitespace().collect();
     if missing.is_empty() {
         println!(
-            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, moto",
+            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, moto, ray, pyspark",
             venv.dir.display()
         );
     } else {
@@ -131,12 +137,36 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
         cmd.args(["-m", "pip", "install", "--quiet"]).args(&missing);
         steps::run("pip install tools into .venv", &mut cmd)?;
     }
+    ensure_jre();
     if env::var_os("LOADERX_NO_FRAMEWORKS").is_some_and(|v| v == "1") {
         println!("--- {STEP}: LOADERX_NO_FRAMEWORKS=1, not installing torch and jax");
     } else {
         install_frameworks(&venv);
     }
     Ok(venv)
+}
+
+/// The Java runtime PySpark needs (the Spark tests), from Debian on Linux
+/// (`openjdk-17-jre-headless`, as root). Elsewhere, or when it cannot be
+/// installed, a warning: the Spark tests then skip, saying why.
+fn ensure_jre() {
+    if env::var_os("JAVA_HOME").is_some() {
+        return;
+    }
+    let java = crate::tools::Tool {
+        program: "java",
+        probe_arg: "-version",
+        package: "openjdk-17-jre-headless",
+    };
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    if let Err(failure) = crate::tools::debian("Java runtime for the Spark tests", &[java]) {
+        println!(
+            "--- warning: no Java runtime ({}); the Spark tests will skip",
+            failure.reason
+        );
+    }
 }
 
 /// Installs whatever of `FRAMEWORKS` the venv lacks; a failure is reported

@@ -50,6 +50,7 @@ mod head;
 mod header;
 mod limits;
 mod loc;
+pub mod manifest;
 mod undo;
 pub mod v2;
 mod validate;

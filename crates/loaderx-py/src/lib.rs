@@ -43,6 +43,7 @@
 mod args;
 #[allow(unsafe_code)]
 mod arrays;
+mod collection;
 mod errors;
 mod indices;
 mod loader;
@@ -67,6 +68,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::push, m)?)?;
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;
+    m.add_class::<collection::Collection>()?;
+    m.add_class::<collection::CollectionColumn>()?;
+    m.add_function(wrap_pyfunction!(collection::collection_commit, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
     m.add_function(wrap_pyfunction!(indices::as_indices, m)?)?;

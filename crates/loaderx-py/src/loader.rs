@@ -19,6 +19,7 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::collection::CollectionColumn;
 use crate::errors::{sampler_error, zrecord_error};
 use crate::pool::{BatchBuffer, BatchPool, SharedPool};
 use crate::store::Store;
@@ -87,7 +88,7 @@ impl Loader {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        streams: Vec<(String, Bound<'_, Store>, usize)>,
+        streams: Vec<(String, Bound<'_, PyAny>, usize)>,
         length: u64,
         batch_size: usize,
         mode: u8,
@@ -103,13 +104,22 @@ impl Loader {
         let streams: Vec<Stream> = streams
             .iter()
             .map(|(name, store, item_len)| {
-                let source = store.get().handle();
-                match item_len {
+                let source: Arc<dyn loaderx_loader::Source> =
+                    if let Ok(store) = store.cast::<Store>() {
+                        store.get().handle()
+                    } else if let Ok(column) = store.cast::<CollectionColumn>() {
+                        column.get().source()
+                    } else {
+                        return Err(PyValueError::new_err(format!(
+                            "stream {name:?}: expected a native Store or CollectionColumn"
+                        )));
+                    };
+                Ok(match item_len {
                     0 => Stream::ragged(name.as_str(), source),
                     &n => Stream::fixed(name.as_str(), source, n),
-                }
+                })
             })
-            .collect();
+            .collect::<PyResult<_>>()?;
         // Idle buffers kept per stream: enough for every batch the loader can
         // have in the making plus a few the consumer has just let go; buffers
         // a user keeps alive are not counted (they are not idle).

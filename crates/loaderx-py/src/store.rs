@@ -1145,7 +1145,7 @@ impl Store {
 }
 
 /// An image layout by its Python name.
-fn image_layout(layout: &str) -> PyResult<loaderx_store::ImageLayout> {
+pub(crate) fn image_layout(layout: &str) -> PyResult<loaderx_store::ImageLayout> {
     match layout {
         "hwc" => Ok(loaderx_store::ImageLayout::Hwc),
         "chw" => Ok(loaderx_store::ImageLayout::Chw),

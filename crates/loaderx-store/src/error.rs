@@ -189,6 +189,14 @@ pub enum Error {
         /// Why it is unavailable, and what to do (the feature to enable).
         reason: String,
     },
+    /// A collection's parts cannot be committed, or a column asked for is
+    /// not in the collection (`collection`). Code -8.
+    Collection {
+        /// The collection's root.
+        path: PathBuf,
+        /// What is wrong, naming the part and column.
+        reason: String,
+    },
 }
 
 /// Shorthand for results of this crate.
@@ -324,7 +332,9 @@ impl Error {
             | Error::OverlappingDestinations { .. }
             | Error::LengthMismatch { .. } => ErrorCode::BufferTooSmall,
             Error::Corrupt { .. } => ErrorCode::Corrupt,
-            Error::NotAStore { .. } | Error::CodecUnavailable { .. } => ErrorCode::NotAStore,
+            Error::NotAStore { .. } | Error::CodecUnavailable { .. } | Error::Collection { .. } => {
+                ErrorCode::NotAStore
+            }
         }
     }
 
@@ -481,6 +491,9 @@ impl fmt::Display for Error {
                 "the store at {} needs codec {name:?} version {version} (tag {tag}), which is not available: {reason}",
                 path.display()
             ),
+            Error::Collection { path, reason } => {
+                write!(f, "collection {}: {reason}", path.display())
+            }
             Error::Schema { path, reason } => {
                 write!(
                     f,

@@ -74,6 +74,7 @@ mod append;
 #[cfg(feature = "image")]
 mod append_encoded;
 mod codec;
+pub mod collection;
 mod compact;
 mod delete;
 mod error;

@@ -345,9 +345,54 @@ fn image_decode_seeds(dir: &Path) {
     }
 }
 
+/// Manifests of a dense and an image column over a few parts (one
+/// empty), as is (mode 0) and with the checksum fixed up (mode 1).
+fn parse_manifest_seeds(dir: &Path) {
+    use loaderx_format::manifest::{Column, Manifest, Part};
+    let dense = Schema {
+        kind: Kind::Dense,
+        dtype: Dtype::from_name("<f4").unwrap(),
+        shape: vec![2, 3],
+        ndim: 2,
+        codec: CodecTag::ZSTD,
+        dictionary: None,
+        codecs: Vec::new(),
+    };
+    let image = Schema {
+        kind: Kind::Ragged,
+        dtype: Dtype::U8,
+        shape: Vec::new(),
+        ndim: 3,
+        codec: CodecTag::JPEG,
+        dictionary: None,
+        codecs: vec![
+            v2::CodecRef { tag: CodecTag::JPEG, name: "jpeg".into(), version: 1 },
+            v2::CodecRef { tag: CodecTag::PNG, name: "png".into(), version: 1 },
+        ],
+    };
+    for parts in [1usize, 4] {
+        let m = Manifest {
+            columns: vec![
+                Column { name: "x".into(), schema: dense.clone() },
+                Column { name: "image".into(), schema: image.clone() },
+            ],
+            parts: (0..parts)
+                .map(|i| Part { name: format!("part-{i:05}"), records: (i as u64 * 7) % 5 })
+                .collect(),
+        };
+        let bytes = m.encode().unwrap();
+        for mode in [0u8, 1] {
+            let mut input = vec![mode];
+            input.extend_from_slice(&bytes);
+            write(dir, &format!("manifest_{parts}_parts_mode{mode}"), &input);
+        }
+    }
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     parse_index_seeds(&root.join("parse_index"));
+    parse_manifest_seeds(&root.join("parse_manifest"));
     decode_seeds(&root.join("decode"));
     store_ops_seeds(&root.join("store_ops"));
     image_decode_seeds(&root.join("image_decode"));

@@ -20,7 +20,18 @@ from typing import Any
 
 from ..zrecord import CODECS, Dense, Ragged
 from .progress import Progress
-from .stores import _open, _print_info, _size, _stores, describe, storage_options
+from .stores import (
+    _is_collection,
+    _open,
+    _print_collection,
+    _print_info,
+    _size,
+    _stores,
+    describe,
+    describe_collection,
+    is_url,
+    storage_options,
+)
 
 # --- commands ------------------------------------------------------------------------------
 
@@ -54,6 +65,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         size=size,
         progress=progress,
         keep_encoded=args.keep_encoded,
+        parts=args.parts,
     )
     elapsed = progress.finish()
     records = max(counts.values()) if counts else 0
@@ -70,6 +82,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     options = storage_options(args.storage_option)
+    if not is_url(args.path) and _is_collection(Path(args.path)):
+        info = describe_collection(Path(args.path))
+        if args.json:
+            json.dump(info, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            _print_collection(info, sys.stdout)
+        return 0
     infos = [describe(p, options) for p in _stores(args.path)]
     if args.json:
         json.dump(infos if len(infos) > 1 else infos[0], sys.stdout, indent=1)
@@ -84,15 +104,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report: list[dict[str, Any]] = []
     bad = 0
     options = storage_options(args.storage_option)
-    for path in _stores(args.path):
-        handle = _open(path, False, options)
-        try:
+    if not is_url(args.path) and _is_collection(Path(args.path)):
+        # Every column of every part; damaged records by global index.
+        from .. import collection
+
+        root = Path(args.path)
+        col = collection.open(root)
+        handles = [(f"{root}[{name!r}]", col[name]) for name in col.columns]
+    else:
+        col = None
+        handles = [(str(path), _open(path, False, options)) for path in _stores(args.path)]
+    try:
+        for shown, handle in handles:
             damaged = [(int(i), str(why)) for i, why in handle.damaged()]
-            records = len(handle)
-        finally:
+            bad += len(damaged)
+            report.append({"path": shown, "records": len(handle), "damaged": damaged})
+    finally:
+        for _shown, handle in handles:
             handle.close()
-        bad += len(damaged)
-        report.append({"path": str(path), "records": records, "damaged": damaged})
+        if col is not None:
+            col.close()
     if args.json:
         json.dump(report if len(report) > 1 else report[0], sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -271,6 +302,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("src", type=Path, help="the source file or directory")
     p.add_argument("dst", type=Path, help="the output (must not exist)")
+    p.add_argument(
+        "--parts",
+        type=int,
+        default=1,
+        help="write a collection in this many processes (saved Hugging Face datasets)",
+    )
     p.add_argument(
         "--codec",
         default="zstd",

@@ -31,6 +31,52 @@ def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
     return out
 
 
+def _is_collection(path: Path) -> bool:
+    """Whether `path` is a committed collection (it has a manifest)."""
+    return (path / "manifest.zc").is_file()
+
+
+def describe_collection(path: Path) -> dict[str, Any]:
+    """What ``loaderx info`` reports for a collection: its records, parts
+    and columns, from the manifest alone (no part is opened)."""
+    from .. import collection
+
+    col = collection.open(path)
+    try:
+        columns = {}
+        for name, schema in col.schema.items():
+            entry: dict[str, Any] = {"kind": schema["kind"], "dtype": np.dtype(schema["dtype"]).name}
+            if schema["kind"] == "dense":
+                entry["shape"] = list(schema["shape"])
+            else:
+                entry["ndim"] = int(schema["ndim"])
+            entry["codec"] = schema["codec"]
+            columns[name] = entry
+        parts = col.parts
+        return {
+            "path": str(path),
+            "kind": "collection",
+            "records": len(col),
+            "parts": len(parts),
+            "largest_part": max(n for _, n in parts),
+            "columns": columns,
+        }
+    finally:
+        col.close()
+
+
+def _print_collection(info: dict[str, Any], out: TextIO) -> None:
+    out.write(
+        f"{info['path']}\n  collection        {info['records']:,} records in {info['parts']:,} "
+        f"parts (largest {info['largest_part']:,})\n"
+    )
+    for name, c in info["columns"].items():
+        what = f"{c['kind']} {c['dtype']} " + (
+            str(tuple(c["shape"])) if c["kind"] == "dense" else f"ndim={c['ndim']}"
+        )
+        out.write(f"  column {name:<11}{what}, codec {c['codec']}\n")
+
+
 def _stores(path: Any) -> list[Any]:
     """The store at `path` (a URL names one store), or every store under
     it (a converted output holds one per column and split), in name

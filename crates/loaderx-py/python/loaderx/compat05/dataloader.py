@@ -253,6 +253,14 @@ class DataLoader(_Closing):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         first = args[0] if args else kwargs.get("streams", kwargs.get("dataset"))
+        # A collection streams every column, named after it.
+        hook = getattr(first, "loader_streams", None)
+        if callable(hook) and not isinstance(first, Mapping):
+            first = hook()
+            if args:
+                args = (first, *args[1:])
+            else:
+                kwargs["streams"] = first
         named = isinstance(first, Mapping)
         call = _NAMED_CALL if named else _PAIR_CALL
         try:

@@ -108,11 +108,22 @@ def convert_path(
     size: tuple[int, int] | None = None,
     progress: Progress | None = None,
     keep_encoded: bool = False,
+    parts: int = 1,
 ) -> dict[str, int]:
     """Convert whatever `src` is (see :func:`source_kind`) into `output`
     (`size` and `keep_encoded`: image folders, see
-    :func:`convert_image_folder`)."""
-    source = _BY_KIND[source_kind(src)]
+    :func:`convert_image_folder`). ``parts > 1`` writes a collection in
+    that many processes (``convert(..., num_proc=parts)``); it takes a
+    saved Hugging Face dataset in this version."""
+    kind = source_kind(src)
+    if parts != 1:
+        if kind != "hf":
+            raise ConversionError(
+                f"{src}: --parts (a collection written by several processes) takes a saved "
+                f"Hugging Face dataset in this version, not {_BY_KIND[kind].shown}"
+            )
+        return _saved_dataset(src, output, codec=codec, progress=progress, num_proc=parts)
+    source = _BY_KIND[kind]
     options: dict[str, Any] = {"codec": codec, "progress": progress}
     if source.images:
         options.update(size=size, workers=workers, keep_encoded=keep_encoded)

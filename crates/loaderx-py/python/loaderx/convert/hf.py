@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from typing import Any, cast
 
 import numpy as np
@@ -233,6 +235,7 @@ def convert(
     codec: str,
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
+    num_proc: int = 1,
 ) -> dict[str, int]:
     """Write a Hugging Face ``Dataset`` or ``DatasetDict`` (or their
     streaming kinds, ``IterableDataset`` and ``IterableDatasetDict``) as
@@ -252,7 +255,13 @@ def convert(
     are read side by side), its features as declared or else inferred by
     ``datasets`` from its first rows, its batches sized from the first 16
     rows; progress reports no total for it. Returns ``{store path
-    relative to output: records}``."""
+    relative to output: records}``.
+
+    With ``num_proc > 1`` a ``Dataset`` is converted by that many processes
+    into a collection (``loaderx.collection.open(output)``; a
+    ``DatasetDict`` into one collection per split, ``output/<split>``):
+    contiguous shards, one part each, committed in order once all
+    succeeded. Streaming datasets take ``num_proc=1`` only."""
     try:
         import datasets  # type: ignore[import-untyped]
     except ImportError:
@@ -260,6 +269,28 @@ def convert(
             "converting a Hugging Face dataset needs the datasets package: "
             "pip install 'loaderx[converter]'"
         ) from None
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"num_proc must be an int >= 1, got {num_proc!r}")
+    if num_proc > 1:
+        from .parallel import convert_parallel
+
+        if isinstance(dataset, datasets.DatasetDict):
+            counts: dict[str, int] = {}
+            for split, ds in dataset.items():
+                part = convert_parallel(
+                    ds, os.path.join(os.fspath(output), split), codec=codec,
+                    batch_bytes=batch_bytes, num_proc=num_proc,
+                )
+                counts.update({f"{split}/{k}": v for k, v in part.items()})
+            return counts
+        if not isinstance(dataset, datasets.Dataset):
+            raise TypeError(
+                f"num_proc > 1 takes a datasets.Dataset or DatasetDict (it shards them); a "
+                f"{type(dataset).__name__} is read once, in one process: use num_proc=1"
+            )
+        return convert_parallel(
+            dataset, output, codec=codec, batch_bytes=batch_bytes, num_proc=num_proc
+        )
     if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         splits = dict(dataset.items())
         if not splits:

@@ -1,0 +1,413 @@
+"""Collections: many stores read as one, written in parallel.
+
+A collection is a directory of *parts* (``part-00000/``, ...), each holding
+one typed store per column (``part-00000/image/``, ``part-00000/label/``),
+and a manifest, ``manifest.zc``, written last by :func:`commit`. Any number
+of processes on any number of hosts write parts with :func:`write_part`;
+one process commits them; readers see the records of the committed parts,
+in manifest order, as one index space ``0 .. len``.
+
+* :func:`write_part` writes one part under a temporary name and renames it
+  into place, so a half-written part is never taken for a finished one, and
+  a retried task replaces its own part instead of adding a second.
+* :func:`commit` checks the finished parts (same columns and schemas, every
+  column the same length) and writes the manifest atomically.
+* :func:`open` returns a :class:`Collection`: ``col["image"]`` is a
+  :class:`~loaderx.Dense` or :class:`~loaderx.Ragged` reader over global
+  indices, ``col[idx]`` a dict of batches, and ``DataLoader(col, ...)``
+  streams every column.
+
+The format is in ``docs/FORMAT.md`` (part III); the reader (lazy part
+opening, index split, parallel gathers) is native.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from . import _native
+from ._handles import _Closing
+from .containers.dense import Dense
+from .containers.ragged import Ragged
+from .errors import ClosedError
+
+__all__ = ["MANIFEST", "Collection", "commit", "open", "part_name", "write_part"]
+
+#: The manifest's file name inside a collection.
+MANIFEST = "manifest.zc"
+
+#: The codec :func:`write_part` uses unless told otherwise.
+DEFAULT_CODEC = "zstd"
+
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
+
+Column = Union[np.ndarray, Sequence[Any]]
+
+
+def part_name(part: int | str) -> str:
+    """The directory name of part `part`: ``part-%05d`` for an int, a given
+    name as it is (1-64 ASCII letters, digits, ``_``, ``-``, ``.``, not
+    starting with ``.``)."""
+    if isinstance(part, (int, np.integer)) and not isinstance(part, bool):
+        if part < 0:
+            raise ValueError(f"part must be >= 0, got {part}")
+        return f"part-{int(part):05d}"
+    if isinstance(part, str):
+        _check_name("part", part)
+        return part
+    raise TypeError(f"part must be an int or a str, got {type(part).__name__}")
+
+
+def _check_name(what: str, name: str) -> None:
+    if not _NAME.fullmatch(name) or name == MANIFEST:
+        raise ValueError(
+            f"{what} name {name!r} must be 1-64 ASCII letters, digits, '_', '-' or '.', "
+            f"not start with '.', and not be {MANIFEST!r}"
+        )
+
+
+def _local(root: Any, storage_options: Any) -> str:
+    if storage_options is not None:
+        raise NotImplementedError(
+            "storage_options: collections are read and written on local file systems in this "
+            "version; object storage comes with URL support"
+        )
+    path = os.fspath(root)
+    if not isinstance(path, str):
+        path = os.fsdecode(path)
+    if "://" in path:
+        raise NotImplementedError(f"{path}: collections take local paths in this version")
+    return path
+
+
+def _codec_of(codec: str | Mapping[str, str], column: str) -> str:
+    if isinstance(codec, Mapping):
+        return str(codec.get(column, DEFAULT_CODEC))
+    return str(codec)
+
+
+def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -> None:
+    """Writes one column store at `path`: an ndarray as a Dense store of
+    its ``shape[1:]``, a sequence of arrays as a Ragged store of their
+    rank, a sequence of ``bytes`` as encoded images (codec ``jpeg`` or
+    ``png``) or ``uint8`` Ragged records."""
+    if codec == "zstd_dict":
+        raise ValueError(
+            f"column {name!r}: codec 'zstd_dict' trains a dictionary per store; a collection's "
+            f"parts cannot share one (use 'zstd')"
+        )
+    if isinstance(values, np.ndarray):
+        if values.ndim == 0:
+            raise ValueError(f"column {name!r}: a 0-d array is not a column of records")
+        if values.dtype.kind in "OUS":
+            raise TypeError(f"column {name!r}: dtype {values.dtype} is not stored (strings)")
+        dense = Dense.create(path, values.dtype, values.shape[1:], codec=codec, data_shards=1)
+        try:
+            if len(values):
+                dense.append(np.ascontiguousarray(values))
+        finally:
+            dense.close()
+        return
+    items = list(values)
+    if items and all(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
+        kinds = {_image_kind(bytes(v[:8])) for v in items}
+        if None not in kinds and codec not in ("jpeg", "png"):
+            # Encoded images, kept as they are (JPEG and PNG may mix).
+            codec = "jpeg" if "jpeg" in kinds else "png"
+        if codec in ("jpeg", "png"):
+            images = Ragged.create(path, np.uint8, 3, codec=codec, data_shards=1)
+            try:
+                images.append_encoded(items)
+            finally:
+                images.close()
+            return
+        arrays = [np.frombuffer(bytes(v), dtype=np.uint8) for v in items]
+    else:
+        arrays = [np.asarray(v) for v in items]
+    if not arrays:
+        raise ValueError(f"column {name!r}: an empty list gives no dtype; pass an empty ndarray")
+    first = arrays[0]
+    if first.dtype.kind in "OUS":
+        raise TypeError(f"column {name!r}: dtype {first.dtype} is not stored (strings)")
+    for i, a in enumerate(arrays):
+        if a.dtype != first.dtype or a.ndim != first.ndim or a.ndim == 0:
+            raise ValueError(
+                f"column {name!r}: record {i} is {a.dtype} of rank {a.ndim}; record 0 is "
+                f"{first.dtype} of rank {first.ndim} (ragged records share dtype and rank >= 1)"
+            )
+    flat = np.concatenate([a.reshape(-1) for a in arrays]) if rows else first.reshape(-1)[:0]
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([a.size for a in arrays], out=offsets[1:])
+    shapes = np.array([a.shape for a in arrays], dtype=np.int64).reshape(len(arrays), first.ndim)
+    ragged = Ragged.create(path, first.dtype, first.ndim, codec=codec, data_shards=1)
+    try:
+        ragged.append_flat(np.ascontiguousarray(flat), offsets, shapes)
+    finally:
+        ragged.close()
+
+
+def _image_kind(head: bytes) -> str | None:
+    """``"jpeg"`` or ``"png"`` by a file's first bytes, else ``None``."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    return None
+
+
+def _fsync_dir(path: str) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_part(
+    root: str | os.PathLike[str],
+    part: int | str,
+    columns: Mapping[str, Column],
+    codec: str | Mapping[str, str] = DEFAULT_CODEC,
+    storage_options: Mapping[str, Any] | None = None,
+) -> str:
+    """Write part `part` of the collection at `root` and return its name.
+
+    `columns` maps each column name to its records: a NumPy array (a
+    :class:`~loaderx.Dense` column of its ``shape[1:]``; ``(n,)`` gives
+    scalars), or a list of arrays of one dtype and rank (a
+    :class:`~loaderx.Ragged` column), or a list of ``bytes``: JPEG or PNG
+    files (told by their first bytes, or any bytes under codec ``"jpeg"``/
+    ``"png"``) make an image column keeping the files as they are, other
+    bytes ``uint8`` Ragged records. Every column holds the same number of records. `codec` is one
+    codec for all columns or ``{column: codec}`` (default ``"zstd"``).
+
+    The part is written under a temporary name (starting with ``.``, which
+    :func:`commit` ignores) and renamed into place when complete; a part of
+    the same name is replaced, so a retried task never duplicates records.
+    ``storage_options`` is for object storage, not yet supported.
+    """
+    base = _local(root, storage_options)
+    name = part_name(part)
+    if not isinstance(columns, Mapping) or not columns:
+        raise ValueError("columns must be a non-empty dict of column name -> records")
+    rows: int | None = None
+    for col, values in columns.items():
+        if not isinstance(col, str):
+            raise TypeError(f"column names must be str, got {col!r}")
+        _check_name("column", col)
+        n = len(values)
+        if rows is None:
+            rows = n
+        elif n != rows:
+            first = next(iter(columns))
+            raise ValueError(f"column {col!r} has {n} records; column {first!r} has {rows}")
+    os.makedirs(base, exist_ok=True)
+    tmp = os.path.join(base, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.mkdir(tmp)
+        for col, values in columns.items():
+            _write_column(os.path.join(tmp, col), col, values, _codec_of(codec, col), rows or 0)
+        _fsync_dir(tmp)
+        final = os.path.join(base, name)
+        while True:
+            try:
+                os.rename(tmp, final)
+                break
+            except OSError:
+                if not os.path.exists(final):
+                    raise
+                # A finished part of that name (an earlier attempt of this
+                # task): move it aside, then take its place.
+                old = os.path.join(base, f".{name}.old-{uuid.uuid4().hex[:8]}")
+                try:
+                    os.rename(final, old)
+                except FileNotFoundError:
+                    continue
+                shutil.rmtree(old, ignore_errors=True)
+        _fsync_dir(base)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return name
+
+
+def commit(
+    root: str | os.PathLike[str],
+    parts: Sequence[int | str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Publish the collection at `root`; returns the entries it ignored.
+
+    With `parts` (what an engine reports as written, in order; ints or
+    names), exactly those parts are published in that order; without, every
+    finished part directory, in name order. The parts must have the same
+    columns with the same schemas, and every column of a part the same
+    number of records; otherwise ``ZrecordError`` (code -8) names the part
+    and column and nothing is written. The manifest is written under a
+    temporary name, synced and renamed over ``manifest.zc``: readers see
+    the previous commit or this one. Ignored are unfinished writes (names
+    starting with ``.``) and finished parts not in `parts`.
+    """
+    base = _local(root, storage_options)
+    names = None if parts is None else [part_name(p) for p in parts]
+    _parts, _records, ignored = _native.collection_commit(base, names)
+    return list(ignored)
+
+
+def open(  # noqa: A001 - the module's verb, as in loaderx.collection.open
+    root: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> Collection:
+    """The committed collection at `root` (reads its manifest only; each
+    part is opened when a read first touches it)."""
+    base = _local(root, storage_options)
+    return Collection._open(base)
+
+
+def _reopen_column(root: str, name: str) -> Any:
+    """Unpickles a column reader: the collection reopened, its column."""
+    return open(root).column(name)
+
+
+class _ColumnDense(Dense):
+    """A :class:`~loaderx.Dense` reader of a collection's column; pickles
+    as its collection and name (a spawned worker reopens it)."""
+
+    _origin: tuple[str, str]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reopen_column, self._origin)
+
+
+class _ColumnRagged(Ragged):
+    """A :class:`~loaderx.Ragged` reader of a collection's column; pickles
+    as its collection and name."""
+
+    _origin: tuple[str, str]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reopen_column, self._origin)
+
+
+class Collection(_Closing):
+    """A committed collection: ``len(col)`` records in every column.
+
+    * ``col["image"]``: that column as a :class:`~loaderx.Dense` or
+      :class:`~loaderx.Ragged` reader over global indices (every index form
+      they take: ints, negatives, slices, masks, arrays, lists).
+    * ``col[idx]``: ``{column: col[column][idx]}``.
+    * ``DataLoader(col, batch_size=...)``: one stream per column, named
+      after it, natively gathered, sharded and resumable as for stores.
+    """
+
+    path: str
+    _native: Any
+    _readers: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("use loaderx.collection.open(root)")
+
+    @classmethod
+    def _open(cls, path: str) -> Collection:
+        native = _native.Collection.open(path)
+        made = cls.__new__(cls)
+        made.path = path
+        made._native = native
+        made._readers = {}
+        return made
+
+    def _live(self) -> Any:
+        native = getattr(self, "_native", None)
+        if native is None:
+            raise ClosedError(f"operation on a closed Collection ({self.path})")
+        return native
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in manifest order."""
+        return list(self._live().columns())
+
+    @property
+    def schema(self) -> dict[str, dict[str, Any]]:
+        """``{column: {"kind", "dtype", "shape", "ndim", "codec", ...}}``."""
+        return dict(self._live().schemas())
+
+    @property
+    def parts(self) -> list[tuple[str, int]]:
+        """``[(part name, records)]`` in index order."""
+        return [(str(n), int(c)) for n, c in self._live().parts()]
+
+    def column(self, name: str) -> Any:
+        """The reader of column `name` (``KeyError`` naming the columns)."""
+        native = self._live()
+        reader = self._readers.get(name)
+        if reader is None:
+            handle = native.column(name)
+            kind = handle.schema()["kind"]
+            cls: type[_ColumnDense] | type[_ColumnRagged] = (
+                _ColumnDense if kind == "dense" else _ColumnRagged
+            )
+            reader = cls._make(handle, f"{self.path}[{name!r}]", True, False, False)
+            reader._origin = (self.path, name)
+            self._readers[name] = reader
+        return reader
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return self.column(key)
+        return {name: self.column(name)[key] for name in self.columns}
+
+    def __getitems__(self, idxs: Any) -> dict[str, Any]:
+        """The batch at `idxs`: ``{column: batch}``."""
+        return {name: self.column(name).__getitems__(idxs) for name in self.columns}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def loader_streams(self) -> dict[str, Any]:
+        """``{column: reader}``: what ``DataLoader(col, ...)`` streams."""
+        return {name: self.column(name) for name in self.columns}
+
+    def verify(self) -> None:
+        """Check every record of every part; raises the first problem."""
+        for name in self.columns:
+            self.column(name).verify()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its root (a spawned worker reopens it)."""
+        self._live()
+        return (open, (self.path,))
+
+    def __del__(self) -> None:
+        # A reader taken from a collection (``open(root)["x"]``) outlives
+        # it: it holds the native collection itself. Only close() closes.
+        pass
+
+    def close(self) -> None:
+        """Release the collection and the readers it handed out. Idempotent."""
+        readers = getattr(self, "_readers", {})
+        for reader in readers.values():
+            reader.close()
+        readers.clear()
+        self._native = None
+
+    def __repr__(self) -> str:
+        native = getattr(self, "_native", None)
+        if native is None:
+            return f"<Collection {self.path!r}: closed>"
+        return (
+            f"<Collection {self.path!r}: {len(native)} records, {len(native.parts())} parts, "
+            f"columns {native.columns()}>"
+        )

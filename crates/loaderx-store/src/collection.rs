@@ -1,0 +1,923 @@
+//! Collections: many stores read as one (`docs/FORMAT.md`, part III).
+//!
+//! A collection is a directory of parts, each holding one v2 store per
+//! column, and a manifest ([`loaderx_format::manifest`]) that lists the
+//! columns and the parts in index order. [`Collection::open`] reads the
+//! manifest only; a part's store is opened the first time a read touches
+//! it, so opening costs the same for 10 parts as for 100,000. Where parts
+//! come from is a [`PartOpener`]: local directories here
+//! ([`LocalParts`]), any other storage by implementing the trait.
+//!
+//! A read splits its global indices by part (a binary search over the
+//! parts' first indices), gathers each part's records with that part's
+//! store, the parts in parallel on the store's pool, into one output in
+//! the order asked. A batch whose records of each part sit side by side
+//! in the output (any sorted or sequential batch) is gathered straight
+//! into it; any other goes through one scratch buffer and one copy.
+//!
+//! [`commit`] checks finished parts and publishes a manifest atomically.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use loaderx_format::manifest::{
+    Column as ColumnDef, MANIFEST_FILE, Manifest, ManifestError, Part, check_name,
+};
+use loaderx_format::v2::{Kind, Schema};
+
+use crate::codec::Codec;
+use crate::storage::{FileStorage, Storage};
+use crate::{Deflate, Error, OpenOptions, Result, Store, parallel};
+
+/// Opens the store of one column of one part.
+pub trait PartOpener<C: Codec, S: Storage>: Send + Sync + fmt::Debug {
+    /// The store of column `column` in part `part`, opened read-only.
+    ///
+    /// # Errors
+    /// Whatever opening the store fails with.
+    fn open(&self, part: &str, column: &str) -> Result<Store<C, S>>;
+
+    /// Where part `part`'s column `column` lives, for error messages.
+    fn location(&self, part: &str, column: &str) -> PathBuf;
+}
+
+/// Parts in directories under a local root: `<root>/<part>/<column>/`.
+#[derive(Debug, Clone)]
+pub struct LocalParts {
+    root: PathBuf,
+    options: OpenOptions,
+}
+
+impl LocalParts {
+    /// Parts under `root`, opened with `options` (made read-only).
+    #[must_use]
+    pub fn new(root: impl Into<PathBuf>, mut options: OpenOptions) -> LocalParts {
+        options.read_only = true;
+        options.create = false;
+        LocalParts {
+            root: root.into(),
+            options,
+        }
+    }
+}
+
+impl<C: Codec + Default> PartOpener<C, FileStorage> for LocalParts {
+    fn open(&self, part: &str, column: &str) -> Result<Store<C, FileStorage>> {
+        Store::open_with(
+            PartOpener::<C, FileStorage>::location(self, part, column),
+            self.options.clone(),
+        )
+    }
+
+    fn location(&self, part: &str, column: &str) -> PathBuf {
+        self.root.join(part).join(column)
+    }
+}
+
+/// One column's stores, a slot per part, each filled on first touch.
+type Slots<C, S> = Box<[OnceLock<Arc<Store<C, S>>>]>;
+
+/// An open collection: the manifest, and each part's column stores once
+/// touched.
+pub struct Collection<C: Codec = Deflate, S: Storage = FileStorage> {
+    root: PathBuf,
+    manifest: Manifest,
+    /// `starts[p]` is part `p`'s first global index; `starts[parts]` the total.
+    starts: Vec<u64>,
+    opener: Box<dyn PartOpener<C, S>>,
+    /// `stores[column][part]`, opened on first touch.
+    stores: Vec<Slots<C, S>>,
+}
+
+impl<C: Codec, S: Storage> fmt::Debug for Collection<C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Collection")
+            .field("root", &self.root)
+            .field("columns", &self.manifest.columns.len())
+            .field("parts", &self.manifest.parts.len())
+            .field("records", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn manifest_error(path: &Path, err: &ManifestError) -> Error {
+    Error::NotAStore {
+        path: path.to_owned(),
+        reason: err.to_string(),
+    }
+}
+
+impl<C: Codec + Default> Collection<C, FileStorage> {
+    /// Opens the collection at `root`: reads and checks its manifest, and
+    /// no part (each is opened when a read first touches it).
+    ///
+    /// # Errors
+    /// [`Error::NotAStore`] (code -8) when there is no manifest or it is
+    /// damaged or inconsistent, naming the field; [`Error::Io`] when it
+    /// cannot be read.
+    pub fn open(root: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
+        let root = root.as_ref();
+        let path = root.join(MANIFEST_FILE);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotAStore {
+                    path: root.to_owned(),
+                    reason: format!(
+                        "no {MANIFEST_FILE}: not a collection, or one whose parts were never committed"
+                    ),
+                });
+            }
+            Err(source) => {
+                return Err(Error::Io {
+                    path,
+                    op: "read",
+                    source,
+                });
+            }
+        };
+        Self::from_manifest(root, &bytes, Box::new(LocalParts::new(root, options)))
+    }
+}
+
+impl<C: Codec, S: Storage> Collection<C, S> {
+    /// A collection from its manifest's bytes, its parts opened by
+    /// `opener`; `root` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::NotAStore`] for a damaged or inconsistent manifest.
+    pub fn from_manifest(
+        root: impl Into<PathBuf>,
+        manifest: &[u8],
+        opener: Box<dyn PartOpener<C, S>>,
+    ) -> Result<Self> {
+        let root = root.into();
+        let manifest = Manifest::decode(manifest)
+            .map_err(|e| manifest_error(&root.join(MANIFEST_FILE), &e))?;
+        let starts = manifest.starts();
+        let stores = manifest
+            .columns
+            .iter()
+            .map(|_| (0..manifest.parts.len()).map(|_| OnceLock::new()).collect())
+            .collect();
+        Ok(Collection {
+            root,
+            manifest,
+            starts,
+            opener,
+            stores,
+        })
+    }
+
+    /// The collection's root.
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The manifest.
+    #[must_use]
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Records in the collection: indices are `0 .. len()`.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// Whether the collection holds no records.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The global index of part `part`'s first record (`parts()` gives the total).
+    #[must_use]
+    pub fn start(&self, part: usize) -> Option<u64> {
+        self.starts.get(part).copied()
+    }
+
+    /// Parts whose stores have been opened so far, over every column.
+    #[must_use]
+    pub fn opened_parts(&self) -> usize {
+        self.stores
+            .iter()
+            .map(|col| col.iter().filter(|s| s.get().is_some()).count())
+            .sum()
+    }
+
+    /// Column `name`, to read from.
+    ///
+    /// # Errors
+    /// [`Error::Collection`] naming the columns there are.
+    pub fn column(self: &Arc<Self>, name: &str) -> Result<Column<C, S>> {
+        match self.manifest.column(name) {
+            Some((index, _)) => Ok(Column {
+                coll: Arc::clone(self),
+                index,
+            }),
+            None => Err(Error::Collection {
+                path: self.root.clone(),
+                reason: format!(
+                    "no column {name:?}; the collection has {:?}",
+                    self.manifest
+                        .columns
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+            }),
+        }
+    }
+
+    /// The part holding global index `idx`, and the index within it.
+    fn locate(&self, idx: u64) -> Result<(usize, u64)> {
+        if idx >= self.len() {
+            return Err(Error::IndexOutOfRange {
+                index: idx,
+                len: self.len(),
+            });
+        }
+        // First part whose end is past `idx` (skips empty parts).
+        let part = self.starts[1..].partition_point(|&end| end <= idx);
+        Ok((part, idx - self.starts[part]))
+    }
+
+    /// The store of `column` in `part`, opened (and checked against the
+    /// manifest) on first use.
+    fn store(&self, column: usize, part: usize) -> Result<Arc<Store<C, S>>> {
+        let slot = &self.stores[column][part];
+        if let Some(store) = slot.get() {
+            return Ok(Arc::clone(store));
+        }
+        let def = &self.manifest.columns[column];
+        let p = &self.manifest.parts[part];
+        let store = self.opener.open(&p.name, &def.name)?;
+        let at = || self.opener.location(&p.name, &def.name);
+        match store.schema() {
+            Some(schema) if same_schema(schema, &def.schema) => {}
+            found => {
+                return Err(Error::NotAStore {
+                    path: at(),
+                    reason: format!(
+                        "part {part} ({:?}) of column {:?} has schema {found:?}; the manifest says {:?}",
+                        p.name, def.name, def.schema
+                    ),
+                });
+            }
+        }
+        if store.len() != p.records {
+            return Err(Error::NotAStore {
+                path: at(),
+                reason: format!(
+                    "part {part} ({:?}) of column {:?} holds {} records; the manifest says {}",
+                    p.name,
+                    def.name,
+                    store.len(),
+                    p.records
+                ),
+            });
+        }
+        let store = Arc::new(store);
+        // Another thread may have opened it meanwhile: either copy will do.
+        let _ = slot.set(Arc::clone(&store));
+        Ok(slot.get().map_or(store, Arc::clone))
+    }
+
+    /// Splits `idxs` by part: one group per part touched, in order of
+    /// first appearance, each with its positions in `idxs` (increasing)
+    /// and its local indices.
+    fn split(&self, idxs: &[u64]) -> Result<Split> {
+        let mut groups: Vec<Group> = Vec::new();
+        let mut by_part: HashMap<usize, usize> = HashMap::new();
+        let mut last: Option<(usize, usize)> = None; // (part, group)
+        for (pos, &idx) in idxs.iter().enumerate() {
+            let (part, local) = self.locate(idx)?;
+            let g = match last {
+                Some((p, g)) if p == part => g,
+                _ => *by_part.entry(part).or_insert_with(|| {
+                    groups.push(Group {
+                        part,
+                        positions: Vec::new(),
+                        local: Vec::new(),
+                    });
+                    groups.len() - 1
+                }),
+            };
+            last = Some((part, g));
+            groups[g].positions.push(pos);
+            groups[g].local.push(local);
+        }
+        let contiguous = groups.iter().all(|g| {
+            g.positions.last().map_or(0, |l| l + 1) - g.positions.first().copied().unwrap_or(0)
+                == g.positions.len()
+        });
+        Ok(Split { groups, contiguous })
+    }
+
+    /// Runs `f(store, local indices, out)` for every part a batch of
+    /// `idxs.len()` slots of `slot` elements touches, `out` being that
+    /// part's slots in order; the parts in parallel; results land in
+    /// `dst[i · slot ..][.. slot]` for record `i`.
+    fn fixed<T, F>(
+        &self,
+        column: usize,
+        idxs: &[u64],
+        dst: &mut [T],
+        slot: usize,
+        what: &'static str,
+        f: F,
+    ) -> Result<()>
+    where
+        T: Copy + Default + Send + Sync,
+        F: Fn(&Store<C, S>, &[u64], &mut [T]) -> Result<()> + Sync,
+    {
+        let need = idxs
+            .len()
+            .checked_mul(slot)
+            .ok_or(Error::OutOfMemory { bytes: u64::MAX })?;
+        if dst.len() < need {
+            return Err(Error::BufferTooSmall {
+                what,
+                position: 0,
+                need: need as u64,
+                have: dst.len() as u64,
+            });
+        }
+        let dst = &mut dst[..need];
+        if idxs.is_empty() {
+            return Ok(());
+        }
+        let split = self.split(idxs)?;
+        let bytes = (need * std::mem::size_of::<T>()) as u64;
+        if split.groups.len() == 1 {
+            let g = &split.groups[0];
+            return f(&*self.store(column, g.part)?, &g.local, dst);
+        }
+        if split.contiguous {
+            // Each part's slots are one run of `dst`: gather in place.
+            let mut order: Vec<&Group> = split.groups.iter().collect();
+            order.sort_by_key(|g| g.positions[0]);
+            let mut jobs = Vec::with_capacity(order.len());
+            let mut rest = dst;
+            for (n, g) in order.into_iter().enumerate() {
+                let (mine, tail) = rest.split_at_mut(g.local.len() * slot);
+                rest = tail;
+                jobs.push((n, g, mine));
+            }
+            return run_jobs(jobs, bytes, |g, out| {
+                f(&*self.store(column, g.part)?, &g.local, out)
+            });
+        }
+        // Scattered: each part gathers into its run of a scratch buffer,
+        // then every slot is copied to its place.
+        let mut scratch = Vec::new();
+        scratch
+            .try_reserve_exact(need)
+            .map_err(|_| Error::OutOfMemory { bytes })?;
+        scratch.resize(need, T::default());
+        let mut jobs = Vec::with_capacity(split.groups.len());
+        let mut rest = scratch.as_mut_slice();
+        for (n, g) in split.groups.iter().enumerate() {
+            let (mine, tail) = rest.split_at_mut(g.local.len() * slot);
+            rest = tail;
+            jobs.push((n, g, mine));
+        }
+        run_jobs(jobs, bytes, |g, out| {
+            f(&*self.store(column, g.part)?, &g.local, out)
+        })?;
+        let mut at = 0;
+        for g in &split.groups {
+            for &pos in &g.positions {
+                dst[pos * slot..][..slot].copy_from_slice(&scratch[at..at + slot]);
+                at += slot;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a part's store schema is the manifest's column schema (the
+/// dictionary aside: columns never have one).
+fn same_schema(store: &Schema, column: &Schema) -> bool {
+    store.kind == column.kind
+        && store.dtype == column.dtype
+        && store.shape == column.shape
+        && store.ndim == column.ndim
+        && store.codec == column.codec
+        && store.codecs == column.codecs
+}
+
+struct Group {
+    part: usize,
+    positions: Vec<usize>,
+    local: Vec<u64>,
+}
+
+struct Split {
+    groups: Vec<Group>,
+    /// Whether each group's positions are one run.
+    contiguous: bool,
+}
+
+/// Runs `work` on every `(n, group, out)` job, in parallel when worth it;
+/// the error of the lowest `n` that failed.
+fn run_jobs<T: Send, F>(jobs: Vec<(usize, &Group, &mut [T])>, bytes: u64, work: F) -> Result<()>
+where
+    F: Fn(&Group, &mut [T]) -> Result<()> + Sync,
+{
+    let errors: Mutex<Vec<(usize, Error)>> = Mutex::new(Vec::new());
+    parallel::for_each_part(jobs, bytes, |(n, g, out)| {
+        if let Err(e) = work(g, out) {
+            errors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((n, e));
+        }
+    });
+    let errors = errors
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match errors.into_iter().min_by_key(|(n, _)| *n) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// One column of a collection, read over global indices, with the read
+/// calls of a single [`Store`].
+pub struct Column<C: Codec = Deflate, S: Storage = FileStorage> {
+    coll: Arc<Collection<C, S>>,
+    index: usize,
+}
+
+impl<C: Codec, S: Storage> Clone for Column<C, S> {
+    fn clone(&self) -> Self {
+        Column {
+            coll: Arc::clone(&self.coll),
+            index: self.index,
+        }
+    }
+}
+
+impl<C: Codec, S: Storage> fmt::Debug for Column<C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Column")
+            .field("root", &self.coll.root)
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Codec, S: Storage> Column<C, S> {
+    /// The collection.
+    #[must_use]
+    pub fn collection(&self) -> &Arc<Collection<C, S>> {
+        &self.coll
+    }
+
+    /// The column's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.coll.manifest.columns[self.index].name
+    }
+
+    /// The schema of the column's store in every part.
+    #[must_use]
+    pub fn schema(&self) -> &Schema {
+        &self.coll.manifest.columns[self.index].schema
+    }
+
+    /// Records in the collection.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.coll.len()
+    }
+
+    /// Whether the collection holds no records.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.coll.is_empty()
+    }
+
+    /// As [`Store::gather`], over global indices: record `idxs[i]` at
+    /// `dst[i · stride ..]`; `dst` must hold `idxs.len() · stride` bytes.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] (nothing read), [`Error::BufferTooSmall`],
+    /// and the errors of the parts' gathers, naming the part's store.
+    pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        self.coll
+            .fixed(self.index, idxs, dst, stride, "destination", |s, l, out| {
+                s.gather(l, out, stride)
+            })
+    }
+
+    /// As [`Store::gather_exact`], over global indices.
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather), plus [`Error::RecordLength`].
+    pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
+        self.coll.fixed(
+            self.index,
+            idxs,
+            dst,
+            item_len,
+            "destination",
+            |s, l, out| s.gather_exact(l, out, item_len),
+        )
+    }
+
+    /// As [`Store::lengths`], over global indices.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`], [`Error::IndexOutOfRange`], a damaged entry.
+    pub fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
+        Error::check_len("out", idxs.len(), out.len())?;
+        self.coll
+            .fixed(self.index, idxs, out, 1, "out", Store::lengths)
+    }
+
+    /// As [`Store::dims`], over global indices (ragged columns).
+    ///
+    /// # Errors
+    /// As [`Store::dims`].
+    pub fn dims(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
+        let ndim = usize::from(self.schema().ndim);
+        if self.schema().kind != Kind::Ragged {
+            return Err(Error::Schema {
+                path: self.coll.root.clone(),
+                reason: format!(
+                    "column {:?} is not ragged: its records have no dimensions of their own",
+                    self.name()
+                ),
+            });
+        }
+        Error::check_len("out", idxs.len() * ndim, out.len())?;
+        self.coll
+            .fixed(self.index, idxs, out, ndim, "out", Store::dims)
+    }
+
+    /// As [`Store::gather_ragged`], over global indices: record `idxs[i]`
+    /// at `dst[offsets[i] ..]`.
+    ///
+    /// # Errors
+    /// As [`Store::gather_ragged`].
+    pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+        Error::check_len("offsets", idxs.len(), offsets.len())?;
+        if idxs.is_empty() {
+            return Ok(());
+        }
+        let split = self.coll.split(idxs)?;
+        if split.groups.len() == 1 {
+            let g = &split.groups[0];
+            return self
+                .coll
+                .store(self.index, g.part)?
+                .gather_ragged(&g.local, dst, offsets);
+        }
+        let mut lens = vec![0u32; idxs.len()];
+        self.lengths(idxs, &mut lens)?;
+        // Every range inside `dst`, none overlapping (checked before any write).
+        let mut by_start: Vec<usize> = (0..idxs.len()).collect();
+        by_start.sort_by_key(|&i| offsets[i]);
+        let mut end_before: Option<(usize, u64)> = None;
+        for &i in &by_start {
+            let end = offsets[i].saturating_add(u64::from(lens[i]));
+            if end > dst.len() as u64 {
+                return Err(Error::BufferTooSmall {
+                    what: "destination",
+                    position: i,
+                    need: end,
+                    have: dst.len() as u64,
+                });
+            }
+            if lens[i] == 0 {
+                continue;
+            }
+            if let Some((j, prev_end)) = end_before
+                && offsets[i] < prev_end
+            {
+                return Err(Error::OverlappingDestinations {
+                    first: j.min(i),
+                    second: j.max(i),
+                });
+            }
+            end_before = Some((i, end));
+        }
+        let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+        let total = usize::try_from(total).map_err(|_| Error::OutOfMemory { bytes: total })?;
+        let mut scratch = Vec::new();
+        scratch
+            .try_reserve_exact(total)
+            .map_err(|_| Error::OutOfMemory {
+                bytes: total as u64,
+            })?;
+        scratch.resize(total, 0u8);
+        // Each part's records back to back in its run of `scratch`.
+        let mut jobs = Vec::with_capacity(split.groups.len());
+        let mut local_offsets = Vec::with_capacity(split.groups.len());
+        let mut rest = scratch.as_mut_slice();
+        for g in &split.groups {
+            let mut offs = Vec::with_capacity(g.positions.len());
+            let mut at = 0u64;
+            for &pos in &g.positions {
+                offs.push(at);
+                at += u64::from(lens[pos]);
+            }
+            let (mine, tail) = rest.split_at_mut(at as usize);
+            rest = tail;
+            local_offsets.push(offs);
+            jobs.push(mine);
+        }
+        let jobs: Vec<_> = jobs
+            .into_iter()
+            .enumerate()
+            .map(|(n, out)| (n, &split.groups[n], out))
+            .collect();
+        let index = self.index;
+        let coll = &self.coll;
+        let by_group: HashMap<usize, &Vec<u64>> = split
+            .groups
+            .iter()
+            .zip(&local_offsets)
+            .map(|(g, o)| (g.part, o))
+            .collect();
+        run_jobs(jobs, total as u64, |g, out| {
+            coll.store(index, g.part)?
+                .gather_ragged(&g.local, out, by_group[&g.part])
+        })?;
+        let mut at = 0usize;
+        for g in &split.groups {
+            for &pos in &g.positions {
+                let len = lens[pos] as usize;
+                let start = offsets[pos] as usize;
+                dst[start..start + len].copy_from_slice(&scratch[at..at + len]);
+                at += len;
+            }
+        }
+        Ok(())
+    }
+
+    /// As `Store::gather_images` (the `image` feature), over global indices.
+    ///
+    /// # Errors
+    /// As `Store::gather_images`.
+    #[cfg(feature = "image")]
+    pub fn gather_images(
+        &self,
+        idxs: &[u64],
+        dst: &mut [u8],
+        height: u32,
+        width: u32,
+        layout: crate::ImageLayout,
+    ) -> Result<()> {
+        let item = height as usize * width as usize * 3;
+        if item == 0 || dst.len() as u64 != idxs.len() as u64 * item as u64 {
+            return Err(Error::BufferTooSmall {
+                what: "destination (images × height × width × 3)",
+                position: 0,
+                need: idxs.len() as u64 * item as u64,
+                have: dst.len() as u64,
+            });
+        }
+        self.coll
+            .fixed(self.index, idxs, dst, item, "destination", |s, l, out| {
+                s.gather_images(l, out, height, width, layout)
+            })
+    }
+
+    /// Checks every part's store of this column ([`Store::verify`]), in
+    /// part order; the first problem, naming the part's store.
+    ///
+    /// # Errors
+    /// The first problem found.
+    pub fn verify(&self) -> Result<()> {
+        for part in 0..self.coll.manifest.parts.len() {
+            self.coll.store(self.index, part)?.verify()?;
+        }
+        Ok(())
+    }
+
+    /// Every damaged record of the column as `(global index, reason)`.
+    ///
+    /// # Errors
+    /// A part that cannot be opened.
+    pub fn damaged(&self) -> Result<Vec<(u64, String)>> {
+        let mut out = Vec::new();
+        for part in 0..self.coll.manifest.parts.len() {
+            let start = self.coll.starts[part];
+            for (i, why) in self.coll.store(self.index, part)?.damaged()? {
+                out.push((start + i, why));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What [`commit`] published.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// Entries of the root that are not in it: unfinished writes (names
+    /// starting with `.`) and, when the parts were given, parts not named.
+    pub ignored: Vec<String>,
+}
+
+/// Checks parts under `root` and publishes them as a collection: writes
+/// the manifest under a temporary name, syncs it, renames it over
+/// [`MANIFEST_FILE`] and syncs the directory, so a reader sees the old
+/// manifest or the new one, never a part of one.
+///
+/// `parts` names the parts, in index order (what an engine reports as
+/// written); `None` takes every directory of `root` whose name is a valid
+/// part name, in name order. Every part must hold the same columns
+/// (directories), each an open-able v2 store of the same schema across
+/// parts, and every column of a part the same number of records.
+///
+/// # Errors
+/// [`Error::Collection`] naming the part and column that breaks a
+/// rule (nothing is written then); errors opening a part's store; I/O
+/// errors writing the manifest.
+pub fn commit(root: &Path, parts: Option<&[String]>, options: &OpenOptions) -> Result<Committed> {
+    let invalid = |reason: String| Error::Collection {
+        path: root.to_owned(),
+        reason,
+    };
+    let io = |path: &Path, op: &'static str| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, op, source }
+    };
+    let mut entries: Vec<String> = Vec::new();
+    for entry in fs::read_dir(root).map_err(io(root, "list"))? {
+        let entry = entry.map_err(io(root, "list"))?;
+        if entry.file_name() == MANIFEST_FILE {
+            continue;
+        }
+        if entry.path().is_dir() {
+            entries.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    entries.sort();
+    let chosen: Vec<String> = match parts {
+        Some(list) => {
+            for name in list {
+                check_name(name).map_err(|why| invalid(format!("part {why}")))?;
+                if !entries.contains(name) {
+                    return Err(invalid(format!(
+                        "part {name:?} is not a finished part under {}",
+                        root.display()
+                    )));
+                }
+            }
+            list.to_vec()
+        }
+        None => entries
+            .iter()
+            .filter(|n| check_name(n).is_ok())
+            .cloned()
+            .collect(),
+    };
+    if chosen.is_empty() {
+        return Err(invalid(format!(
+            "no finished parts to commit under {}",
+            root.display()
+        )));
+    }
+    let ignored = entries
+        .iter()
+        .filter(|n| !chosen.contains(n))
+        .cloned()
+        .collect();
+    let mut options = options.clone();
+    options.read_only = true;
+    options.create = false;
+    let mut columns: Option<Vec<ColumnDef>> = None;
+    let mut list = Vec::with_capacity(chosen.len());
+    for (p, name) in chosen.iter().enumerate() {
+        let (defs, count) = read_part(root, p, name, &options)?;
+        if defs.is_empty() {
+            return Err(invalid(format!("part {p} ({name:?}) holds no column")));
+        }
+        match &columns {
+            None => columns = Some(defs),
+            Some(first) => {
+                let names = |d: &[ColumnDef]| d.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+                if names(first) != names(&defs) {
+                    return Err(invalid(format!(
+                        "part {p} ({name:?}) has columns {:?}; part 0 ({:?}) has {:?}",
+                        names(&defs),
+                        chosen[0],
+                        names(first)
+                    )));
+                }
+                for (a, b) in first.iter().zip(&defs) {
+                    if !same_schema(&a.schema, &b.schema) {
+                        return Err(invalid(format!(
+                            "part {p} ({name:?}) column {:?} has schema {:?}; part 0 ({:?}) has {:?}",
+                            b.name, b.schema, chosen[0], a.schema
+                        )));
+                    }
+                }
+            }
+        }
+        list.push(Part {
+            name: name.clone(),
+            records: count,
+        });
+    }
+    let manifest = Manifest {
+        columns: columns.unwrap_or_default(),
+        parts: list,
+    };
+    let bytes = manifest.encode().map_err(|e| invalid(e.to_string()))?;
+    write_atomically(root, &bytes)?;
+    Ok(Committed { manifest, ignored })
+}
+
+/// The columns of part `p` (`name`) with their schemas, and its record
+/// count, checked: every column a v2 store, all of one length.
+fn read_part(
+    root: &Path,
+    p: usize,
+    name: &str,
+    options: &OpenOptions,
+) -> Result<(Vec<ColumnDef>, u64)> {
+    let invalid = |reason: String| Error::Collection {
+        path: root.to_owned(),
+        reason,
+    };
+    let io = |path: &Path, op: &'static str| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, op, source }
+    };
+    let dir = root.join(name);
+    let mut cols: Vec<String> = Vec::new();
+    for entry in fs::read_dir(&dir).map_err(io(&dir, "list"))? {
+        let entry = entry.map_err(io(&dir, "list"))?;
+        if entry.path().is_dir() {
+            cols.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    cols.sort();
+    let mut defs = Vec::with_capacity(cols.len());
+    let mut count: Option<u64> = None;
+    for col in &cols {
+        check_name(col).map_err(|why| invalid(format!("part {p} ({name:?}): column {why}")))?;
+        let store: Store<Deflate> = Store::open_with(dir.join(col), options.clone())?;
+        let Some(schema) = store.schema().cloned() else {
+            return Err(invalid(format!(
+                "part {p} ({name:?}) column {col:?} is a format v1 store; a collection holds v2 stores"
+            )));
+        };
+        match count {
+            None => count = Some(store.len()),
+            Some(n) if n != store.len() => {
+                return Err(invalid(format!(
+                    "part {p} ({name:?}): column {col:?} holds {} records, column {:?} holds {n}",
+                    store.len(),
+                    cols[0]
+                )));
+            }
+            Some(_) => {}
+        }
+        defs.push(ColumnDef {
+            name: col.clone(),
+            schema,
+        });
+    }
+    Ok((defs, count.unwrap_or(0)))
+}
+
+/// Writes `bytes` as `root/MANIFEST_FILE`: a temporary file, synced,
+/// renamed over the name, then the directory synced.
+fn write_atomically(root: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = root.join(format!(".{MANIFEST_FILE}.{}.tmp", std::process::id()));
+    let path = root.join(MANIFEST_FILE);
+    let io = |path: &Path, op: &'static str| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, op, source }
+    };
+    let written = (|| {
+        let mut f = fs::File::create(&tmp).map_err(io(&tmp, "create"))?;
+        f.write_all(bytes).map_err(io(&tmp, "write"))?;
+        f.sync_all().map_err(io(&tmp, "sync"))?;
+        fs::rename(&tmp, &path).map_err(io(&path, "rename to"))
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    #[cfg(unix)]
+    fs::File::open(root)
+        .and_then(|d| d.sync_all())
+        .map_err(io(root, "sync"))?;
+    Ok(())
+}
