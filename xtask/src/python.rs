@@ -23,6 +23,8 @@ const TOOLS: &[(&str, &str)] = &[
     ("datasets", "datasets"),
     ("pyarrow", "pyarrow"),
     ("pillow", "pillow"),
+    // bfloat16 and the float8 dtypes (optional for users; their tests need it).
+    ("ml_dtypes", "ml-dtypes"),
 ];
 
 /// The training frameworks the example tests run (CPU is enough). PyPI's
@@ -120,7 +122,7 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
     let missing: Vec<&str> = missing.split_whitespace().collect();
     if missing.is_empty() {
         println!(
-            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow",
+            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, ml-dtypes",
             venv.dir.display()
         );
     } else {

@@ -19,7 +19,7 @@ compatible both ways for the ``raw`` and ``flate`` codecs.
 
 from __future__ import annotations
 
-from . import _native
+from . import _native, dtypes
 from .compat05.dataloader import DataLoader
 from .compat05.dataset import Dataset
 from .compat05.sampler import Sampler
@@ -42,4 +42,5 @@ __all__ = [
     "Zrecord",
     "ZrecordError",
     "__version__",
+    "dtypes",
 ]

@@ -1,5 +1,6 @@
 from . import _lib as _lib
 from . import _native as _native
+from . import dtypes as dtypes
 from ._sampler import Sampler as Sampler
 from ._zrecord import CODECS as CODECS
 from ._zrecord import ERROR_CODES as ERROR_CODES
@@ -24,4 +25,5 @@ __all__ = [
     "Zrecord",
     "ZrecordError",
     "__version__",
+    "dtypes",
 ]

@@ -17,6 +17,7 @@ __all__ = [
     "CODECS",
     "ERROR_CODES",
     "DTYPES",
+    "ML_DTYPES",
     "TYPED_CODECS",
     "MAX_NDIM",
     "MAX_LANES",
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_DICT_SIZE",
     "MAX_DICT_SIZE",
     "stores_dtype",
+    "dtype_name",
     "train_dictionary",
     "BEHIND_NOTE",
     "as_indices",
@@ -48,6 +50,7 @@ CODECS: dict[str, int]
 ERROR_CODES: dict[int, tuple[str, str]]
 BEHIND_NOTE: Final[str]
 DTYPES: list[str]
+ML_DTYPES: list[str]
 TYPED_CODECS: dict[str, int]
 MAX_NDIM: Final[int]
 MAX_LANES: Final[int]
@@ -56,6 +59,7 @@ DEFAULT_DICT_SIZE: Final[int]
 MAX_DICT_SIZE: Final[int]
 
 def stores_dtype(name: str) -> bool: ...
+def dtype_name(dtype: np.dtype[Any]) -> str: ...
 def train_dictionary(
     samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int
 ) -> bytes: ...
