@@ -43,6 +43,8 @@
 mod args;
 #[allow(unsafe_code)]
 mod arrays;
+#[allow(unsafe_code)]
+mod dlpack;
 mod errors;
 mod indices;
 mod loader;
@@ -65,6 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Store>()?;
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;
+    m.add_class::<dlpack::DlPackTensor>()?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
     m.add_function(wrap_pyfunction!(indices::as_indices, m)?)?;

@@ -26,11 +26,13 @@ from .compat05.sampler import Sampler
 from .compat05.zrecord import CODECS, MAX_RECORD_LEN, Zrecord
 from .errors import ERROR_CODES, ZrecordError
 from .zrecord import Dense, Ragged
+from .containers.views import Allocator  # noqa: E402 - after .zrecord, which it needs
 
 #: The package version, as Cargo builds the native module.
 __version__: str = _native.__version__
 
 __all__ = [
+    "Allocator",
     "CODECS",
     "ERROR_CODES",
     "DataLoader",
