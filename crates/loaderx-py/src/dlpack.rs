@@ -455,3 +455,177 @@ impl DlPackTensor {
         Self::wrap(array)
     }
 }
+
+/// Owns an imported DLPack tensor until NumPy drops the array viewing it:
+/// the base object of the arrays [`import`] makes; dropping it calls the
+/// producer's deleter.
+#[pyclass(module = "loaderx._native", frozen)]
+pub(crate) struct DlPackImport {
+    legacy: *mut DlManagedTensor,
+    versioned: *mut DlManagedTensorVersioned,
+}
+
+// SAFETY: the pointers are only dereferenced to call the producer's
+// deleter, once, on drop; DLPack deleters may be called from any thread.
+unsafe impl Send for DlPackImport {}
+// SAFETY: as above; nothing reads through `&self`.
+unsafe impl Sync for DlPackImport {}
+
+impl Drop for DlPackImport {
+    fn drop(&mut self) {
+        // SAFETY: each pointer is a consumed managed tensor this object
+        // took over from its capsule; its deleter runs exactly once here.
+        unsafe {
+            if let Some(m) = self.versioned.as_ref()
+                && let Some(deleter) = m.deleter
+            {
+                deleter(self.versioned);
+            }
+            if let Some(m) = self.legacy.as_ref()
+                && let Some(deleter) = m.deleter
+            {
+                deleter(self.legacy);
+            }
+        }
+    }
+}
+
+/// A NumPy array of `dtype` over the memory of the CPU DLPack producer
+/// `producer` (no copy): its `__dlpack__` capsule is consumed, checked
+/// (CPU, the element type of `dtype`, compact row-major) and kept alive by
+/// the array. For the element types NumPy cannot import itself
+/// (`bfloat16`, float8 from PyTorch or JAX); `TypeError`/`ValueError`
+/// naming what does not match otherwise.
+#[pyfunction]
+pub(crate) fn import_dlpack<'py>(
+    producer: &Bound<'py, PyAny>,
+    dtype: &Bound<'py, numpy::PyArrayDescr>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = producer.py();
+    let want = dl_dtype(dtype)?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("max_version", (VERSION.0, VERSION.1))?;
+    let capsule = match producer.call_method("__dlpack__", (), Some(&kwargs)) {
+        Ok(c) => c,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => producer.call_method0("__dlpack__")?,
+        Err(e) => return Err(e),
+    };
+    let raw = capsule.as_ptr();
+    let mut holder = DlPackImport {
+        legacy: ptr::null_mut(),
+        versioned: ptr::null_mut(),
+    };
+    // SAFETY: `raw` is a live object; the capsule API checks its type and
+    // name, and a pointer taken from a valid capsule is the producer's
+    // managed tensor, which renaming the capsule hands over to us.
+    let (tensor, read_only) = unsafe {
+        if pyo3::ffi::PyCapsule_IsValid(raw, VERSIONED_NAME.as_ptr()) == 1 {
+            let m = pyo3::ffi::PyCapsule_GetPointer(raw, VERSIONED_NAME.as_ptr())
+                .cast::<DlManagedTensorVersioned>();
+            if pyo3::ffi::PyCapsule_SetName(raw, c"used_dltensor_versioned".as_ptr()) != 0 {
+                return Err(PyErr::fetch(py));
+            }
+            holder.versioned = m;
+            let m = &*m;
+            if m.version.major != 1 {
+                return Err(PyBufferError::new_err(format!(
+                    "DLPack version {}.{} is not 1.x",
+                    m.version.major, m.version.minor
+                )));
+            }
+            (
+                &m.dl_tensor as *const DlTensor,
+                m.flags & FLAG_READ_ONLY != 0,
+            )
+        } else if pyo3::ffi::PyCapsule_IsValid(raw, LEGACY_NAME.as_ptr()) == 1 {
+            let m = pyo3::ffi::PyCapsule_GetPointer(raw, LEGACY_NAME.as_ptr())
+                .cast::<DlManagedTensor>();
+            if pyo3::ffi::PyCapsule_SetName(raw, c"used_dltensor".as_ptr()) != 0 {
+                return Err(PyErr::fetch(py));
+            }
+            holder.legacy = m;
+            (&(*m).dl_tensor as *const DlTensor, false)
+        } else {
+            pyo3::ffi::PyErr_Clear();
+            return Err(PyTypeError::new_err(
+                "__dlpack__ returned no unconsumed DLPack capsule",
+            ));
+        }
+    };
+    // SAFETY: the producer keeps the tensor valid until its deleter runs,
+    // which `holder` does only when dropped.
+    let tensor = unsafe { &*tensor };
+    if tensor.device.device_type != CPU && tensor.device.device_type != 3 {
+        return Err(PyBufferError::new_err(format!(
+            "a DLPack tensor on device type {} cannot be appended: only CPU memory",
+            tensor.device.device_type
+        )));
+    }
+    let (code, bits, lanes) = (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes);
+    if (code, bits, lanes) != (want.code, want.bits, want.lanes) {
+        return Err(PyValueError::new_err(format!(
+            "DLPack element type (code {code}, {bits} bits, {lanes} lanes) is not the store \
+             dtype {} (code {}, {} bits)",
+            dtype.str()?,
+            want.code,
+            want.bits
+        )));
+    }
+    let ndim = usize::try_from(tensor.ndim).unwrap_or(0);
+    let shape: Vec<i64> = if ndim == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: DLPack's shape holds `ndim` dimensions.
+        unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }.to_vec()
+    };
+    if !tensor.strides.is_null() && ndim > 0 {
+        // SAFETY: as for the shape.
+        let strides = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
+        let mut expect = 1i64;
+        for (&d, &s) in shape.iter().zip(strides).rev() {
+            if d > 1 && s != expect {
+                return Err(PyValueError::new_err(
+                    "append requires a C-contiguous tensor",
+                ));
+            }
+            expect = expect.saturating_mul(d);
+        }
+    }
+    let mut dims: Vec<numpy::npyffi::npy_intp> = shape
+        .iter()
+        .map(|&d| d as numpy::npyffi::npy_intp)
+        .collect();
+    // SAFETY: the data pointer plus offset starts the tensor's compact
+    // elements (checked above), kept alive by `holder`, which becomes the
+    // array's base; `into_dtype_ptr` hands NumPy a new descriptor reference.
+    unsafe {
+        let data = tensor
+            .data
+            .cast::<u8>()
+            .add(usize::try_from(tensor.byte_offset).unwrap_or(0));
+        let flags = if read_only {
+            numpy::npyffi::NPY_ARRAY_C_CONTIGUOUS
+        } else {
+            numpy::npyffi::NPY_ARRAY_C_CONTIGUOUS | numpy::npyffi::NPY_ARRAY_WRITEABLE
+        };
+        let made = numpy::PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            numpy::npyffi::get_type_object(py, numpy::npyffi::NpyTypes::PyArray_Type),
+            dtype.clone().into_dtype_ptr(),
+            dims.len() as std::ffi::c_int,
+            dims.as_mut_ptr(),
+            ptr::null_mut(),
+            data.cast(),
+            flags,
+            ptr::null_mut(),
+        );
+        let array = Bound::from_owned_ptr_or_err(py, made)?;
+        let base = Bound::new(py, holder)?;
+        if numpy::PY_ARRAY_API.PyArray_SetBaseObject(py, array.as_ptr().cast(), base.into_ptr())
+            != 0
+        {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(array)
+    }
+}

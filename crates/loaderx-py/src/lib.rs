@@ -68,6 +68,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;
     m.add_class::<dlpack::DlPackTensor>()?;
+    m.add_function(wrap_pyfunction!(dlpack::import_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
     m.add_function(wrap_pyfunction!(indices::as_indices, m)?)?;

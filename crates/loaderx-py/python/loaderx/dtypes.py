@@ -116,9 +116,9 @@ def __getattr__(name: str) -> Any:
         globals()[name] = found
         return found
     if name == "supported":
-        found = tuple(globals()[n] for n in _PLAIN) + tuple(ml_dtype(n) for n in ML_FLOATS)
-        globals()[name] = found
-        return found
+        every = tuple(globals()[n] for n in _PLAIN) + tuple(ml_dtype(n) for n in ML_FLOATS)
+        globals()[name] = every
+        return every
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

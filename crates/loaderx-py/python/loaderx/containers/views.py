@@ -33,6 +33,7 @@ import numpy as np
 from .. import _native
 from ..dtypes import from_store_name
 from .dense import Dense
+from .dlpack_in import as_array
 from .ragged import Ragged
 
 DLTensor = _native.DLTensor
@@ -84,30 +85,8 @@ class Allocator:
         return f"Allocator({self.device_type!r}, {self.device_id})"
 
 
-def _cpu_array(producer: Any, what: str) -> np.ndarray:
-    """`producer` as a NumPy array over its own memory: through DLPack, or
-    a read-only buffer (a memory map) viewed in place. Never a copy."""
-    if isinstance(producer, np.ndarray) and not producer.flags.writeable:
-        return producer
-    if hasattr(producer, "__dlpack__"):
-        try:
-            return np.from_dlpack(producer, copy=False)
-        except BufferError:
-            if isinstance(producer, np.ndarray):
-                return producer
-            raise
-    try:
-        view = memoryview(producer)
-    except TypeError:
-        raise TypeError(
-            f"{what} must be a DLPack producer (NumPy, PyTorch, JAX, DLTensor) or a read-only "
-            f"buffer, got {type(producer).__name__}"
-        ) from None
-    if not view.readonly:
-        raise TypeError(
-            f"{what}: a writable buffer without DLPack is refused; pass a DLPack tensor"
-        )
-    return np.asarray(view)
+def _cpu_array(producer: Any, what: str, dtype: np.dtype | None = None) -> np.ndarray:
+    return as_array(producer, what, dtype)
 
 
 def _indices(idx: Any, length: int) -> tuple[np.ndarray, bool]:
@@ -256,7 +235,7 @@ class DenseWriter(_Writer):
         """Appends ``batch``, shaped ``(n, *item_shape)`` of the store dtype,
         C-contiguous, from its own memory; returns once it is written."""
         w = self._live()
-        array = _cpu_array(batch, "a dense batch")
+        array = _cpu_array(batch, "a dense batch", self.dtype)
         if array.dtype != self.dtype:
             raise ValueError(f"dense batch dtype {array.dtype} != store dtype {self.dtype}")
         if array.ndim != len(self.item_shape) + 1 or array.shape[1:] != self.item_shape:
@@ -293,7 +272,7 @@ class RaggedWriter(_Writer):
                 f"RaggedWriter.append takes a RaggedBatch, got {type(batch).__name__} "
                 "(RaggedBatch.from_records packs arrays)"
             )
-        values = _cpu_array(batch.values, "values")
+        values = _cpu_array(batch.values, "values", self.dtype)
         cu = _cpu_array(batch.cu_seqlens, "cu_seqlens")
         shapes = _cpu_array(batch.shapes, "shapes")
         if values.ndim != 1 or values.dtype != self.dtype:
