@@ -167,6 +167,8 @@ def test_documented_errors(tmp_path) -> None:
         view[3]
     with pytest.raises(IndexError):
         view[0, 3]
+    with pytest.raises(IndexError):
+        view[-1]  # positions are 0..len-1, no counting from the end
     kept = view[1]
     store.close()
     with pytest.raises(RuntimeError):

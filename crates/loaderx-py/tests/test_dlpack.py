@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib.util
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,8 +101,8 @@ def test_result_outlives_its_store_and_view(tmp_path) -> None:
     np.testing.assert_array_equal(np.from_dlpack(rbatch.values), np.r_[ragged_src[1], ragged_src[0]])
 
 
-def test_torch_zero_copy_and_lifetime(tmp_path) -> None:
-    torch = pytest.importorskip("torch")
+def _torch_zero_copy_and_lifetime(tmp_path) -> None:
+    import torch
     data = _store(tmp_path)
     with DenseStore(tmp_path / "s") as store, Allocator("cpu") as allocator:
         batch = store.bind(allocator)[0, 4]
@@ -118,9 +121,9 @@ def test_torch_zero_copy_and_lifetime(tmp_path) -> None:
         np.testing.assert_array_equal(np.from_dlpack(s.bind(allocator)[:]), src.numpy())
 
 
-@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
-def test_torch_ml_floats_both_ways(tmp_path, name: str) -> None:
-    torch = pytest.importorskip("torch")
+def _torch_ml_floats_both_ways(tmp_path, name: str) -> None:
+    import torch
+
     tdtype = getattr(torch, name)
     dt = getattr(dtypes, name)
     src = torch.tensor([[1.0, 2.0], [0.5, 4.0], [8.0, 0.25]]).to(tdtype)
@@ -132,11 +135,11 @@ def test_torch_ml_floats_both_ways(tmp_path, name: str) -> None:
     assert torch.equal(got.float(), src[[2, 0]].float())
 
 
-def test_jax_zero_copy(tmp_path) -> None:
+def _jax_zero_copy(tmp_path) -> None:
     """A batch of at least POOLED_OUTPUT_BYTES comes from the engine's pool
     (page-aligned buffers), which JAX's CPU import shares; smaller batches
     are NumPy allocations (16-byte aligned), which JAX copies (docs/API.md)."""
-    jax = pytest.importorskip("jax")
+    import jax
     import jax.numpy as jnp
 
     from loaderx import _native
@@ -161,10 +164,11 @@ def test_jax_zero_copy(tmp_path) -> None:
     np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)), bf[1].astype(np.float32))
 
 
-def test_dense_2x_append_takes_dlpack_producers(tmp_path) -> None:
+def _dense_2x_append_takes_dlpack_producers(tmp_path) -> None:
     """The 2.4 generation's ``Dense.append`` takes a DLPack producer too,
     viewed in place: a torch tensor (bfloat16 included) and a DLTensor."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from loaderx import Dense
 
     src = torch.tensor([[1.0, 2.0], [0.5, 4.0]]).to(torch.bfloat16)
@@ -179,3 +183,40 @@ def test_dense_2x_append_takes_dlpack_producers(tmp_path) -> None:
     from loaderx.containers.dlpack_in import as_array
 
     assert as_array(src, "x", dtypes.bfloat16).ctypes.data == src.data_ptr()
+
+
+def _child(body: str, framework: str, tmp_path: Path, *args: str) -> None:
+    """Runs `body(tmp_path, *args)` of this module in a child interpreter:
+    importing PyTorch or JAX here would leave their threads and arenas in
+    the suite's process (test_leaks.py measures its RSS)."""
+    if importlib.util.find_spec(framework) is None:
+        pytest.skip(f"{framework} is not installed")
+    code = (
+        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import test_dlpack as t; "
+        f"t.{body}(pathlib.Path(sys.argv[2]), *sys.argv[3:])"
+    )
+    here = str(Path(__file__).parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code, here, str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_torch_zero_copy_and_lifetime(tmp_path) -> None:
+    _child("_torch_zero_copy_and_lifetime", "torch", tmp_path)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_torch_ml_floats_both_ways(tmp_path, name: str) -> None:
+    _child("_torch_ml_floats_both_ways", "torch", tmp_path, name)
+
+
+def test_jax_zero_copy(tmp_path) -> None:
+    _child("_jax_zero_copy", "jax", tmp_path)
+
+
+def test_dense_2x_append_takes_dlpack_producers(tmp_path) -> None:
+    _child("_dense_2x_append_takes_dlpack_producers", "torch", tmp_path)

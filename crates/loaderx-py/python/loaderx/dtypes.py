@@ -40,6 +40,21 @@ complex128 = np.dtype(np.complex128)
 #: dtype table): bfloat16 and every 8-bit float ml_dtypes defines.
 ML_FLOATS: tuple[str, ...] = tuple(_native.ML_DTYPES)
 
+# The ml_dtypes floats, resolved on first use by `__getattr__` below
+# (declared here for type checkers; no value until then).
+bfloat16: np.dtype[Any]
+float8_e3m4: np.dtype[Any]
+float8_e4m3: np.dtype[Any]
+float8_e4m3b11fnuz: np.dtype[Any]
+float8_e4m3fn: np.dtype[Any]
+float8_e4m3fnuz: np.dtype[Any]
+float8_e5m2: np.dtype[Any]
+float8_e5m2fnuz: np.dtype[Any]
+float8_e5m3fnu: np.dtype[Any]
+float8_e8m0fnu: np.dtype[Any]
+#: Every dtype of the catalog (imports ml_dtypes on first use).
+supported: tuple[np.dtype[Any], ...]
+
 #: DLPack 1.1 type codes ``(code, bits)`` of every dtype of the catalog.
 _DLPACK: dict[str, tuple[int, int]] = {
     "bool": (6, 8),
@@ -127,7 +142,33 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ML_FLOATS",
+    "bfloat16",
+    "bool",
+    "complex128",
+    "complex64",
+    "float16",
+    "float32",
+    "float64",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e5m3fnu",
+    "float8_e8m0fnu",
+    "from_store_name",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "ml_dtype",
+    "store_name",
     "supported",
-    *_PLAIN,
-    *ML_FLOATS,
+    "uint16",
+    "uint32",
+    "uint64",
+    "uint8",
 ]
