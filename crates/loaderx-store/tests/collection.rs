@@ -19,7 +19,7 @@ fn dense_schema() -> Schema {
         dtype: Dtype::from_name("<u2").unwrap(),
         shape: vec![3],
         ndim: 1,
-        codec: CodecTag::ZSTD,
+        codec: CodecTag::FLATE,
         dictionary: None,
         codecs: Vec::new(),
     }
