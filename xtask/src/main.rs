@@ -9,7 +9,8 @@
 //! * `test`  — fmt check, clippy, rustdoc of the library crates with warnings
 //!   as errors, the library crates' tests in the dev profile (debug assertions
 //!   and overflow checks on), `cargo test --workspace --release`, then the
-//!   Python package built into the venv, its pytest suite, `mypy.stubtest`, a
+//!   Python package built into the venv, its pytest suite, the 2.8 API tests
+//!   against loaderx 2.8.19 (`target/compat28-venv`), `mypy.stubtest`, a
 //!   smoke run of the benchmark scripts and a short run of every fuzz target
 //!   under AddressSanitizer. Before the release run: the codec feature
 //!   checks (`codecs` below).
@@ -186,6 +187,7 @@ fn run_test() -> Result<(), Failure> {
     let venv = python::ensure_venv(&ws)?;
     python::develop(&ws, &venv)?;
     python::pytest(&ws, &venv)?;
+    python::api28_reference(&ws, &venv)?;
     python::stubtest(&ws, &venv)?;
     bench::smoke(&ws, &venv)?;
     if cfg!(target_os = "linux") {

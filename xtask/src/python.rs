@@ -32,6 +32,8 @@ const TOOLS: &[(&str, &str)] = &[
     // `loaderx.spark` and its tests (PySpark in local mode; they also need a
     // Java runtime: `ensure_jre`). About 320 MB installed.
     ("pyspark", "pyspark"),
+    // bfloat16 and the float8 dtypes (optional for users; their tests need it).
+    ("ml_dtypes", "ml-dtypes"),
 ];
 
 /// The training frameworks the example tests run (CPU is enough). PyPI's
@@ -129,7 +131,7 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
     let missing: Vec<&str> = missing.split_whitespace().collect();
     if missing.is_empty() {
         println!(
-            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, moto, ray, pyspark",
+            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, moto, ray, pyspark, ml-dtypes",
             venv.dir.display()
         );
     } else {
@@ -277,4 +279,57 @@ pub fn demo(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let mut cmd = venv.python();
     cmd.arg(script).arg("--out").arg(&out).current_dir(&ws.root);
     steps::run("demo: convert + load with every codec", &mut cmd)
+}
+
+/// The loaderx 2.8 release the 2.8 API tests also run against.
+const ORIGINAL_28: &str = "loaderx==2.8.19";
+/// What it needs beside it: it asks for NumPy >= 2.5, which has no build for
+/// every Python, and runs on 2.4 (hence `--no-deps` for loaderx itself).
+const ORIGINAL_28_DEPS: &[&str] = &["numpy>=2.4,<2.5", "msgpack", "ml-dtypes>=0.6", "pytest"];
+/// The test file of the 2.8 API, written to pass against both packages.
+const API28_TESTS: &str = "tests/test_api28.py";
+
+/// `tests/test_api28.py` against loaderx 2.8.19 itself, in
+/// `<target>/compat28-venv` (created and filled on first use): the same
+/// tests the package suite runs against ours, so both read the README's
+/// behaviour the same way. `--noconftest`: the suite's conftest imports
+/// names of ours that 2.8 does not have.
+pub fn api28_reference(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
+    const STEP: &str = "test_api28.py against loaderx 2.8.19";
+    let compat = Venv::at(ws.target_dir().join("compat28-venv"));
+    let probe = "import loaderx, pytest, ml_dtypes; print(loaderx.__version__)";
+    let found = steps::capture(compat.python().args(["-c", probe]));
+    if found.as_deref().map(str::trim) != Some("2.8.19") {
+        if !compat.works() {
+            let mut cmd = venv.python();
+            cmd.args(["-m", "venv", "--clear"]).arg(&compat.dir);
+            steps::run("create target/compat28-venv", &mut cmd)?;
+        }
+        let mut cmd = compat.python();
+        cmd.args(["-m", "pip", "install", "--quiet", "--no-deps", ORIGINAL_28]);
+        steps::run(
+            "pip install --no-deps loaderx==2.8.19 into target/compat28-venv",
+            &mut cmd,
+        )?;
+        let mut cmd = compat.python();
+        cmd.args(["-m", "pip", "install", "--quiet"])
+            .args(ORIGINAL_28_DEPS);
+        steps::run(
+            "pip install its dependencies into target/compat28-venv",
+            &mut cmd,
+        )?;
+    }
+    let tests = py_crate(ws).join(API28_TESTS);
+    let mut cmd = compat.python();
+    cmd.args([
+        "-m",
+        "pytest",
+        "-ra",
+        "--noconftest",
+        "-p",
+        "no:cacheprovider",
+    ])
+    .arg(&tests)
+    .current_dir(ws.target_dir());
+    steps::run(STEP, &mut cmd)
 }

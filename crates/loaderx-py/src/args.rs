@@ -62,6 +62,11 @@ pub(crate) fn check_dtype<'py>(dtype: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
         }
         Err(err) => return Err(err),
     };
+    if let Ok(descr) = found.cast::<numpy::PyArrayDescr>()
+        && crate::arrays::is_ml_float(descr)
+    {
+        return Ok(found);
+    }
     let shown = found.str()?.to_string();
     let refuse = |why: String| Err(PyValueError::new_err(why));
     if found.getattr("hasobject")?.is_truthy()? {

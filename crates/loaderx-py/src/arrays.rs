@@ -129,8 +129,33 @@ pub(crate) fn words(array: &Bound<'_, PyUntypedArray>) -> Option<Vec<u64>> {
 
 /// NumPy's built-in type numbers end below this (`NPY_NTYPES_LEGACY`);
 /// other dtypes (user-defined, `StringDType`) may keep pointers in their
-/// items.
+/// items, except the `ml_dtypes` floats ([`is_ml_float`]).
 const BUILTIN_TYPES: c_int = 24;
+
+/// Whether `dtype` is one of the plain-bytes floats of `ml_dtypes`
+/// (`bfloat16`, the float8 types): a user-defined NumPy type defined in the
+/// `ml_dtypes` package, whose name and item size are those of an entry of
+/// the store's dtype table ([`Dtype::ML_FLOATS`]).
+///
+/// [`Dtype::ML_FLOATS`]: loaderx_store::format::v2::Dtype::ML_FLOATS
+pub(crate) fn is_ml_float(dtype: &Bound<'_, PyArrayDescr>) -> bool {
+    ml_float_name(dtype).is_some()
+}
+
+/// The store spelling of `dtype` when it is an `ml_dtypes` float.
+pub(crate) fn ml_float_name(dtype: &Bound<'_, PyArrayDescr>) -> Option<String> {
+    if dtype.num() < BUILTIN_TYPES || dtype.has_object() {
+        return None;
+    }
+    let module = dtype.typeobj().getattr("__module__").ok()?;
+    let module: String = module.extract().ok()?;
+    if module != "ml_dtypes" && !module.starts_with("ml_dtypes.") {
+        return None;
+    }
+    let name: String = dtype.getattr("name").ok()?.extract().ok()?;
+    let known = crate::typed::ml_float(&name)?;
+    (known.itemsize() as usize == dtype.itemsize()).then_some(name)
+}
 
 /// The bytes of one item shaped like `proto`'s rows: its dtype's size times
 /// every axis but the first. `None` on overflow, and for a dtype whose
@@ -138,7 +163,7 @@ const BUILTIN_TYPES: c_int = 24;
 /// one of NumPy's built-in types.
 pub(crate) fn row_len(proto: &Bound<'_, PyUntypedArray>) -> Option<usize> {
     let dtype = proto.dtype();
-    if dtype.has_object() || !(0..BUILTIN_TYPES).contains(&dtype.num()) {
+    if dtype.has_object() || !((0..BUILTIN_TYPES).contains(&dtype.num()) || is_ml_float(&dtype)) {
         return None;
     }
     let shape = proto.shape();

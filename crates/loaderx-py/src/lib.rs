@@ -44,6 +44,8 @@ mod args;
 #[allow(unsafe_code)]
 mod arrays;
 mod collection;
+#[allow(unsafe_code)]
+mod dlpack;
 mod errors;
 mod indices;
 mod loader;
@@ -71,6 +73,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collection::Collection>()?;
     m.add_class::<collection::CollectionColumn>()?;
     m.add_function(wrap_pyfunction!(collection::collection_commit, m)?)?;
+    m.add_class::<dlpack::DlPackTensor>()?;
+    m.add_function(wrap_pyfunction!(dlpack::import_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::sampler_state_of, m)?)?;
     m.add_function(wrap_pyfunction!(indices::as_indices, m)?)?;

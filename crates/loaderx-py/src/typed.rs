@@ -62,11 +62,29 @@ fn stores_dtype(name: &str) -> bool {
     Dtype::from_name(name).is_some()
 }
 
+/// The `ml_dtypes` float the store's dtype table names `name`, if any.
+pub(crate) fn ml_float(name: &str) -> Option<Dtype> {
+    Dtype::ML_FLOATS.iter().copied().find(|d| d.name() == name)
+}
+
+/// How a store's schema spells the NumPy dtype `dtype`: its `ml_dtypes`
+/// name for an `ml_dtypes` float (`"bfloat16"`), else `dtype.str`.
+#[pyfunction]
+fn dtype_name(dtype: &Bound<'_, numpy::PyArrayDescr>) -> PyResult<String> {
+    match crate::arrays::ml_float_name(dtype) {
+        Some(name) => Ok(name),
+        None => dtype.getattr("str")?.extract(),
+    }
+}
+
 /// Adds the typed-store constants to `loaderx._native`.
 pub(crate) fn add_constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let dtypes: Vec<&str> = Dtype::NUMBERS.iter().map(Dtype::name).collect();
     m.add("DTYPES", dtypes)?;
+    let ml: Vec<&str> = Dtype::ML_FLOATS.iter().map(Dtype::name).collect();
+    m.add("ML_DTYPES", ml)?;
+    m.add_function(wrap_pyfunction!(dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(stores_dtype, m)?)?;
     let codecs = PyDict::new(py);
     for (tag, name) in typed_codecs() {

@@ -128,7 +128,8 @@ pub const MAX_DTYPE_NAME: usize = 24;
 
 /// A NumPy dtype the typed containers store, by its canonical spelling
 /// (`dtype.str`): a number (bool, integer, float, complex) of either byte
-/// order ([`NUMBERS`](Dtype::NUMBERS)); fixed-width bytes (`|S<n>`), raw
+/// order ([`NUMBERS`](Dtype::NUMBERS)); an `ml_dtypes` float by its name
+/// ([`ML_FLOATS`](Dtype::ML_FLOATS)); fixed-width bytes (`|S<n>`), raw
 /// bytes (`|V<n>`) or Unicode (`<U<n>`, `>U<n>`, 4 bytes a character); or a
 /// datetime or timedelta with a unit (`<M8[ns]`, `>m8[10s]`). Never objects,
 /// fields, sub-arrays or zero-size items. The records hold the elements in
@@ -194,6 +195,23 @@ impl Dtype {
         Dtype::known(">c16", 16),
     ];
 
+    /// The machine-learning floats of `ml_dtypes` (`DLPack` 1.1 names most of them),
+    /// spelled by their `ml_dtypes` name: `bfloat16` and every 8-bit float.
+    /// NumPy's `dtype.str` cannot tell them apart (`<V2`, `<V1`, `<f1`), so
+    /// the name is the spelling. Their elements are little-endian.
+    pub const ML_FLOATS: [Dtype; 10] = [
+        Dtype::known("bfloat16", 2),
+        Dtype::known("float8_e3m4", 1),
+        Dtype::known("float8_e4m3", 1),
+        Dtype::known("float8_e4m3b11fnuz", 1),
+        Dtype::known("float8_e4m3fn", 1),
+        Dtype::known("float8_e4m3fnuz", 1),
+        Dtype::known("float8_e5m2", 1),
+        Dtype::known("float8_e5m2fnuz", 1),
+        Dtype::known("float8_e5m3fnu", 1),
+        Dtype::known("float8_e8m0fnu", 1),
+    ];
+
     /// Unsigned bytes, the dtype of a bytes store.
     pub const U8: Dtype = Dtype::known("|u1", 1);
 
@@ -218,7 +236,11 @@ impl Dtype {
     /// may hold it.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Dtype> {
-        if let Some(d) = Dtype::NUMBERS.iter().find(|d| d.name() == name) {
+        if let Some(d) = Dtype::NUMBERS
+            .iter()
+            .chain(&Dtype::ML_FLOATS)
+            .find(|d| d.name() == name)
+        {
             return Some(*d);
         }
         if name.len() < 3 || name.len() > MAX_DTYPE_NAME || !name.is_ascii() {
@@ -255,6 +277,12 @@ impl Dtype {
     pub fn name(&self) -> &str {
         // The bytes are a prefix of an ASCII `&str` (`known`'s argument).
         std::str::from_utf8(&self.name[..usize::from(self.len)]).unwrap_or("")
+    }
+
+    /// Whether this is one of [`ML_FLOATS`](Dtype::ML_FLOATS).
+    #[must_use]
+    pub fn is_ml_float(&self) -> bool {
+        Dtype::ML_FLOATS.contains(self)
     }
 
     /// Bytes per element.
@@ -961,6 +989,53 @@ mod tests {
         }
         let long = format!("<m8[{}s]", "9".repeat(MAX_DTYPE_NAME));
         assert!(Dtype::from_name(&long).is_none());
+    }
+
+    #[test]
+    fn ml_floats_are_named_and_round_trip() {
+        for (name, itemsize) in [
+            ("bfloat16", 2),
+            ("float8_e3m4", 1),
+            ("float8_e4m3", 1),
+            ("float8_e4m3b11fnuz", 1),
+            ("float8_e4m3fn", 1),
+            ("float8_e4m3fnuz", 1),
+            ("float8_e5m2", 1),
+            ("float8_e5m2fnuz", 1),
+            ("float8_e5m3fnu", 1),
+            ("float8_e8m0fnu", 1),
+        ] {
+            let d = Dtype::from_name(name).unwrap_or_else(|| panic!("{name} refused"));
+            assert_eq!(
+                (d.name(), d.itemsize(), d.is_ml_float()),
+                (name, itemsize, true)
+            );
+            for kind in [Kind::Dense, Kind::Ragged] {
+                let mut schema = dense();
+                (schema.kind, schema.dtype) = (kind, d);
+                if kind == Kind::Ragged {
+                    (schema.shape, schema.ndim) = (vec![], 2);
+                }
+                let block = schema.encode();
+                assert_eq!(
+                    Schema::decode(&block, crate::v2::crc32c(&block)).unwrap(),
+                    schema
+                );
+            }
+        }
+        // Only the exact names: NumPy's `dtype.str` of these (`<V2`, `<f1`)
+        // and near misses are not dtypes of the table.
+        for name in [
+            "<V2",
+            "<f1",
+            "Bfloat16",
+            "float8",
+            "float8_e4m3fn ",
+            "bfloat16\0",
+        ] {
+            assert!(Dtype::from_name(name).is_none(), "{name:?} accepted");
+        }
+        assert!(!Dtype::from_name("<f4").unwrap().is_ml_float());
     }
 
     #[test]

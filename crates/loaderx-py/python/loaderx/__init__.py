@@ -21,7 +21,7 @@ compatible both ways for the ``raw`` and ``flate`` codecs.
 
 from __future__ import annotations
 
-from . import _native
+from . import _native, dtypes
 from .compat05.dataloader import DataLoader
 from .compat05.dataset import Dataset
 from .compat05.sampler import Sampler
@@ -29,11 +29,13 @@ from .compat05.zrecord import CODECS, MAX_RECORD_LEN, Zrecord
 from .errors import ERROR_CODES, ZrecordError
 from .remote import push
 from .zrecord import Dense, Ragged
+from .containers.views import Allocator  # noqa: E402 - after .zrecord, which it needs
 
 #: The package version, as Cargo builds the native module.
 __version__: str = _native.__version__
 
 __all__ = [
+    "Allocator",
     "CODECS",
     "ERROR_CODES",
     "DataLoader",
@@ -46,4 +48,5 @@ __all__ = [
     "ZrecordError",
     "__version__",
     "push",
+    "dtypes",
 ]

@@ -1,5 +1,7 @@
 from . import _lib as _lib
 from . import _native as _native
+from . import dtypes as dtypes
+from .containers.views import Allocator as Allocator
 from ._sampler import Sampler as Sampler
 from ._zrecord import CODECS as CODECS
 from ._zrecord import ERROR_CODES as ERROR_CODES
@@ -14,6 +16,7 @@ from .zrecord import Ragged as Ragged
 
 __version__: str
 __all__ = [
+    "Allocator",
     "CODECS",
     "ERROR_CODES",
     "DataLoader",
@@ -26,4 +29,5 @@ __all__ = [
     "ZrecordError",
     "__version__",
     "push",
+    "dtypes",
 ]

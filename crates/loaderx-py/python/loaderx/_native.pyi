@@ -14,6 +14,8 @@ __all__ = [
     "Collection",
     "CollectionColumn",
     "collection_commit",
+    "DLTensor",
+    "import_dlpack",
     "loader_state",
     "sampler_state_of",
     "MAX_RECORD_LEN",
@@ -21,6 +23,7 @@ __all__ = [
     "CODECS",
     "ERROR_CODES",
     "DTYPES",
+    "ML_DTYPES",
     "TYPED_CODECS",
     "MAX_NDIM",
     "MAX_LANES",
@@ -28,6 +31,7 @@ __all__ = [
     "DEFAULT_DICT_SIZE",
     "MAX_DICT_SIZE",
     "stores_dtype",
+    "dtype_name",
     "train_dictionary",
     "BEHIND_NOTE",
     "as_indices",
@@ -52,6 +56,7 @@ CODECS: dict[str, int]
 ERROR_CODES: dict[int, tuple[str, str]]
 BEHIND_NOTE: Final[str]
 DTYPES: list[str]
+ML_DTYPES: list[str]
 TYPED_CODECS: dict[str, int]
 MAX_NDIM: Final[int]
 MAX_LANES: Final[int]
@@ -60,6 +65,7 @@ DEFAULT_DICT_SIZE: Final[int]
 MAX_DICT_SIZE: Final[int]
 
 def stores_dtype(name: str) -> bool: ...
+def dtype_name(dtype: np.dtype[Any]) -> str: ...
 def train_dictionary(
     samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int
 ) -> bytes: ...
@@ -277,3 +283,31 @@ class Loader:
 def push(
     local: str, url: str, storage_options: list[tuple[str, str]] | None = None
 ) -> tuple[list[str], int]: ...
+
+
+@final
+class DLTensor:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def device(self) -> tuple[int, int]: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, idx: Any, /) -> DLTensor: ...
+    @staticmethod
+    def _wrap(array: Any) -> DLTensor: ...
+
+
+def import_dlpack(producer: Any, dtype: np.dtype[Any]) -> Any: ...

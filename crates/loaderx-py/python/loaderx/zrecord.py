@@ -72,6 +72,17 @@ from .containers.base import _reopen  # noqa: E402, F401 - pickles name it here
 from .containers.dense import Dense  # noqa: E402
 from .containers.images import Images, _reopen_images  # noqa: E402, F401
 from .containers.ragged import FlatRagged, Ragged  # noqa: E402
+# The loaderx 2.8 names (containers/views.py).
+from .containers.views import (  # noqa: E402
+    DenseStore,
+    DenseView,
+    DenseWriter,
+    DLTensor,
+    RaggedBatch,
+    RaggedStore,
+    RaggedView,
+    RaggedWriter,
+)
 
 __all__ = [
     "ArgumentTypeError",
@@ -97,4 +108,12 @@ __all__ = [
     "ZrecordError",
     "ZrecordIndexError",
     "stores_dtype",
+    "DLTensor",
+    "DenseStore",
+    "DenseView",
+    "DenseWriter",
+    "RaggedBatch",
+    "RaggedStore",
+    "RaggedView",
+    "RaggedWriter",
 ]

@@ -32,6 +32,7 @@ from .zrecord import (
     _check_codec,
 )
 from .._handles import _Closing
+from ..dtypes import from_store_name, store_name
 
 SCHEMA = "schema.json"
 FORMAT = "loaderx-zrecord"
@@ -75,7 +76,7 @@ def _parse_schema(path: Path, schema: dict[str, Any]) -> tuple[np.dtype, tuple[i
     if not isinstance(raw_dtype, str):
         raise ValueError(f"{where}: 'dtype' must be a NumPy dtype string, got {raw_dtype!r}")
     try:
-        dtype = np.dtype(raw_dtype)
+        dtype = from_store_name(raw_dtype)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: 'dtype' {raw_dtype!r} is not a NumPy dtype: {exc}") from None
     try:
@@ -325,7 +326,7 @@ class Dataset(_Closing):
             schema = {
                 "format": FORMAT,
                 "version": SCHEMA_VERSION,
-                "dtype": dtype.str,
+                "dtype": store_name(dtype),
                 "shape": list(shape),
                 "codec": codec,
             }

@@ -12,6 +12,7 @@ import numpy as np
 from .. import _native
 from .. import zrecord as _settings
 from .._handles import _OPEN, _Closing
+from ..dtypes import from_store_name
 from ..errors import ClosedError, ContainerExistsError, ContainerModeError
 from .args import (
     DEFAULT_QUALITY,
@@ -120,7 +121,7 @@ class _Container(_Closing):
             )
         self._store: _native.Store | None = store
         self.path = path
-        self.dtype: np.dtype = np.dtype(schema["dtype"])
+        self.dtype: np.dtype = from_store_name(schema["dtype"])
         self.codec: str = schema["codec"]
         #: Write lanes chosen at creation (``data_shards``), as in loaderx 2.x.
         self.data_shards: int = store.lanes()
@@ -223,7 +224,7 @@ class _Container(_Closing):
         made = _missing_dirs(shown)
         try:
             store = _native.Store.create_typed(
-                shown, cls._KIND, found.str, list(shape), ndim, codec, dictionary, lanes
+                shown, cls._KIND, _native.dtype_name(found), list(shape), ndim, codec, dictionary, lanes
             )
         except FileExistsError as exc:
             raise ContainerExistsError(str(exc)) from None

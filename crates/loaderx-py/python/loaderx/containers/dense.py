@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _native
 from .. import zrecord as _settings
+from .dlpack_in import as_array
 from .args import DEFAULT_QUALITY, _codec, _quality, _shape
 from .base import _Container
 from .writing import _memmap_of, _release_pages
@@ -120,6 +121,9 @@ class Dense(_Container):
         mmap_mode="r")``) is always written before the call returns, from
         the map."""
         store = self._appending()
+        if not isinstance(array, np.ndarray) and hasattr(array, "__dlpack__"):
+            # A DLPack producer (PyTorch, JAX, DLTensor): viewed, not copied.
+            array = as_array(array, "append's array", self.dtype)
         if not isinstance(array, np.ndarray):
             raise TypeError(f"append takes a NumPy array, got {type(array).__name__}")
         if array.ndim == 0 and self.item_shape == ():

@@ -1,0 +1,453 @@
+"""The loaderx 2.8 API of the typed containers: writers that only create,
+stores opened unbound, and placement views that read into DLPack results.
+
+* ``DenseWriter(path, dtype, item_shape, *, codec, dict_bytes=None,
+  data_shards=4)`` / ``RaggedWriter(path, dtype, ndim, *, codec, ...)``
+  create a store at a new path; ``append`` takes a DLPack producer (NumPy,
+  PyTorch, JAX, a ``DLTensor`` or ``RaggedBatch`` read from another store)
+  or a read-only CPU buffer (a NumPy memory map), without copying it;
+  ``close`` publishes. A writer cannot be read.
+* ``DenseStore(path)`` / ``RaggedStore(path)`` open a store read-only and
+  unbound: indexing one is refused; ``store.bind(allocator)`` returns a
+  :class:`DenseView` / :class:`RaggedView` that owns the index API. Closing
+  the store invalidates its views (their reads raise ``RuntimeError``);
+  results already read stay valid (each keeps its own buffer alive).
+* Reads return :class:`DLTensor` (``loaderx._native.DLTensor``: DLPack 1.x
+  and legacy capsules, zero-copy into NumPy, PyTorch and JAX) and
+  :class:`RaggedBatch` (``values``, ``int32`` ``cu_seqlens``, ``uint32``
+  ``shapes``).
+
+Built on the containers of :mod:`loaderx.zrecord` (``Dense``, ``Ragged``):
+same engine, same stores.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import _native
+from ..dtypes import from_store_name
+from .dense import Dense
+from .dlpack_in import as_array
+from .ragged import Ragged
+
+DLTensor = _native.DLTensor
+
+#: Codecs of the 2.8 API.
+CODECS_28 = ("raw", "zstd", "zstd_dict")
+
+
+class Allocator:
+    """Where views materialise their batches: ``Allocator("cpu")`` (the only
+    placement this build has; another device is ``ValueError``).
+
+    Batch memory is pooled by the store engine (a batch's buffer returns to
+    its store's pool once no result references it); `pool_size` bounds, in
+    bytes, what a view keeps idle (``None``: the engine's default).
+    """
+
+    def __init__(
+        self, device_type: str = "cpu", device_id: int = 0, *, pool_size: int | None = None
+    ) -> None:
+        if device_type != "cpu":
+            raise ValueError(f"unsupported allocator device {device_type!r}: this build has 'cpu'")
+        device_id = operator.index(device_id)
+        if device_id != 0:
+            raise ValueError(f"the cpu allocator has device id 0, got {device_id}")
+        if pool_size is not None:
+            pool_size = operator.index(pool_size)
+            if pool_size < 0:
+                raise ValueError(f"pool_size must be non-negative, got {pool_size}")
+        self.device_type = device_type
+        self.device_id = device_id
+        self.pool_size = pool_size
+        self._closed = False
+
+    @property
+    def device(self) -> tuple[str, int]:
+        return (self.device_type, self.device_id)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> Allocator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Allocator({self.device_type!r}, {self.device_id})"
+
+
+def _cpu_array(producer: Any, what: str, dtype: np.dtype | None = None) -> np.ndarray:
+    return as_array(producer, what, dtype)
+
+
+def _indices(idx: Any, length: int) -> tuple[np.ndarray, bool]:
+    """The record positions `idx` selects and whether it is one integer."""
+    if isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
+        idxs = np.array([int(idx)])
+        one = True
+    elif isinstance(idx, slice):
+        return np.arange(*idx.indices(length), dtype=np.int64), False
+    else:
+        idxs = np.asarray(idx)
+        one = False
+        if idxs.dtype == np.bool_:
+            if idxs.ndim != 1 or idxs.size != length:
+                raise IndexError(f"boolean mask must be one-dimensional with length {length}")
+            return np.flatnonzero(idxs), False
+        if idxs.size and idxs.dtype.kind not in "iu":
+            raise TypeError("indices must be integers or a bool mask")
+        idxs = idxs.reshape(-1)
+    if idxs.size and (int(idxs.min()) < 0 or int(idxs.max()) >= length):
+        raise IndexError(f"record index out of range for container of length {length}")
+    return idxs.astype(np.int64, copy=False), one
+
+
+class RaggedBatch:
+    """Packed ragged records: ``values`` (1-D, the store dtype),
+    ``cu_seqlens`` (``int32``, ``n + 1`` offsets from 0) and ``shapes``
+    (``uint32``, ``(n, ndim)``); each field a DLPack producer."""
+
+    def __init__(self, values: Any, cu_seqlens: Any, shapes: Any) -> None:
+        self.values = values
+        self.cu_seqlens = cu_seqlens
+        self.shapes = shapes
+
+    @classmethod
+    def from_records(cls, records: Iterable[Any]) -> RaggedBatch:
+        """Packs a finite iterable of arrays of one dtype and rank (each
+        non-empty, at least one axis) into a new batch."""
+        arrays = [np.asarray(r) for r in records]
+        if not arrays:
+            raise ValueError("from_records needs at least one record")
+        dtype, ndim = arrays[0].dtype, arrays[0].ndim
+        for pos, a in enumerate(arrays):
+            if a.dtype != dtype or a.ndim != ndim:
+                raise ValueError(
+                    f"record {pos} is {a.dtype}[{a.ndim}-d], record 0 {dtype}[{ndim}-d]"
+                )
+            if ndim == 0 or a.size == 0:
+                raise ValueError(f"record {pos}: records have at least one axis and one element")
+        sizes = np.array([a.size for a in arrays], dtype=np.int64)
+        cu = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=cu[1:])
+        if cu[-1] > np.iinfo(np.int32).max:
+            raise ValueError("a ragged batch holds at most 2**31 - 1 values")
+        values = np.concatenate([a.reshape(-1) for a in arrays])
+        shapes = np.array([a.shape for a in arrays], dtype=np.uint32).reshape(len(arrays), ndim)
+        return cls(DLTensor._wrap(values), DLTensor._wrap(cu.astype(np.int32)), DLTensor._wrap(shapes))
+
+    def __len__(self) -> int:
+        return int(np.from_dlpack(self.shapes).shape[0])
+
+    def to_tensors(self) -> list[Any]:
+        """One zero-copy ``DLTensor`` per record, shaped as stored."""
+        values = np.from_dlpack(self.values)
+        cu = np.from_dlpack(self.cu_seqlens).tolist()
+        shapes = np.from_dlpack(self.shapes).tolist()
+        return [
+            DLTensor._wrap(values[lo:hi].reshape(shape))
+            for lo, hi, shape in zip(cu, cu[1:], shapes)
+        ]
+
+    def __repr__(self) -> str:
+        return f"RaggedBatch({len(self)} records)"
+
+
+class _Writer:
+    _container: type[Dense] | type[Ragged]
+
+    def __init__(self) -> None:
+        self._w: Any = None
+
+    def _make(self, path: Any, dtype: Any, shape: Any, ndim: Any, codec: Any, dict_bytes: Any,
+              data_shards: Any) -> None:  # fmt: skip
+        if not isinstance(codec, str) or codec not in CODECS_28:
+            raise ValueError(f"unknown codec {codec!r}, expected one of {sorted(CODECS_28)}")
+        if codec == "zstd_dict" and not dict_bytes:
+            raise ValueError(
+                "creating a zstd_dict store requires non-empty dict_bytes from train_dict"
+            )
+        if codec != "zstd_dict" and dict_bytes is not None:
+            raise ValueError("dict_bytes requires codec='zstd_dict'")
+        self.path = os.fspath(path)
+        if os.path.exists(self.path):
+            raise FileExistsError(f"{self.path} exists: a writer creates a new store")
+        if self._container is Dense:
+            self._w = Dense.create(
+                path, dtype, shape, codec=codec, dict_bytes=dict_bytes, data_shards=data_shards
+            )
+        else:
+            self._w = Ragged.create(
+                path, dtype, ndim, codec=codec, dict_bytes=dict_bytes, data_shards=data_shards
+            )
+        self.dtype: np.dtype = self._w.dtype
+        self.codec = codec
+        self.data_shards = self._w.data_shards
+
+    def _live(self) -> Any:
+        if self._w is None:
+            raise RuntimeError(f"operation on a closed {type(self).__name__} ({self.path})")
+        return self._w
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __getitem__(self, idx: Any) -> Any:
+        raise RuntimeError("read requires a Store, not a Writer")
+
+    def __getitems__(self, idxs: Any) -> Any:
+        raise RuntimeError("read requires a Store, not a Writer")
+
+    def close(self) -> None:
+        """Publishes the store (idempotent)."""
+        w, self._w = self._w, None
+        if w is not None:
+            w.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DenseWriter(_Writer):
+    """Creates a dense store (every record one ``item_shape`` array)."""
+
+    _container = Dense
+
+    def __init__(self, path: Any, dtype: Any, item_shape: Any, *, codec: str,
+                 dict_bytes: bytes | None = None, data_shards: int = 4) -> None:  # fmt: skip
+        super().__init__()
+        self._make(path, dtype, item_shape, None, codec, dict_bytes, data_shards)
+        self.item_shape: tuple[int, ...] = self._w.item_shape
+
+    def append(self, batch: Any) -> None:
+        """Appends ``batch``, shaped ``(n, *item_shape)`` of the store dtype,
+        C-contiguous, from its own memory; returns once it is written."""
+        w = self._live()
+        array = _cpu_array(batch, "a dense batch", self.dtype)
+        if array.dtype != self.dtype:
+            raise ValueError(f"dense batch dtype {array.dtype} != store dtype {self.dtype}")
+        if array.ndim != len(self.item_shape) + 1 or array.shape[1:] != self.item_shape:
+            raise ValueError(
+                f"dense batch shape {array.shape} != (batch_size, *{self.item_shape})"
+            )
+        if array.shape[0] == 0:
+            raise ValueError("dense batch needs at least one record")
+        if not array.flags.c_contiguous:
+            raise ValueError("dense append requires a contiguous tensor batch")
+        w.append(array)
+        w.sync()
+
+
+class RaggedWriter(_Writer):
+    """Creates a ragged store (records of one dtype and rank ``ndim``)."""
+
+    _container = Ragged
+
+    def __init__(self, path: Any, dtype: Any, ndim: int, *, codec: str,
+                 dict_bytes: bytes | None = None, data_shards: int = 4) -> None:  # fmt: skip
+        if isinstance(ndim, bool) or operator.index(ndim) < 1:
+            raise ValueError(f"a ragged store has ndim >= 1, got {ndim!r}")
+        super().__init__()
+        self._make(path, dtype, None, ndim, codec, dict_bytes, data_shards)
+        self.ndim: int = self._w.ndim
+
+    def append(self, batch: RaggedBatch) -> None:
+        """Appends a :class:`RaggedBatch` (each field a DLPack producer, read
+        in place); returns once it is written."""
+        w = self._live()
+        if not isinstance(batch, RaggedBatch):
+            raise TypeError(
+                f"RaggedWriter.append takes a RaggedBatch, got {type(batch).__name__} "
+                "(RaggedBatch.from_records packs arrays)"
+            )
+        values = _cpu_array(batch.values, "values", self.dtype)
+        cu = _cpu_array(batch.cu_seqlens, "cu_seqlens")
+        shapes = _cpu_array(batch.shapes, "shapes")
+        if values.ndim != 1 or values.dtype != self.dtype:
+            raise ValueError(f"values must be 1-D {self.dtype}, got {values.dtype}{values.shape}")
+        if cu.dtype != np.int32 or cu.ndim != 1 or cu.size < 2:
+            raise ValueError("cu_seqlens must be int32[batch_size + 1] with batch_size >= 1")
+        n = cu.size - 1
+        if shapes.dtype != np.uint32 or shapes.shape != (n, self.ndim):
+            raise ValueError(f"shapes must be uint32[{n}, {self.ndim}], got {shapes.dtype}{shapes.shape}")
+        steps = np.diff(cu.astype(np.int64))
+        if cu[0] != 0 or (steps <= 0).any() or int(cu[-1]) != values.size:
+            raise ValueError(
+                "cu_seqlens must start at 0, strictly increase and end at len(values)"
+            )
+        if (np.prod(shapes.astype(np.int64), axis=1) != steps).any():
+            raise ValueError("a record's shape does not match its cu_seqlens span")
+        w.append_flat(values, cu.astype(np.int64), shapes.astype(np.int64))
+        w.sync()
+
+
+class _Store:
+    _container: type[Dense] | type[Ragged]
+    _view: type
+
+    def __init__(self, path: Any) -> None:
+        self.path = os.fspath(path)
+        self._r: Any = self._container.open(path)
+        self.dtype: np.dtype = self._r.dtype
+        self.codec: str = self._r.codec
+        self.data_shards: int = self._r.data_shards
+
+    def _live(self) -> Any:
+        if self._r is None:
+            raise RuntimeError("read requires an open Store")
+        return self._r
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __getitem__(self, idx: Any) -> Any:
+        self._live()
+        raise RuntimeError("Store is unbound; call store.bind(allocator) before indexing")
+
+    def __getitems__(self, idxs: Any) -> Any:
+        return self[idxs]
+
+    def bind(self, allocator: Allocator) -> Any:
+        """A placement view of this store on `allocator`."""
+        if not isinstance(allocator, Allocator):
+            raise TypeError("allocator must be an Allocator")
+        self._live()
+        return self._view(self, allocator)
+
+    def close(self) -> None:
+        """Releases the store; its views are refused from then on."""
+        r, self._r = self._r, None
+        if r is not None:
+            r.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _View:
+    def __init__(self, store: _Store, allocator: Allocator) -> None:
+        self._store = store
+        self._allocator = allocator
+
+    def _reader(self) -> Any:
+        r = self._store._r
+        if r is None:
+            raise RuntimeError("view's Store is closed")
+        return r
+
+    @property
+    def path(self) -> str:
+        self._reader()
+        return self._store.path
+
+    @property
+    def dtype(self) -> np.dtype:
+        self._reader()
+        return self._store.dtype
+
+    @property
+    def device(self) -> tuple[str, int]:
+        return self._allocator.device
+
+    def __len__(self) -> int:
+        return len(self._reader())
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __getitems__(self, idxs: Any) -> Any:
+        r = self._reader()
+        return self._gather(r, _indices(idxs, len(r))[0], False)
+
+    def __getitem__(self, idx: Any) -> Any:
+        r = self._reader()
+        idxs, one = _indices(idx, len(r))
+        return self._gather(r, idxs, one)
+
+    def _gather(self, r: Any, idxs: np.ndarray, one: bool) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {len(self)} records, device={self.device}>"
+
+
+class DenseView(_View):
+    """A dense store's index API: ``view[i]`` one record (no batch axis),
+    any collection of indices or a slice a batch in that order."""
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return self._reader().item_shape
+
+    def _gather(self, r: Any, idxs: np.ndarray, one: bool) -> Any:
+        batch = r[idxs]
+        return DLTensor._wrap(batch[0] if one else batch)
+
+
+class RaggedView(_View):
+    """A ragged store's index API; every read is a :class:`RaggedBatch`
+    (one record for an integer index)."""
+
+    @property
+    def ndim(self) -> int:
+        return int(self._reader().ndim)
+
+    def _gather(self, r: Any, idxs: np.ndarray, one: bool) -> Any:
+        flat, offsets, shapes = r.gather_flat(idxs)
+        return RaggedBatch(
+            DLTensor._wrap(np.ascontiguousarray(flat)),
+            DLTensor._wrap(offsets.astype(np.int32)),
+            DLTensor._wrap(np.asarray(shapes, dtype=np.uint32).reshape(len(idxs), r.ndim)),
+        )
+
+
+class DenseStore(_Store):
+    """A dense store opened read-only and unbound (``bind`` to read)."""
+
+    _container = Dense
+    _view = DenseView
+
+    def __init__(self, path: Any) -> None:
+        super().__init__(path)
+        self.item_shape: tuple[int, ...] = self._r.item_shape
+
+
+class RaggedStore(_Store):
+    """A ragged store opened read-only and unbound (``bind`` to read)."""
+
+    _container = Ragged
+    _view = RaggedView
+
+    def __init__(self, path: Any) -> None:
+        super().__init__(path)
+        self.ndim: int = int(self._r.ndim)
+
+
+__all__ = [
+    "Allocator",
+    "DLTensor",
+    "DenseStore",
+    "DenseView",
+    "DenseWriter",
+    "RaggedBatch",
+    "RaggedStore",
+    "RaggedView",
+    "RaggedWriter",
+    "from_store_name",
+]
