@@ -710,73 +710,62 @@ fn build(
         (ClientConfigKey::Timeout, ms(ours.timeout)),
         (ClientConfigKey::ConnectTimeout, ms(ours.connect_timeout)),
     ];
+    // Every backend's builder takes the same steps: retry policy, our two
+    // timeouts as client keys, then the caller's keys parsed as that
+    // backend's configuration keys.
+    macro_rules! configured {
+        ($builder:expr, $key:ty, $client:expr, $backend:literal) => {{
+            let mut b = $builder.with_retry(retry);
+            for (k, v) in timeouts {
+                b = b.with_config($client(k), v);
+            }
+            for (k, v) in options {
+                let key: $key = k
+                    .to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| unknown(k, $backend))?;
+                b = b.with_config(key, v.clone());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }};
+    }
     let store: Arc<dyn ObjectStore> = match scheme {
         ObjectStoreScheme::AmazonS3 => {
             use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-            let mut b = AmazonS3Builder::from_env().with_url(url).with_retry(retry);
-            for (k, v) in timeouts {
-                b = b.with_config(AmazonS3ConfigKey::Client(k), v);
-            }
-            for (k, v) in options {
-                let key: AmazonS3ConfigKey = k
-                    .to_ascii_lowercase()
-                    .parse()
-                    .map_err(|_| unknown(k, "S3"))?;
-                b = b.with_config(key, v.clone());
-            }
-            Arc::new(b.build().map_err(failed)?)
+            configured!(
+                AmazonS3Builder::from_env().with_url(url),
+                AmazonS3ConfigKey,
+                AmazonS3ConfigKey::Client,
+                "S3"
+            )
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
-            let mut b = GoogleCloudStorageBuilder::from_env()
-                .with_url(url)
-                .with_retry(retry);
-            for (k, v) in timeouts {
-                b = b.with_config(GoogleConfigKey::Client(k), v);
-            }
-            for (k, v) in options {
-                let key: GoogleConfigKey = k
-                    .to_ascii_lowercase()
-                    .parse()
-                    .map_err(|_| unknown(k, "GCS"))?;
-                b = b.with_config(key, v.clone());
-            }
-            Arc::new(b.build().map_err(failed)?)
+            configured!(
+                GoogleCloudStorageBuilder::from_env().with_url(url),
+                GoogleConfigKey,
+                GoogleConfigKey::Client,
+                "GCS"
+            )
         }
         ObjectStoreScheme::MicrosoftAzure => {
             use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-            let mut b = MicrosoftAzureBuilder::from_env()
-                .with_url(url)
-                .with_retry(retry);
-            for (k, v) in timeouts {
-                b = b.with_config(AzureConfigKey::Client(k), v);
-            }
-            for (k, v) in options {
-                let key: AzureConfigKey = k
-                    .to_ascii_lowercase()
-                    .parse()
-                    .map_err(|_| unknown(k, "Azure"))?;
-                b = b.with_config(key, v.clone());
-            }
-            Arc::new(b.build().map_err(failed)?)
+            configured!(
+                MicrosoftAzureBuilder::from_env().with_url(url),
+                AzureConfigKey,
+                AzureConfigKey::Client,
+                "Azure"
+            )
         }
         ObjectStoreScheme::Http => {
             let parsed = url::Url::parse(url).map_err(|e| invalid(url, "url", e.to_string()))?;
             let base = format!("{}://{}", parsed.scheme(), parsed.authority());
-            let mut b = object_store::http::HttpBuilder::new()
-                .with_url(base)
-                .with_retry(retry);
-            for (k, v) in timeouts {
-                b = b.with_config(k, v);
-            }
-            for (k, v) in options {
-                let key: ClientConfigKey = k
-                    .to_ascii_lowercase()
-                    .parse()
-                    .map_err(|_| unknown(k, "HTTP client"))?;
-                b = b.with_config(key, v.clone());
-            }
-            Arc::new(b.build().map_err(failed)?)
+            configured!(
+                object_store::http::HttpBuilder::new().with_url(base),
+                ClientConfigKey,
+                std::convert::identity,
+                "HTTP client"
+            )
         }
         ObjectStoreScheme::Local => {
             if let Some((k, _)) = options.first() {
