@@ -154,13 +154,14 @@ pub enum Error {
         /// What does not fit, with the expected and found values.
         reason: String,
     },
-    /// An argument of a store's creation breaks a rule of the format: a
+    /// An argument given to create, open or push a store breaks a rule: a
     /// field of the schema (`codec`, `codecs`, `dtype`, `shape`, `ndim`,
-    /// `dictionary`) or the lane count (`lanes`). Nothing was created.
-    /// Code -4, like [`Error::Schema`]: both say what records the store
-    /// can hold (the Python binding raises `ValueError` for it).
+    /// `dictionary`), the lane count (`lanes`), a store URL (`url`) or one
+    /// of its `storage_options`. Nothing was created or changed.
+    /// Code -4, like [`Error::Schema`] (the Python binding raises
+    /// `ValueError` for it).
     InvalidArgument {
-        /// The store that was to be created.
+        /// The store (path or URL) the argument was given for.
         path: PathBuf,
         /// The argument at fault.
         argument: &'static str,
@@ -507,7 +508,7 @@ impl fmt::Display for Error {
                 reason,
             } => write!(
                 f,
-                "cannot create a store at {}: invalid {argument}: {reason}",
+                "{}: invalid {argument}: {reason}",
                 path.display()
             ),
             Error::Exists { path } => write!(
