@@ -1,7 +1,11 @@
 //! [`LoaderBuilder`]: the streams, sampler and settings of a loader, checked
 //! before any thread starts.
 
-use std::{collections::HashSet, sync::Arc, thread};
+use std::{
+    collections::HashSet,
+    sync::{Arc, atomic::AtomicU64},
+    thread,
+};
 
 use loaderx_sampler::Sampler;
 
@@ -21,6 +25,7 @@ pub struct LoaderBuilder<A: BufferAllocator = VecPool> {
     streams: Vec<Stream>,
     num_workers: usize,
     prefetch: usize,
+    lookahead: u64,
     allocator: A,
 }
 
@@ -34,6 +39,7 @@ impl LoaderBuilder<VecPool> {
             streams: Vec::new(),
             num_workers: 4,
             prefetch: 4,
+            lookahead: 0,
             allocator: VecPool::new(),
         }
     }
@@ -71,6 +77,18 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
         self
     }
 
+    /// How many steps past the one a worker claims have their records
+    /// requested ahead ([`Source::prefetch`](crate::Source::prefetch); default 0): for
+    /// stores read by requests to a server, so the records of the next
+    /// batches are on their way while the current ones are gathered and
+    /// consumed. The sources bound what they hold (a remote store's
+    /// `lookahead_bytes`); local stores ignore it.
+    #[must_use]
+    pub fn lookahead(mut self, steps: u64) -> Self {
+        self.lookahead = steps;
+        self
+    }
+
     /// Uses `allocator` for batch buffers.
     pub fn allocator<B: BufferAllocator>(self, allocator: B) -> LoaderBuilder<B> {
         LoaderBuilder {
@@ -78,6 +96,7 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
             streams: self.streams,
             num_workers: self.num_workers,
             prefetch: self.prefetch,
+            lookahead: self.lookahead,
             allocator,
         }
     }
@@ -112,6 +131,8 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
             window: Window::new(self.sampler, self.prefetch)?,
             streams: self.streams.into_boxed_slice(),
             allocator: self.allocator,
+            lookahead: self.lookahead,
+            ahead_to: AtomicU64::new(0),
         });
         for i in 0..started {
             let for_worker = Arc::clone(&shared);

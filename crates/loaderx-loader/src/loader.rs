@@ -103,6 +103,7 @@ impl<A: BufferAllocator> Loader<A> {
     pub fn restore(&self, state: &SamplerState) -> Result<()> {
         let dropped = self.shared.window.restore(state)?;
         self.shared.discard(dropped);
+        self.shared.forget_ahead();
         Ok(())
     }
 
@@ -127,6 +128,8 @@ impl<A: BufferAllocator> Loader<A> {
                 let _ = handle.join();
             }
         }
+        // After the join: no worker requests more ahead now.
+        self.shared.forget_ahead();
     }
 
     /// Whether [`Loader::close`] was called.

@@ -105,6 +105,18 @@ pub trait Source: Send + Sync + fmt::Debug {
     /// The store's error for an index out of range or a damaged table entry.
     fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> loaderx_store::Result<()>;
 
+    /// A hint that records `idxs` will be gathered soon (a later batch):
+    /// a source whose reads are requests to a server starts them now
+    /// ([`Store::prefetch`]). Never fails and changes nothing a gather
+    /// returns; the default does nothing.
+    fn prefetch(&self, idxs: &[u64]) {
+        let _ = idxs;
+    }
+
+    /// Drops what [`prefetch`](Source::prefetch) started and nothing read
+    /// (the loader was restored to another step, or closed).
+    fn forget_prefetched(&self) {}
+
     /// Calls `f` with a view of the records that no `delete` or `close`
     /// can change while `f` runs, so sizes read with
     /// [`lengths`](Source::lengths) still hold when `f` gathers. A source
@@ -167,6 +179,15 @@ impl<C: Codec, S: Storage> Source for Store<C, S> {
     // The store's inherent methods, which take precedence over these.
     forward_reads!(self => self);
 
+    fn prefetch(&self, idxs: &[u64]) {
+        // A hint: a failure here is the gather's to report.
+        let _ = Store::prefetch(self, idxs);
+    }
+
+    fn forget_prefetched(&self) {
+        Store::forget_prefetched(self);
+    }
+
     fn with_view(
         &self,
         f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
@@ -179,6 +200,14 @@ impl<C: Codec, S: Storage> Source for Store<C, S> {
 /// `Arc<Wrapper>` are sources too.
 impl<T: Source + ?Sized> Source for Arc<T> {
     forward_reads!(self => (**self));
+
+    fn prefetch(&self, idxs: &[u64]) {
+        (**self).prefetch(idxs);
+    }
+
+    fn forget_prefetched(&self) {
+        (**self).forget_prefetched();
+    }
 
     fn with_view(
         &self,

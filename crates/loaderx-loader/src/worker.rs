@@ -3,11 +3,14 @@
 
 use std::{
     panic::{self, AssertUnwindSafe},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use crate::{
-    Batch, BufferAllocator, Column, Error, Layout, Result, Stream, StreamKind,
+    Batch, BufferAllocator, Column, Error, Layout, Result, Source, Stream, StreamKind,
     window::{Claim, Outcome, Window},
 };
 
@@ -17,6 +20,10 @@ pub(crate) struct Shared<A: BufferAllocator> {
     pub(crate) allocator: A,
     pub(crate) window: Window<A::Buffer>,
     pub(crate) local_batch: usize,
+    /// Steps past a claimed one whose records are requested ahead.
+    pub(crate) lookahead: u64,
+    /// The first step not requested ahead yet.
+    pub(crate) ahead_to: AtomicU64,
 }
 
 impl<A: BufferAllocator> Shared<A> {
@@ -28,6 +35,45 @@ impl<A: BufferAllocator> Shared<A> {
     fn release_columns(&self, columns: Vec<Column<A::Buffer>>) {
         for column in columns {
             self.allocator.recycle(column.stream, column.data);
+        }
+    }
+
+    /// Requests ahead the records of the steps up to `lookahead` past
+    /// `claim`'s that no worker has requested yet ([`Source::prefetch`]).
+    fn read_ahead(&self, claim: &Claim) {
+        if self.lookahead == 0 {
+            return;
+        }
+        let last = claim.step.saturating_add(self.lookahead);
+        let from = self
+            .ahead_to
+            .fetch_max(last.saturating_add(1), Ordering::AcqRel)
+            .max(claim.step.saturating_add(1));
+        if from > last {
+            return;
+        }
+        let Ok(mut indices) = batch_indices(self.local_batch) else {
+            return;
+        };
+        for step in from..=last {
+            if claim.sampler.indices_at(step, &mut indices).is_err() {
+                return;
+            }
+            for stream in &*self.streams {
+                stream.source.prefetch(&indices);
+            }
+        }
+    }
+
+    /// Forgets what was requested ahead: the next claim starts afresh (a
+    /// restore to another step, or a close).
+    pub(crate) fn forget_ahead(&self) {
+        if self.lookahead == 0 {
+            return;
+        }
+        self.ahead_to.store(0, Ordering::Release);
+        for stream in &*self.streams {
+            stream.source.forget_prefetched();
         }
     }
 
@@ -49,6 +95,7 @@ struct Scratch {
 pub(crate) fn run<A: BufferAllocator>(shared: &Shared<A>) {
     let mut scratch = Scratch::default();
     while let Some(claim) = shared.window.claim() {
+        shared.read_ahead(&claim);
         // A panicking source or allocator must not leave its step unfilled:
         // the consumer would wait for it forever.
         let outcome =

@@ -84,7 +84,7 @@ impl Loader {
     /// `streams` is a list of `(name, store, item_len)`; `item_len` 0 means
     /// ragged records.
     #[new]
-    #[pyo3(signature = (streams, length, batch_size, mode, seed, num_workers, prefetch, rank = 0, world_size = 1))]
+    #[pyo3(signature = (streams, length, batch_size, mode, seed, num_workers, prefetch, rank = 0, world_size = 1, lookahead = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -97,6 +97,7 @@ impl Loader {
         prefetch: usize,
         rank: usize,
         world_size: usize,
+        lookahead: u64,
     ) -> PyResult<Self> {
         let sampler =
             crate::sampler::build_sampler(length, batch_size, mode, seed, rank, world_size)?;
@@ -132,6 +133,7 @@ impl Loader {
                 .streams(streams)
                 .num_workers(num_workers)
                 .prefetch(prefetch)
+                .lookahead(lookahead)
                 .allocator(pool)
                 .build()
         });

@@ -127,6 +127,18 @@ impl Source for Handle {
         self.read(|engine| engine.lengths(idxs, out))
     }
 
+    fn prefetch(&self, idxs: &[u64]) {
+        // A hint: a closed store or a failed read is the gather's to report.
+        let _ = self.read(|engine| engine.prefetch(idxs));
+    }
+
+    fn forget_prefetched(&self) {
+        let _ = self.read(|engine| {
+            engine.forget_prefetched();
+            Ok(())
+        });
+    }
+
     /// One shared lock for the sizes and the bytes of a ragged batch.
     fn with_view(
         &self,

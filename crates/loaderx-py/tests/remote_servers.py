@@ -30,6 +30,8 @@ class FaultProxy:
         self.remaining: int | None = 0
         self.delay = 0.0
         self.hit = 0
+        #: ``(path, Range header)`` of every ranged GET forwarded or faulted.
+        self.ranged_gets: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         self.release = threading.Event()
         proxy = self
@@ -43,7 +45,7 @@ class FaultProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                fault = proxy._take(self.command, self.headers.get("Range"))
+                fault = proxy._take(self.command, self.path, self.headers.get("Range"))
                 if fault == "hang":
                     proxy.release.wait(60)
                     self.close_connection = True
@@ -113,7 +115,10 @@ class FaultProxy:
             self.method = method
             self.release.clear()
 
-    def _take(self, method: str, range_header: str | None) -> str | None:
+    def _take(self, method: str, path: str, range_header: str | None) -> str | None:
+        if method == "GET" and range_header is not None:
+            with self.lock:
+                self.ranged_gets.append((path, range_header))
         wanted = getattr(self, "method", "GET")
         if method != wanted or (wanted == "GET" and range_header is None):
             return None

@@ -275,6 +275,58 @@ def test_a_dataloader_over_s3_batches_then_hands_a_fault_to_the_consumer(
         assert time.monotonic() - start < 10
 
 
+def chunk_gets(proxy: FaultProxy) -> int:
+    """Ranged GETs of chunk objects (not of the table in ``meta.zr``)."""
+    with proxy.lock:
+        return sum(1 for path, _ in proxy.ranged_gets if "meta.zr" not in path)
+
+
+@pytest.mark.parametrize("lookahead", [0, 4])
+def test_the_dataloader_requests_its_next_batches_ahead(
+    proxy: FaultProxy, dense: Any, lookahead: int
+) -> None:
+    url, data = dense
+    # Sequential batches of 8 neighbouring rows: one request per batch.
+    reader = opened(proxy, url, coalesce_bytes=0)
+    loader = loaderx.DataLoader(
+        {"x": reader},
+        transform_workers=1,
+        batch_size=8,
+        prefetch_size=1,
+        mode=0,
+        seed=0,
+        lookahead=lookahead,
+    )
+    try:
+        np.testing.assert_array_equal(next(loader)["x"], data[0:8])
+        # The window holds one batch: without lookahead the loader asks for
+        # batch 1 and no more; with it, batches 1..5 are requested while the
+        # consumer holds batch 0.
+        expected = 2 + lookahead
+        deadline = time.monotonic() + 10
+        while chunk_gets(proxy) < expected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        assert chunk_gets(proxy) == expected, proxy.ranged_gets
+        # The batches read ahead are the right ones, read once.
+        for k in range(1, 6):
+            np.testing.assert_array_equal(next(loader)["x"], data[8 * k : 8 * (k + 1)])
+        assert chunk_gets(proxy) <= 7 + lookahead
+    finally:
+        loader.close()
+        reader.close()
+
+
+def test_lookahead_is_checked(tmp_path: Path) -> None:
+    with loaderx.Dense.create(tmp_path / "s", np.int32, (2,), codec="raw") as w:
+        w.append(np.zeros((4, 2), np.int32))
+    with loaderx.Dense.open(tmp_path / "s") as r:
+        with pytest.raises(ValueError, match="lookahead"):
+            loaderx.DataLoader({"x": r}, batch_size=2, lookahead=-1)
+        with pytest.raises(TypeError, match="lookahead"):
+            loaderx.DataLoader({"x": r}, batch_size=2, lookahead=1.5)
+
+
 # --- push ----------------------------------------------------------------------------
 
 

@@ -76,6 +76,12 @@ impl BlockCache {
         Some(bytes)
     }
 
+    /// Whether block `index` of the object `key` is held, `len` bytes long
+    /// (a `stat`, not a read).
+    pub(crate) fn contains(&self, key: u64, index: u64, len: u64) -> bool {
+        fs::metadata(self.dir.join(name(key, index))).is_ok_and(|m| m.len() == len)
+    }
+
     /// Keeps block `index` of the object `key`; failures only lose the
     /// block (the cache is an optimisation).
     pub(crate) fn put(&self, key: u64, index: u64, bytes: &[u8]) {

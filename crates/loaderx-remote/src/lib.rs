@@ -193,6 +193,12 @@ impl Storage for AnyStorage {
     ) -> std::result::Result<Vec<Vec<u8>>, (FileId, std::io::Error)> {
         forward!(self, s => s.fetch_many(ranges))
     }
+    fn prefetch(&self, ranges: &[(FileId, u64, usize)]) {
+        forward!(self, s => s.prefetch(ranges))
+    }
+    fn forget_prefetched(&self) {
+        forward!(self, s => s.forget_prefetched())
+    }
     fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
         forward!(self, s => s.write_at(file, offset, bytes))
     }

@@ -39,6 +39,10 @@ pub struct RemoteOptions {
     pub cache_bytes: u64,
     /// Bytes of each cached block (`cache_block_bytes`; default 1 MiB).
     pub cache_block_bytes: u64,
+    /// The most bytes requested ahead of their reads and not read yet
+    /// (`lookahead_bytes`; default 256 MiB; 0 reads nothing ahead): what a
+    /// loader's lookahead may hold per store.
+    pub lookahead_bytes: u64,
 }
 
 impl Default for RemoteOptions {
@@ -60,12 +64,13 @@ impl Default for RemoteOptions {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(10 << 30),
             cache_block_bytes: 1 << 20,
+            lookahead_bytes: 256 << 20,
         }
     }
 }
 
 /// loaderx's own keys, in the order documented.
-pub const OWN_KEYS: [&str; 11] = [
+pub const OWN_KEYS: [&str; 12] = [
     "timeout",
     "connect_timeout",
     "max_retries",
@@ -77,6 +82,7 @@ pub const OWN_KEYS: [&str; 11] = [
     "cache_dir",
     "cache_bytes",
     "cache_block_bytes",
+    "lookahead_bytes",
 ];
 
 impl RemoteOptions {
@@ -126,6 +132,7 @@ impl RemoteOptions {
                 }
                 "cache_bytes" => out.cache_bytes = count(0)?,
                 "cache_block_bytes" => out.cache_block_bytes = count(4096)?,
+                "lookahead_bytes" => out.lookahead_bytes = count(0)?,
                 _ => rest.push((key, value)),
             }
         }

@@ -2,7 +2,7 @@
 //! requests on a process-wide async runtime.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     io,
     ops::Range,
     path::{Path, PathBuf},
@@ -11,7 +11,11 @@ use std::{
 };
 
 use bytes::Bytes;
-use futures::{StreamExt, stream};
+use futures::{
+    FutureExt, StreamExt,
+    future::{BoxFuture, Shared},
+    stream,
+};
 use loaderx_store::{
     Error,
     storage::{FileId, Storage, read_only_error},
@@ -55,6 +59,56 @@ pub struct RemoteStorage {
     pages: Mutex<HashMap<u64, Bytes>>,
     /// The local block cache, when enabled.
     cache: Option<BlockCache>,
+    /// Requests started ahead of their reads ([`Storage::prefetch`]).
+    staged: Mutex<Staging>,
+    /// Bounds the requests in flight for reading ahead.
+    ahead: Arc<tokio::sync::Semaphore>,
+}
+
+/// A request started ahead of its read: its bytes once they arrive (or the
+/// error, as text: the read that wants the bytes asks again and reports
+/// its own).
+struct Staged {
+    end: u64,
+    body: Shared<BoxFuture<'static, Result<Bytes, String>>>,
+    abort: tokio::task::AbortHandle,
+}
+
+/// The requests started ahead, by object and first byte, with the bytes
+/// they hold or will hold, in the process that started them.
+#[derive(Default)]
+struct Staging {
+    spans: BTreeMap<(FileId, u64), Staged>,
+    bytes: u64,
+    pid: u32,
+}
+
+impl Staging {
+    /// The staged span that holds all of `r` of `file`, by its key.
+    fn covering(&self, file: FileId, r: &Range<u64>) -> Option<(FileId, u64)> {
+        let (&key, staged) = self.spans.range(..=(file, r.start)).next_back()?;
+        (key.0 == file && staged.end >= r.end).then_some(key)
+    }
+
+    /// Forgets everything when the process is not the one that staged it:
+    /// a forked child has none of its parent's runtime threads, so those
+    /// requests would never finish (they are leaked, not aborted: aborting
+    /// would touch the parent's runtime).
+    fn in_this_process(&mut self) -> &mut Self {
+        let pid = std::process::id();
+        if self.pid != pid {
+            std::mem::forget(std::mem::take(&mut self.spans));
+            self.bytes = 0;
+            self.pid = pid;
+        }
+        self
+    }
+}
+
+impl Drop for RemoteStorage {
+    fn drop(&mut self) {
+        self.forget_prefetched();
+    }
 }
 
 impl std::fmt::Debug for RemoteStorage {
@@ -151,6 +205,7 @@ impl RemoteStorage {
             .map_err(|e| invalid(url, "url", format!("bad object path ({e})")))?;
         let lists = !matches!(scheme, ObjectStoreScheme::Http);
         let store = build(url, scheme, &rest, &options)?;
+        let ahead = Arc::new(tokio::sync::Semaphore::new(options.concurrency));
         let mut remote = RemoteStorage {
             store,
             prefix,
@@ -161,6 +216,8 @@ impl RemoteStorage {
             listed: None,
             seen: Mutex::new(HashMap::new()),
             pages: Mutex::new(HashMap::new()),
+            staged: Mutex::new(Staging::default()),
+            ahead,
         };
         if lists {
             remote.listed = Some(remote.list().map_err(|e| Error::Io {
@@ -183,12 +240,15 @@ impl RemoteStorage {
         url: &str,
         options: RemoteOptions,
     ) -> loaderx_store::Result<Self> {
+        let ahead = Arc::new(tokio::sync::Semaphore::new(options.concurrency));
         let mut remote = RemoteStorage {
             store,
             prefix: ObjectPath::from(prefix),
             url: url.to_owned(),
             location: PathBuf::from(url),
             cache: cache_of(url, &options)?,
+            staged: Mutex::new(Staging::default()),
+            ahead,
             options,
             listed: None,
             seen: Mutex::new(HashMap::new()),
@@ -206,6 +266,38 @@ impl RemoteStorage {
     #[must_use]
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Requests started ahead of their reads and not read yet, and the
+    /// bytes they hold or will hold ([`Storage::prefetch`]).
+    #[must_use]
+    pub fn prefetched(&self) -> (usize, u64) {
+        let mut held = self
+            .staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let staging = held.in_this_process();
+        (staging.spans.len(), staging.bytes)
+    }
+
+    /// Waits until every request started ahead has its answer (its bytes or
+    /// its error), e.g. before timing reads that should find them.
+    ///
+    /// # Errors
+    /// Interrupted (see [`set_interrupt_check`]).
+    pub fn wait_prefetched(&self) -> io::Result<()> {
+        let bodies: Vec<_> = {
+            let mut held = self
+                .staged
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let staging = held.in_this_process();
+            staging.spans.values().map(|s| s.body.clone()).collect()
+        };
+        wait_for(&self.url, None, async move {
+            futures::future::join_all(bodies).await;
+            Ok(())
+        })
     }
 
     /// The options in force.
@@ -388,12 +480,9 @@ impl RemoteStorage {
             .collect())
     }
 
-    /// [`fetch`](Self::fetch) from the network only.
-    fn fetch_network(
-        &self,
-        ranges: &[(FileId, Range<u64>)],
-    ) -> Result<Vec<Bytes>, (FileId, io::Error)> {
-        // Sorted by object and offset; neighbours merged.
+    /// The requests that fetch `ranges`: sorted by object and offset,
+    /// neighbours merged; each with the positions of the ranges it serves.
+    fn plan(&self, ranges: &[(FileId, Range<u64>)]) -> Vec<(FileId, Range<u64>, Vec<usize>)> {
         let mut order: Vec<usize> = (0..ranges.len()).collect();
         order.sort_unstable_by_key(|&i| (ranges[i].0, ranges[i].1.start));
         let mut requests: Vec<(FileId, Range<u64>, Vec<usize>)> = Vec::new();
@@ -410,6 +499,112 @@ impl RemoteStorage {
             }
             requests.push((*file, r.clone(), vec![i]));
         }
+        requests
+    }
+
+    /// [`fetch`](Self::fetch) from the network only: the ranges a request
+    /// started ahead holds come from it (waiting for it if it is still
+    /// under way), the rest are requested now, as are those whose request
+    /// ahead failed (so the error reported is this read's own).
+    fn fetch_network(
+        &self,
+        ranges: &[(FileId, Range<u64>)],
+    ) -> Result<Vec<Bytes>, (FileId, io::Error)> {
+        let mut rest = Vec::new();
+        let taken = self.take_staged(ranges, &mut rest);
+        if taken.is_empty() {
+            return self.request(ranges);
+        }
+        let mut out = vec![Bytes::new(); ranges.len()];
+        let bodies = futures::future::join_all(taken.iter().map(|(_, s, _)| s.body.clone()));
+        let got = wait_for(&self.url, None, async move { Ok(bodies.await) })
+            .map_err(|e| (ranges[0].0, e))?;
+        for ((start, _, members), body) in taken.iter().zip(got) {
+            match body {
+                Ok(body) => {
+                    for &i in members {
+                        let r = &ranges[i].1;
+                        let at = (r.start - start) as usize;
+                        out[i] = body.slice(at..at + (r.end - r.start) as usize);
+                    }
+                }
+                Err(_) => rest.extend_from_slice(members),
+            }
+        }
+        if !rest.is_empty() {
+            let wanted: Vec<(FileId, Range<u64>)> =
+                rest.iter().map(|&i| ranges[i].clone()).collect();
+            for (i, bytes) in rest.into_iter().zip(self.request(&wanted)?) {
+                out[i] = bytes;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes out of the staging the requests ahead that hold some of
+    /// `ranges`, each with its first byte and the positions it serves; the
+    /// positions of the others go to `rest`.
+    fn take_staged(
+        &self,
+        ranges: &[(FileId, Range<u64>)],
+        rest: &mut Vec<usize>,
+    ) -> Vec<(u64, Staged, Vec<usize>)> {
+        let mut held = self
+            .staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let staging = held.in_this_process();
+        if staging.spans.is_empty() {
+            return Vec::new();
+        }
+        let mut used: BTreeMap<(FileId, u64), Vec<usize>> = BTreeMap::new();
+        for (i, (file, r)) in ranges.iter().enumerate() {
+            match staging.covering(*file, r) {
+                Some(key) => used.entry(key).or_default().push(i),
+                None => rest.push(i),
+            }
+        }
+        used.into_iter()
+            .filter_map(|(key, members)| {
+                let staged = staging.spans.remove(&key)?;
+                staging.bytes = staging.bytes.saturating_sub(staged.end - key.1);
+                Some((key.1, staged, members))
+            })
+            .collect()
+    }
+
+    /// The blocks of `ranges` the block cache does not hold, as ranges
+    /// (what [`fetch`](Self::fetch) asks the network for).
+    fn uncached_blocks(
+        &self,
+        cache: &BlockCache,
+        ranges: &[(FileId, Range<u64>)],
+    ) -> Vec<(FileId, Range<u64>)> {
+        let b = cache.block;
+        let mut blocks: Vec<(FileId, u64, u64, u64)> = Vec::new();
+        for (file, r) in ranges {
+            let Ok(seen) = self.seen(*file) else { continue };
+            if r.end > seen.size || r.end <= r.start {
+                continue;
+            }
+            let tag = seen.e_tag.or(seen.version).unwrap_or_default();
+            let key = object_key(&self.object_url(*file), &tag, seen.size);
+            for i in r.start / b..=(r.end - 1) / b {
+                blocks.push((*file, i, key, b.min(seen.size - i * b)));
+            }
+        }
+        blocks.sort_unstable_by_key(|&(file, i, ..)| (file, i));
+        blocks.dedup_by_key(|&mut (file, i, ..)| (file, i));
+        blocks
+            .into_iter()
+            .filter(|&(_, i, key, len)| !cache.contains(key, i, len))
+            .map(|(file, i, _, len)| (file, i * b..i * b + len))
+            .collect()
+    }
+
+    /// Requests `ranges` now, merged and concurrently (see [`plan`](Self::plan)).
+    fn request(&self, ranges: &[(FileId, Range<u64>)]) -> Result<Vec<Bytes>, (FileId, io::Error)> {
+        let requests = self.plan(ranges);
         let mut tasks = Vec::with_capacity(requests.len());
         for (file, span, _) in &requests {
             let seen = self.seen(*file).map_err(|e| (*file, e))?;
@@ -847,6 +1042,72 @@ impl Storage for RemoteStorage {
 
     fn fetches(&self) -> bool {
         true
+    }
+
+    fn prefetch(&self, ranges: &[(FileId, u64, usize)]) {
+        let bound = self.options.lookahead_bytes;
+        if bound == 0 {
+            return;
+        }
+        let mut wanted: Vec<(FileId, Range<u64>)> = ranges
+            .iter()
+            .filter(|r| r.0 != FileId::Meta && r.2 > 0)
+            .map(|&(file, offset, len)| (file, offset..offset + len as u64))
+            .collect();
+        if let Some(cache) = &self.cache {
+            wanted = self.uncached_blocks(cache, &wanted);
+        }
+        let mut held = self
+            .staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let staging = held.in_this_process();
+        wanted.retain(|(file, r)| staging.covering(*file, r).is_none());
+        for (file, span, _) in self.plan(&wanted) {
+            let len = span.end - span.start;
+            if staging.bytes + len > bound {
+                break;
+            }
+            let Ok(seen) = self.seen(file) else { continue };
+            if span.end > seen.size || staging.spans.contains_key(&(file, span.start)) {
+                continue;
+            }
+            let (store, path, url) = (self.store.clone(), self.object(file), self.object_url(file));
+            let (timeout, permits, start, end) = (
+                self.options.timeout,
+                self.ahead.clone(),
+                span.start,
+                span.end,
+            );
+            let task = runtime().spawn(async move {
+                let _permit = permits.acquire_owned().await.map_err(|e| e.to_string())?;
+                tokio::time::timeout(timeout, get(&*store, &path, &url, start..end, &seen))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out(&url, timeout)))
+                    .map_err(|e| e.to_string())
+            });
+            let abort = task.abort_handle();
+            let body = task
+                .map(|joined| joined.unwrap_or_else(|e| Err(e.to_string())))
+                .boxed()
+                .shared();
+            staging.bytes += len;
+            staging
+                .spans
+                .insert((file, start), Staged { end, body, abort });
+        }
+    }
+
+    fn forget_prefetched(&self) {
+        let mut held = self
+            .staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let staging = held.in_this_process();
+        for staged in std::mem::take(&mut staging.spans).into_values() {
+            staged.abort.abort();
+        }
+        staging.bytes = 0;
     }
 
     fn fetch_many(

@@ -314,3 +314,84 @@ fn the_block_cache_stays_under_its_bound() {
     // At most the bound, plus what was written since the last eviction.
     assert!(held <= 16384 + 4096, "{held}");
 }
+
+fn remote(store: &Store<Deflate, AnyStorage>) -> &RemoteStorage {
+    match store.storage() {
+        AnyStorage::Remote(r) => r,
+        AnyStorage::Local(_) => panic!("a remote store"),
+    }
+}
+
+/// Replaces every chunk object under `pre/` with other bytes (new ETags).
+fn overwrite_chunks(mem: &InMemory) {
+    let rt = tokio_rt();
+    let listed = rt
+        .block_on(mem.list_with_delimiter(Some(&Path::from("pre"))))
+        .unwrap();
+    for object in listed.objects {
+        if object.location.as_ref().ends_with(".zr") && !object.location.as_ref().contains("meta") {
+            let junk = vec![0xA5u8; object.size as usize];
+            rt.block_on(mem.put(&object.location, PutPayload::from(junk)))
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn records_requested_ahead_are_read_from_what_arrived() {
+    let options = RemoteOptions {
+        coalesce_bytes: 0,
+        ..RemoteOptions::default()
+    };
+    let (mem, data, storage) = uploaded(2000, CodecTag::RAW, options);
+    let store = open(storage);
+    let idxs: Vec<u64> = vec![1500, 5, 700];
+    store.prefetch(&idxs).unwrap();
+    remote(&store).wait_prefetched().unwrap();
+    assert_eq!(remote(&store).prefetched(), (3, 300));
+    // The objects change: only bytes that had already arrived can serve
+    // the gather, and they are the ones of the version opened.
+    overwrite_chunks(&mem);
+    let mut dst = vec![0u8; idxs.len() * 100];
+    store.gather(&idxs, &mut dst, 100).unwrap();
+    for (k, &i) in idxs.iter().enumerate() {
+        let i = i as usize;
+        assert_eq!(&dst[k * 100..(k + 1) * 100], &data[i * 100..(i + 1) * 100]);
+    }
+    // Read once, then gone: the next gather of them asks the server, which
+    // now has other bytes under other ETags.
+    assert_eq!(remote(&store).prefetched(), (0, 0));
+    let err = store.gather(&idxs, &mut dst, 100).unwrap_err();
+    assert!(err.to_string().contains("changed"), "{err}");
+}
+
+#[test]
+fn reading_ahead_keeps_to_its_bound_and_can_be_forgotten() {
+    let options = RemoteOptions {
+        coalesce_bytes: 0,
+        lookahead_bytes: 250,
+        ..RemoteOptions::default()
+    };
+    let (_mem, data, storage) = uploaded(2000, CodecTag::RAW, options);
+    let store = open(storage);
+    store.prefetch(&[10, 20, 30, 40, 50]).unwrap();
+    assert_eq!(remote(&store).prefetched(), (2, 200));
+    // Indices out of range are the gather's to refuse, not the hint's.
+    store.prefetch(&[60, 5000]).unwrap();
+    assert_eq!(remote(&store).prefetched(), (2, 200));
+    store.forget_prefetched();
+    assert_eq!(remote(&store).prefetched(), (0, 0));
+    // Nothing held: the gather reads from the server as usual.
+    let mut dst = vec![0u8; 100];
+    store.gather(&[30], &mut dst, 100).unwrap();
+    assert_eq!(&dst[..], &data[3000..3100]);
+    // No reading ahead at all with a bound of 0.
+    let options = RemoteOptions {
+        lookahead_bytes: 0,
+        ..RemoteOptions::default()
+    };
+    let (_mem, _data, storage) = uploaded(100, CodecTag::RAW, options);
+    let store = open(storage);
+    store.prefetch(&[1, 2, 3]).unwrap();
+    assert_eq!(remote(&store).prefetched(), (0, 0));
+}

@@ -506,11 +506,7 @@ impl fmt::Display for Error {
                 path,
                 argument,
                 reason,
-            } => write!(
-                f,
-                "{}: invalid {argument}: {reason}",
-                path.display()
-            ),
+            } => write!(f, "{}: invalid {argument}: {reason}", path.display()),
             Error::Exists { path } => write!(
                 f,
                 "a store already exists at {}; open it instead, or choose another path",

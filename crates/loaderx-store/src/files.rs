@@ -156,6 +156,17 @@ impl<S: Storage> Files<S> {
         self.storage.fetches()
     }
 
+    /// Hints that `ranges` will be read soon ([`Storage::prefetch`]).
+    pub(crate) fn prefetch(&self, ranges: &[(FileId, u64, usize)]) {
+        self.storage.prefetch(ranges);
+    }
+
+    /// Drops what [`prefetch`](Self::prefetch) holds
+    /// ([`Storage::forget_prefetched`]).
+    pub(crate) fn forget_prefetched(&self) {
+        self.storage.forget_prefetched();
+    }
+
     /// Reads each of `ranges` into a buffer of its own
     /// ([`Storage::fetch_many`]).
     pub(crate) fn fetch_many(

@@ -89,6 +89,7 @@ mod gather;
 mod hints;
 mod layout;
 mod lock;
+mod lookahead;
 mod open;
 #[allow(unsafe_code)] // the pool and `SharedDst`: see the module's invariant
 mod parallel;

@@ -261,6 +261,7 @@ class Loader:
         prefetch: int,
         rank: int = 0,
         world_size: int = 1,
+        lookahead: int = 0,
     ) -> Loader: ...
     def next(
         self,

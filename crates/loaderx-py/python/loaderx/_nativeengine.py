@@ -33,6 +33,7 @@ class NativeEngine:
         sampler: Sampler,
         workers: int,
         prefetch: int,
+        lookahead: int = 0,
     ) -> None:
         self.names = [name for name, _store, _item_len in streams]
         self.views = views
@@ -46,6 +47,7 @@ class NativeEngine:
             prefetch,
             sampler.rank,
             sampler.world_size,
+            lookahead,
         )
 
     def next_with_step(self) -> tuple[int, dict[str, Any]] | None:

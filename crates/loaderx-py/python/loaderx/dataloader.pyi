@@ -10,6 +10,7 @@ class DataLoader(_Closing):
     batch_size: int
     num_workers: int
     prefetch_size: int
+    lookahead: int
     rank: int
     world_size: int
     local_batch_size: int
@@ -27,6 +28,7 @@ class DataLoader(_Closing):
         num_workers: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        lookahead: int = 4,
     ) -> None: ...
     @overload
     def __init__(
@@ -42,6 +44,7 @@ class DataLoader(_Closing):
         *,
         rank: int | None = None,
         world_size: int | None = None,
+        lookahead: int = 4,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> DataLoader: ...

@@ -136,6 +136,21 @@ pub trait Storage: Send + Sync + fmt::Debug {
             .collect()
     }
 
+    /// A hint that `ranges`, `(file, offset, len)` of open files, will be
+    /// read soon (a loader's next batches). A storage that
+    /// [`fetches`](Storage::fetches) starts their requests now and keeps
+    /// the bytes, within a bound of its own, for the
+    /// [`fetch_many`](Storage::fetch_many) that asks for them; others
+    /// ignore it (the default). Never fails: a range that cannot be read is
+    /// left for the read that wants it, which reports the error.
+    fn prefetch(&self, ranges: &[(FileId, u64, usize)]) {
+        let _ = ranges;
+    }
+
+    /// Drops whatever [`prefetch`](Storage::prefetch) started or holds and
+    /// nobody read (a loader restored to another step, or closed).
+    fn forget_prefetched(&self) {}
+
     /// Copies bytes of an open `file` into `buf` (same contract as `with_bytes`).
     ///
     /// # Errors

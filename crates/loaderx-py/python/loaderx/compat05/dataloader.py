@@ -34,6 +34,12 @@ The engines live in ``_nativeengine``, ``_pyengine`` and ``_transform`` (the
 stage that runs a transform off the consumer's thread) behind one small
 interface (``_engine.Engine``); this module is the facade that picks one.
 
+Over stores read by URL (object storage), the native loader also requests
+the records of the ``lookahead`` batches after each one a worker starts
+(default 4; 0 turns it off), so they are on their way while earlier batches
+are gathered and consumed; what each store holds ahead is bounded by its
+``lookahead_bytes`` storage option. Local stores ignore it.
+
 Either way batches arrive in sampler order, so a seed fixes the whole
 stream; a failed batch raises its exception from ``next()`` in its place
 and the loader goes on (a ``StopIteration`` from a transform or a stream
@@ -100,6 +106,17 @@ def _check_positive(name: str, value: Any) -> int:
     return number
 
 
+def _check_lookahead(value: Any) -> int:
+    """`lookahead` as a count of batches (0 or more), or the error naming it."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"lookahead must be a whole number of batches, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"lookahead must be 0 or more batches, got {number}")
+    return number
+
+
 def _pair_call(
     dataset: Any,
     labelset: Any,
@@ -112,6 +129,7 @@ def _pair_call(
     *,
     rank: int | None = None,
     world_size: int | None = None,
+    lookahead: int = 4,
 ) -> None:
     """The loaderx 0.5.x call shape (its signature is what is used)."""
 
@@ -128,6 +146,7 @@ def _named_call(
     num_workers: int | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    lookahead: int = 4,
 ) -> None:
     """The named-stream call shape (loaderx 2.x; ``num_workers`` is accepted
     as another name for ``transform_workers``)."""
@@ -307,6 +326,7 @@ class DataLoader(_Closing):
         self.num_workers = _check_positive(workers_name, workers)
         self.batch_size = _check_positive("batch_size", opts["batch_size"])
         self.prefetch_size = _check_positive("prefetch_size", opts["prefetch_size"])
+        self.lookahead = _check_lookahead(opts["lookahead"])
         # Validates length, batch size, mode, seed, rank and world size for
         # both engines.
         sampler = Sampler(
@@ -325,6 +345,7 @@ class DataLoader(_Closing):
                 sampler,
                 self.num_workers,
                 self.prefetch_size,
+                self.lookahead,
             )
             self._engine = (
                 native
