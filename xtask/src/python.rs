@@ -34,7 +34,14 @@ const TOOLS: &[(&str, &str)] = &[
     ("pyspark", "pyspark"),
     // bfloat16 and the float8 dtypes (optional for users; their tests need it).
     ("ml_dtypes", "ml-dtypes"),
+    // The Azure test creates its container in Azurite (`ensure_azurite`)
+    // with Microsoft's client; loaderx itself reads through object_store.
+    ("azure-storage-blob", "azure-storage-blob"),
 ];
+
+/// The Azure Storage emulator the Azure test starts on loopback, from npm,
+/// installed under `target/azurite` (`AZURITE` pins its version).
+const AZURITE: &str = "azurite@3.37.0";
 
 /// The training frameworks the example tests run (CPU is enough). PyPI's
 /// Linux torch wheel pulls in its CUDA libraries (about 2.8 GB of wheels,
@@ -131,7 +138,7 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
     let missing: Vec<&str> = missing.split_whitespace().collect();
     if missing.is_empty() {
         println!(
-            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, moto, ray, pyspark, ml-dtypes",
+            "--- {STEP}: {} has maturin, numpy, pytest, mypy, datasets, pyarrow, pillow, moto, ray, pyspark, ml-dtypes, azure-storage-blob",
             venv.dir.display()
         );
     } else {
@@ -140,6 +147,7 @@ pub fn ensure_venv(ws: &Workspace) -> Result<Venv, Failure> {
         steps::run("pip install tools into .venv", &mut cmd)?;
     }
     ensure_jre();
+    ensure_azurite(ws);
     if env::var_os("LOADERX_NO_FRAMEWORKS").is_some_and(|v| v == "1") {
         println!("--- {STEP}: LOADERX_NO_FRAMEWORKS=1, not installing torch and jax");
     } else {
@@ -166,6 +174,40 @@ fn ensure_jre() {
     if let Err(failure) = crate::tools::debian("Java runtime for the Spark tests", &[java]) {
         println!(
             "--- warning: no Java runtime ({}); the Spark tests will skip",
+            failure.reason
+        );
+    }
+}
+
+/// Azurite (`AZURITE`) under `target/azurite`, with Node.js and npm from
+/// Debian when missing (as root, on Linux). When it cannot be had, a
+/// warning: the Azure test then skips, saying why.
+fn ensure_azurite(ws: &Workspace) {
+    let prefix = ws.root.join("target").join("azurite");
+    if prefix.join("node_modules/.bin/azurite-blob").exists() {
+        return;
+    }
+    let npm = crate::tools::Tool {
+        program: "npm",
+        probe_arg: "--version",
+        package: "npm",
+    };
+    if cfg!(target_os = "linux")
+        && let Err(failure) = crate::tools::debian("Node.js for the Azure test", &[npm])
+    {
+        println!(
+            "--- warning: no npm ({}); the Azure test will skip",
+            failure.reason
+        );
+        return;
+    }
+    let mut cmd = Command::new("npm");
+    cmd.args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+        .arg(&prefix)
+        .arg(AZURITE);
+    if let Err(failure) = steps::run("npm install azurite", &mut cmd) {
+        println!(
+            "--- warning: Azurite could not be installed ({}); the Azure test will skip",
             failure.reason
         );
     }

@@ -322,7 +322,7 @@ impl RemoteStorage {
                     name,
                     Seen {
                         size: m.size,
-                        e_tag: m.e_tag,
+                        e_tag: m.e_tag.map(quoted),
                         version: m.version,
                     },
                 ))
@@ -755,7 +755,7 @@ fn runtime_head(
     let meta = remote.wait(url, async move { store.head(&path).await })?;
     Ok(Seen {
         size: meta.size,
-        e_tag: meta.e_tag,
+        e_tag: meta.e_tag.map(quoted),
         version: meta.version,
     })
 }
@@ -784,8 +784,8 @@ async fn get(
         .get_opts(path, options)
         .await
         .map_err(|e| to_io(url, e))?;
-    if let (Some(want), Some(got)) = (&seen.e_tag, &result.meta.e_tag)
-        && want != got
+    if let (Some(want), Some(got)) = (&seen.e_tag, result.meta.e_tag.clone().map(quoted))
+        && *want != got
     {
         return Err(changed(url, &format!("its ETag is now {got}, was {want}")));
     }
@@ -809,6 +809,16 @@ async fn get(
         ));
     }
     Ok(bytes)
+}
+
+/// An ETag in its quoted HTTP form: listings of some backends (Azure) give
+/// it bare where responses' headers quote it; `If-Match` wants it quoted.
+fn quoted(tag: String) -> String {
+    if tag.starts_with('"') || tag.starts_with("W/") {
+        tag
+    } else {
+        format!("\"{tag}\"")
+    }
 }
 
 fn changed(url: &str, how: &str) -> io::Error {
