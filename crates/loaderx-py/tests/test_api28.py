@@ -26,6 +26,7 @@ from loaderx.zrecord import (
     RaggedStore,
     RaggedView,
     RaggedWriter,
+    train_dict,
 )
 
 
@@ -377,3 +378,64 @@ def test_loader_refuses_bad_streams_and_settings(tmp_path) -> None:
             next(loader)
     for store in stores:
         store.close()
+
+
+def test_train_dict_for_zstd_dict_stores(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 256, size=(16, 8), dtype=np.uint8)
+    data = words[rng.integers(0, 16, size=(600, 12))].reshape(600, 96)
+    tokens = [words[rng.integers(0, 16, size=n)].reshape(-1) for n in rng.integers(2, 20, 400)]
+    with DenseWriter(tmp_path / "d", dtypes.uint8, (96,), codec="zstd") as w:
+        w.append(data)
+    with RaggedWriter(tmp_path / "r", dtypes.uint8, ndim=1, codec="zstd") as w:
+        w.append(RaggedBatch.from_records(tokens))
+    with DenseStore(tmp_path / "d") as ds, RaggedStore(tmp_path / "r") as rs, \
+            Allocator("cpu") as allocator:  # fmt: skip
+        dense_dict = train_dict(ds.bind(allocator), path=tmp_path / "dense.dict")
+        ragged_dict = train_dict(rs.bind(allocator))
+        assert isinstance(dense_dict, bytes) and dense_dict
+        assert (tmp_path / "dense.dict").read_bytes() == dense_dict
+        assert isinstance(ragged_dict, bytes) and ragged_dict
+        with pytest.raises(TypeError):
+            train_dict(ds)  # a store, not a view
+    with DenseWriter(tmp_path / "dz", dtypes.uint8, (96,), codec="zstd_dict",
+                     dict_bytes=dense_dict) as w:  # fmt: skip
+        w.append(data)
+    with RaggedWriter(tmp_path / "rz", dtypes.uint8, ndim=1, codec="zstd_dict",
+                      dict_bytes=ragged_dict) as w:  # fmt: skip
+        w.append(RaggedBatch.from_records(tokens))
+    with DenseStore(tmp_path / "dz") as ds, RaggedStore(tmp_path / "rz") as rs, \
+            Allocator("cpu") as allocator:  # fmt: skip
+        assert ds.codec == "zstd_dict"
+        np.testing.assert_array_equal(_np(ds.bind(allocator)[:]), data)
+        got = rs.bind(allocator)[:].to_tensors()
+        assert len(got) == len(tokens)
+        for g, t in zip(got, tokens):
+            np.testing.assert_array_equal(_np(g), t)
+
+
+def test_allocator(tmp_path) -> None:
+    allocator = Allocator("cpu")
+    assert allocator.device_type == "cpu" and allocator.device_id == 0
+    assert allocator.device == (1, 0)  # the DLPack device pair
+    assert allocator.pool_size >= 0
+    assert Allocator("CPU", pool_size=1 << 20).pool_size == 1 << 20
+    assert Allocator("cpu", pool_size=0).pool_size == 0
+    data = np.arange(6, dtype=dtypes.int16).reshape(3, 2)
+    with DenseWriter(tmp_path / "a", dtypes.int16, (2,), codec="raw") as w:
+        w.append(data)
+    with DenseStore(tmp_path / "a") as store:
+        view = store.bind(allocator)
+        assert view.device == (1, 0)
+        assert view[0].__dlpack_device__() == (1, 0)
+    for bad in (dict(device_type="tpu"), dict(device_type=""),
+                dict(device_type="cpu", device_id=1), dict(device_type="cpu", pool_size=-1),
+                dict(device_type="cpu", device_id=-1)):  # fmt: skip
+        with pytest.raises(ValueError):
+            Allocator(**bad)
+    for bad in (dict(device_type=1), dict(device_type="cpu", device_id=True),
+                dict(device_type="cpu", pool_size=1.5)):  # fmt: skip
+        with pytest.raises(TypeError):
+            Allocator(**bad)
+    allocator.close()
+    allocator.close()
