@@ -439,3 +439,41 @@ def test_allocator(tmp_path) -> None:
             Allocator(**bad)
     allocator.close()
     allocator.close()
+
+
+def test_convert_hugging_face_dataset(tmp_path) -> None:
+    datasets = pytest.importorskip("datasets")
+    from loaderx.converter import convert
+
+    features = datasets.Features({
+        "label": datasets.Value("int64"),
+        "vec": datasets.Sequence(datasets.Value("float32"), length=3),
+        "tokens": datasets.Sequence(datasets.Value("int32")),
+    })  # fmt: skip
+    rows = {
+        "label": list(range(12)),
+        "vec": [[i, i + 0.5, -i] for i in range(12)],
+        "tokens": [list(range(i, i + i % 4 + 1)) for i in range(12)],
+    }
+    ds = datasets.Dataset.from_dict(rows, features=features)
+    convert(ds, tmp_path / "out", codec="zstd")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["label", "tokens", "vec"]
+    with DenseStore(tmp_path / "out" / "label") as label, \
+            DenseStore(tmp_path / "out" / "vec") as vec, \
+            RaggedStore(tmp_path / "out" / "tokens") as tokens, \
+            Allocator("cpu") as allocator:  # fmt: skip
+        assert label.dtype == dtypes.int64 and vec.dtype == dtypes.float32
+        assert tuple(vec.item_shape) == (3,) and tokens.ndim == 1
+        np.testing.assert_array_equal(_np(label.bind(allocator)[:]), np.arange(12))
+        np.testing.assert_array_equal(
+            _np(vec.bind(allocator)[:]), np.array(rows["vec"], dtype=np.float32)
+        )
+        got = tokens.bind(allocator)[:].to_tensors()
+        assert [_np(t).tolist() for t in got] == rows["tokens"]
+    with pytest.raises(FileExistsError):
+        convert(ds, tmp_path / "out", codec="raw")
+    with pytest.raises(TypeError):
+        convert(rows, tmp_path / "dict", codec="raw")  # not a Dataset
+    with pytest.raises(ValueError):
+        convert(datasets.Dataset.from_dict({"s": ["a", "b"]}), tmp_path / "s", codec="raw")
+    assert not (tmp_path / "s").exists()
