@@ -699,6 +699,8 @@ LABELS = {
     ("ours", "ours-flat"): "**loaderx** append_flat",
     ("v054", "v054"): "loaderx 0.5.4",
     ("v240", "v240"): "loaderx 2.4.0",
+    ("ours", "ours28"): "**loaderx** 2.8 API",
+    ("v2819", "v2819"): "loaderx 2.8.19",
     **{("field", name): label for name, label in FIELD_LABELS.items()},
 }
 COMPRESSED = {"flate", "zstd", "lz4", "gzip"}
