@@ -186,7 +186,10 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
             "--v240-python",
             existing(ws.target_dir().join(ORIGINAL_24.venv)),
         ),
-        ("--v2819-python", existing(ws.target_dir().join(COMPAT28_VENV))),
+        (
+            "--v2819-python",
+            existing(ws.target_dir().join(COMPAT28_VENV)),
+        ),
         ("--field-python", bench_venv.clone()),
     ] {
         if let Some(python) = python {

@@ -203,7 +203,11 @@ fn cyclic_epochs_hold_whole_batches_of_one_permutation() {
             assert_eq!(seen.len(), per_epoch * batch);
             seen.sort_unstable();
             seen.dedup();
-            assert_eq!(seen.len(), per_epoch * batch, "len {len} batch {batch} epoch {epoch}");
+            assert_eq!(
+                seen.len(),
+                per_epoch * batch,
+                "len {len} batch {batch} epoch {epoch}"
+            );
             assert!(seen.iter().all(|&i| i < len));
         }
     }
@@ -215,7 +219,9 @@ fn cyclic_epochs_hold_whole_batches_of_one_permutation() {
     // The skipped tail: batch 1 of epoch 0 is not the straddling batch.
     let shuffle = global(10, 4, Mode::Shuffle, 5, 0);
     assert_eq!(global(10, 4, Mode::Cyclic, 5, 0), shuffle);
-    let first_epoch: Vec<u64> = (0..3).flat_map(|k| global(10, 4, Mode::Shuffle, 5, k)).collect();
+    let first_epoch: Vec<u64> = (0..3)
+        .flat_map(|k| global(10, 4, Mode::Shuffle, 5, k))
+        .collect();
     assert_eq!(global(10, 4, Mode::Cyclic, 5, 1), first_epoch[4..8]);
     // B > N: each batch is ⌈B/N⌉ permutations, no index more than ⌈B/N⌉ times.
     let big = global(3, 7, Mode::Cyclic, 1, 4);

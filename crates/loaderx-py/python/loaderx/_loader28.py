@@ -132,7 +132,8 @@ class _ShardedNative(NativeEngine):
     """The native engine, each batch turned from ``{name: [shard, ...]}``
     into ``[{name: shard}, ...]``."""
 
-    def next_with_step(self) -> tuple[int, list[dict[str, Any]]] | None:
+    # The batch is a list of shards where the parent's is a dict: `Any`.
+    def next_with_step(self) -> tuple[int, Any] | None:
         got = super().next_with_step()
         if got is None:
             return None
