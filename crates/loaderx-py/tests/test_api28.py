@@ -179,6 +179,10 @@ def test_documented_errors(tmp_path) -> None:
     # A result read before the close stays valid.
     np.testing.assert_array_equal(_np(kept), data[1])
     allocator.close()
+    with DenseStore(tmp_path / "d") as again:
+        with pytest.raises(RuntimeError):
+            again.bind(allocator)[0]  # a view of a closed allocator
+    np.testing.assert_array_equal(_np(kept), data[1])
     with pytest.raises((TypeError, ValueError)):
         RaggedBatch.from_records([np.zeros(2, np.int32), np.zeros((2, 2), np.int32)])
 

@@ -145,3 +145,67 @@ def test_close_while_a_consumer_waits_and_a_closed_store_fails_the_loader(stores
             next(loader)
     with pytest.raises(StopIteration):
         next(loader)
+
+
+def _big_stores(tmp_path):
+    # 64 records of 64 KiB: a batch of 32 (2 MiB) or more is pooled.
+    data = np.arange(64 * 16384, dtype=np.float32).reshape(64, 16384)
+    with DenseWriter(tmp_path / "big", data.dtype, (16384,), codec="raw") as w:
+        w.append(data)
+    recs = [np.full(16384 + i, i, dtype=np.float32) for i in range(64)]
+    with RaggedWriter(tmp_path / "rbig", dtypes.float32, ndim=1, codec="raw") as w:
+        w.append(RaggedBatch.from_records(recs))
+    return data, recs
+
+
+def test_allocator_pool_reuses_dropped_batches_within_pool_size(tmp_path) -> None:
+    data, recs = _big_stores(tmp_path)
+    allocator = Allocator("cpu", pool_size=64 << 20)
+    assert _native.POOLED_OUTPUT_BYTES <= 32 * 16384 * 4
+    with DenseStore(tmp_path / "big") as dense, RaggedStore(tmp_path / "rbig") as ragged:
+        view, rview = dense.bind(allocator), ragged.bind(allocator)
+        first = view[np.arange(40)]
+        ptr = _np(first).ctypes.data
+        assert allocator.cached_bytes == 0
+        kept = view[np.arange(40)]  # the first is alive: another buffer
+        assert _np(kept).ctypes.data != ptr
+        del first
+        assert allocator.cached_bytes >= 40 * 16384 * 4  # back in the pool
+        again = view[np.arange(10, 50)]
+        assert _np(again).ctypes.data == ptr  # reused
+        np.testing.assert_array_equal(_np(again), data[10:50])
+        assert allocator.cached_bytes == 0
+        # A capsule held by a consumer keeps the buffer out of the pool.
+        held = _np(again)
+        del again
+        assert allocator.cached_bytes == 0
+        del held
+        assert allocator.cached_bytes > 0
+        # Ragged reads draw from the same pool.
+        batch = rview[np.arange(64)]
+        for got, want in zip(batch.to_tensors(), recs):
+            np.testing.assert_array_equal(_np(got), want)
+        del batch, kept
+        assert allocator.cached_bytes > 0
+        allocator.close()
+        assert allocator.cached_bytes == 0
+        with pytest.raises(RuntimeError):
+            view[0]
+
+
+def test_allocator_pool_size_bounds_idle_buffers(tmp_path) -> None:
+    _big_stores(tmp_path)
+    with DenseStore(tmp_path / "big") as dense:
+        none = Allocator("cpu", pool_size=0)
+        view = dense.bind(none)
+        batch = view[np.arange(40)]
+        del batch
+        assert none.cached_bytes == 0  # nothing kept
+        one = Allocator("cpu", pool_size=48 * 16384 * 4)
+        view = dense.bind(one)
+        a, b = view[np.arange(40)], view[np.arange(40)]
+        del a
+        kept = one.cached_bytes
+        assert 40 * 16384 * 4 <= kept <= one.pool_size
+        del b  # over the budget: the longest idle goes
+        assert one.cached_bytes <= one.pool_size

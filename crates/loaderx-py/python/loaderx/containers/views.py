@@ -66,15 +66,16 @@ class Allocator:
     device type this build has; another is ``ValueError``), device id 0.
 
     ``device`` is the DLPack device pair, ``(1, 0)`` for the CPU, as
-    ``DLTensor.__dlpack_device__()`` reports it. ``pool_size`` (bytes,
-    default 256 MiB, 2.8's) and ``minimum_size`` are checked and kept as
-    2.8 does, but this build does not draw view reads from a pool the
-    allocator owns: a read's buffer belongs to its result (freed with it),
-    and a read of 2 MiB or more is gathered into a buffer recycled by the
-    store handle (two idle buffers per kind of read, reused once the
-    consumer drops every array of an earlier batch); a ``Loader`` keeps its
-    own pool of batch buffers (``prefetch`` plus a few per stream). Closing
-    an allocator leaves results already read valid.
+    ``DLTensor.__dlpack_device__()`` reports it. The allocator owns a pool
+    of batch buffers shared by every view bound to it: a read of at least
+    ``_native.POOLED_OUTPUT_BYTES`` is gathered into one of its buffers,
+    which returns to the pool once the consumer has dropped every array and
+    DLPack capsule of that batch, and the next read of a size it fits reuses
+    it; ``pool_size`` (bytes, default 256 MiB as in 2.8) bounds the idle
+    buffers kept (``cached_bytes``), the longest idle freed first; smaller
+    reads are plain allocations. ``close()`` frees the idle buffers; reads
+    through its views are then ``RuntimeError``, and results already read
+    stay valid.
     """
 
     def __init__(
@@ -99,7 +100,7 @@ class Allocator:
         self._device_id = device_id
         self._minimum_size = 1 if minimum_size is None else _size(minimum_size, "size")
         self._pool_size = DEFAULT_POOL_SIZE if pool_size is None else _size(pool_size, "size")
-        self._closed = False
+        self._pool = _native.OutputPool(self._pool_size)
 
     @property
     def device_type(self) -> str:
@@ -116,9 +117,13 @@ class Allocator:
 
     @property
     def pool_size(self) -> int:
-        """The idle-byte budget 2.8 gives the allocator's pool (see the
-        class docstring for what this build pools)."""
+        """The most bytes of idle batch buffers the pool keeps."""
         return self._pool_size
+
+    @property
+    def cached_bytes(self) -> int:
+        """The bytes of idle batch buffers the pool holds now."""
+        return int(self._pool.cached_bytes)
 
     @property
     def minimum_size(self) -> int:
@@ -132,8 +137,14 @@ class Allocator:
         return 1 << (size - 1).bit_length()
 
     def close(self) -> None:
-        """Marks the allocator closed (idempotent); results stay valid."""
-        self._closed = True
+        """Frees the idle buffers and refuses reads through the views
+        (idempotent); results already read stay valid."""
+        self._pool.close()
+
+    def _live_pool(self) -> Any:
+        if self._pool.closed:
+            raise RuntimeError("allocator is closed")
+        return self._pool
 
     def __enter__(self) -> Allocator:
         return self
@@ -457,7 +468,8 @@ class DenseView(_View):
         return self._reader().item_shape
 
     def _gather(self, r: Any, idxs: np.ndarray, one: bool) -> Any:
-        batch = r[idxs]
+        pool = self._allocator._live_pool()
+        batch = r._reading().get_dense(idxs, r._proto, True, pool)
         return DLTensor._wrap(batch[0] if one else batch)
 
 
@@ -470,7 +482,8 @@ class RaggedView(_View):
         return int(self._reader().ndim)
 
     def _gather(self, r: Any, idxs: np.ndarray, one: bool) -> Any:
-        flat, offsets, shapes = r.gather_flat(idxs)
+        pool = self._allocator._live_pool()
+        flat, offsets, shapes, _ = r._reading().get_ragged(idxs, r.dtype, True, pool)
         return RaggedBatch(
             DLTensor._wrap(np.ascontiguousarray(flat)),
             DLTensor._wrap(offsets.astype(np.int32)),
