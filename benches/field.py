@@ -9,6 +9,11 @@ worker process of the virtualenv that holds it:
 * ``ours``  - this checkout's loaderx (the project venv, this interpreter);
 * ``v054``  - loaderx 0.5.4 from PyPI (``--v054-python``);
 * ``v240``  - loaderx 2.4.0 from PyPI (``--v240-python``);
+* ``v2819`` - loaderx 2.8.19 from PyPI (``--v2819-python``, e.g. the
+  ``<target>/compat28-venv`` that ``cargo xtask test`` makes), through its
+  2.8 API, against ours through the same API (``ours28``: writers, stores
+  bound to an ``Allocator``, ``DLTensor``/``RaggedBatch`` results, and the
+  2.8 ``Loader`` in the loader section);
 * ``field`` - the bench venv (``--field-python``, made by
   ``benches/field_env.py`` from ``benches/field-requirements.txt``): NumPy
   memory maps, HDF5 (h5py), LMDB, Arrow IPC, Parquet, ArrayRecord, Lance,
@@ -385,6 +390,11 @@ class Contender:
     def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
         raise NotImplementedError
 
+    def as_checked(self, got: Any) -> Any:
+        """A gather's result as :meth:`Workload.check` takes it (an array,
+        or a list of arrays); untimed."""
+        return got
+
 
 class LoaderxTyped(Contender):
     """loaderx Dense/Ragged (ours, and 2.4.0 with the same API)."""
@@ -428,6 +438,44 @@ class LoaderxFlat(LoaderxTyped):
         wr = self.Ragged.create(path, w.dtype, w.ndim, codec=codec)
         wr.append_flat(w.flat, w.offsets, w.shapes)
         wr.close()
+
+
+class Loaderx28(Contender):
+    """loaderx through the 2.8 API (ours, and 2.8.19): ``DenseWriter``/
+    ``RaggedWriter``, stores bound to a CPU ``Allocator``; a gather returns
+    a ``DLTensor`` or a ``RaggedBatch``, as 2.8 users get it."""
+
+    def __init__(self, name: str, label: str, codecs: tuple[str, ...]) -> None:
+        from loaderx import Allocator
+        from loaderx.zrecord import DenseStore, DenseWriter, RaggedBatch, RaggedStore, RaggedWriter
+
+        self.DenseWriter, self.RaggedWriter, self.RaggedBatch = DenseWriter, RaggedWriter, RaggedBatch
+        self.DenseStore, self.RaggedStore = DenseStore, RaggedStore
+        self.allocator = Allocator("cpu")
+        self.name, self.label, self.codecs = name, label, codecs
+        self.handles: list[Any] = []
+
+    def write(self, path: Path, w: Workload, codec: str) -> None:
+        if w.kind == "dense":
+            wr = self.DenseWriter(path, w.dtype, w.shape, codec=codec)
+            step = max(1, (64 * MIB) // max(1, w.median_record_bytes))
+            for s in range(0, w.n, step):
+                wr.append(np.ascontiguousarray(w.arr[s:s + step]))
+        else:
+            wr = self.RaggedWriter(path, w.dtype, ndim=w.ndim, codec=codec)
+            for s in range(0, w.n, 8192):
+                wr.append(self.RaggedBatch.from_records(w.records(s, min(w.n, s + 8192))))
+        wr.close()
+
+    def open(self, path: Path, w: Workload, codec: str) -> Callable[[np.ndarray], Any]:
+        store = (self.DenseStore if w.kind == "dense" else self.RaggedStore)(path)
+        self.handles.append(store)
+        return store.bind(self.allocator).__getitems__
+
+    def as_checked(self, got: Any) -> Any:
+        if hasattr(got, "to_tensors"):
+            return [np.from_dlpack(t) for t in got.to_tensors()]
+        return np.from_dlpack(got)
 
 
 class Loaderx054(Contender):
@@ -763,7 +811,10 @@ class Worker:
             self.contenders: list[Contender] = [
                 LoaderxTyped("ours", "loaderx (this tree) Dense/Ragged", ("raw", "lz4", "zstd", "flate")),
                 LoaderxFlat("ours-flat", "loaderx (this tree) Ragged.append_flat", ("raw", "zstd")),
+                Loaderx28("ours28", "loaderx (this tree) through the 2.8 API", ("raw", "zstd")),
             ]
+        elif impl == "v2819":
+            self.contenders = [Loaderx28("v2819", "loaderx 2.8.19", ("raw", "zstd"))]
         elif impl == "v240":
             self.contenders = [LoaderxTyped("v240", "loaderx 2.4.0 Dense/Ragged", ("raw", "zstd"))]
         elif impl == "v054":
@@ -838,7 +889,7 @@ class Worker:
         self.readers[f"{contender}/{codec}/{workload}"] = (gather, w)
         self.gather(contender, workload, codec)  # one untimed round
         idx = self.batches[workload][0]
-        w.check(idx, gather(idx), f"{self.impl}/{contender}/{codec}/{workload}")
+        w.check(idx, c.as_checked(gather(idx)), f"{self.impl}/{contender}/{codec}/{workload}")
         return {}
 
     def warm(self, contender: str, workload: str, codec: str) -> dict[str, Any]:
@@ -896,6 +947,9 @@ LOADERS: list[tuple[str, str, str]] = [
     ("loaderx pair", "raw", "ours"), ("loaderx pair", "zstd", "ours"),
     ("loaderx 0.5.4", "raw", "v054"), ("loaderx 0.5.4", "flate", "v054"),
     ("loaderx 2.4.0", "raw", "v240"), ("loaderx 2.4.0", "zstd", "v240"),
+    # The 2.8 API's Loader over placement views: ours and 2.8.19.
+    ("loaderx 2.8 API", "raw", "ours"), ("loaderx 2.8 API", "zstd", "ours"),
+    ("loaderx 2.8.19", "raw", "v2819"), ("loaderx 2.8.19", "zstd", "v2819"),
     ("torch fork", "raw", "field"), ("torch spawn", "raw", "field"),
     ("grain", "raw", "field"), ("jax-dataloader", "raw", "field"),
 ]
@@ -978,6 +1032,35 @@ def make_loader(name: str, codec: str, data_dir: Path) -> tuple[Callable[[], Any
                             prefetch_size=LOADER_PREFETCH)
         it = iter(dl)
         return (lambda: next(it)), dl.close, as_np
+    if name in ("loaderx 2.8 API", "loaderx 2.8.19"):
+        from loaderx import Allocator, Loader
+        from loaderx.sampler import Sampler
+        from loaderx.zrecord import DenseStore, DenseWriter
+
+        tag = "ours28" if name == "loaderx 2.8 API" else "v2819"
+        ip, lp = d / f"{tag}-img224-{codec}", d / f"{tag}-labels"
+        def write_dense28(p: Path, arr: np.ndarray, c: str) -> None:
+            with DenseWriter(p, arr.dtype, arr.shape[1:], codec=c) as wr:
+                for s in range(0, len(arr), 1024):
+                    wr.append(np.ascontiguousarray(arr[s:s + 1024]))
+
+        for p, arr, c in ((ip, images, codec), (lp, idx_labels, "raw")):
+            made_once(p, partial(write_dense28, arr=arr, c=c))
+        read_through(ip)
+        allocator = Allocator("cpu")
+        stores = [DenseStore(ip), DenseStore(lp)]
+        streams = {"image": [stores[0].bind(allocator)], "label": [stores[1].bind(allocator)]}
+        sampler = Sampler(n, LOADER_BATCH, Sampler.Mode.CYCLIC, seed=0)
+        dl = Loader(streams, sampler, workers=LOADER_WORKERS, prefetch=LOADER_PREFETCH)
+        it = iter(dl)
+
+        def close28() -> None:
+            dl.close()
+            for store in stores:
+                store.close()
+
+        return (lambda: next(it)), close28, \
+            (lambda b: (np.from_dlpack(b[0]["image"]), np.from_dlpack(b[0]["label"])))
     if name in ("loaderx 0.5.4", "loaderx pair"):
         import loaderx
 
@@ -1215,7 +1298,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if info.get("missing"):
                 env_missing[dist] = info["missing"]
     pythons = {"ours": sys.executable, "v054": args.v054_python, "v240": args.v240_python,
-               "field": args.field_python}
+               "v2819": args.v2819_python, "field": args.field_python}
     result: dict[str, Any] = {"kind": "field", "workloads": prepare_sources(data_dir),
                               "contenders": {}, "missing": {}, "install_missing": env_missing}
     workers: dict[str, Remote] = {}
@@ -1443,7 +1526,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="record counts x F (1.0: publication run)")
     sub = parser.add_subparsers(dest="mode")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
-    w.add_argument("impl", choices=["ours", "v054", "v240", "field"])
+    w.add_argument("impl", choices=["ours", "v054", "v240", "v2819", "field"])
     w.add_argument("--data-dir", type=Path, required=True)
     lr = sub.add_parser("loader-run", help=argparse.SUPPRESS)
     lr.add_argument("name")
@@ -1454,8 +1537,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--field-env", default=None, help="its field-env.json (install failures)")
     parser.add_argument("--v054-python", default=None, help="interpreter with loaderx 0.5.4")
     parser.add_argument("--v240-python", default=None, help="interpreter with loaderx 2.4.0")
+    parser.add_argument("--v2819-python", default=None,
+                        help="interpreter with loaderx 2.8.19 (e.g. target/compat28-venv/bin/python)")
     parser.add_argument("--missing", action="append", default=[], metavar="IMPL=REASON",
-                        help="a contender venv (field, v054, v240) that could not be made, and why")
+                        help="a contender venv (field, v054, v240, v2819) that could not be made, and why")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--keep-stores", action="store_true",
                         help="keep the stores written (tens of GiB at scale 1); the sources are always kept")

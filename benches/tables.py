@@ -491,6 +491,13 @@ def typed_contenders_line(result: dict[str, Any]) -> str:
         text += f"; original: loaderx {o['loaderx']} from PyPI (Python {o['python']}, numpy {o['numpy']})"
     else:
         text += f"; **loaderx 2.4.0 MISSING** ({result.get('original_missing')}): no side-by-side figures"
+    if "original28" in c:
+        o = c["original28"]
+        text += (f"; original 2.8: loaderx {o['loaderx']} from PyPI (Python {o['python']}, numpy "
+                 f"{o['numpy']}), against ours through the 2.8 API")
+    elif "ours28" in c:
+        text += (f"; **loaderx 2.8.19 MISSING** ({result.get('original28_missing')}): the 2.8 API rows "
+                 "have no side-by-side figures")
     if result.get("smoke"):
         text += " — SMOKE RUN: tiny data, figures mean nothing"
     return text
@@ -498,19 +505,27 @@ def typed_contenders_line(result: dict[str, Any]) -> str:
 
 def impl_label(result: dict[str, Any], impl: str) -> str:
     c = result["contenders"].get(impl)
-    return f"loaderx {c['loaderx']}" if c else impl
+    if not c:
+        return impl
+    return f"loaderx {c['loaderx']}" + (" (2.8 API)" if impl.endswith("28") else "")
+
+
+#: The contender each of ours is compared with in the ``vs`` columns:
+#: the 2.x API with 2.4.0, the 2.8 API with 2.8.19.
+BASELINES = {"ours": "original", "ours28": "original28"}
 
 
 def against_original(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Callable[[str], str]]]:
-    """Each row with its ``vs 2.4.0`` cell maker: ``vs(key)`` is our row's
-    ``key`` over that of 2.4.0's row of the same name, in bold ("—" on
-    2.4.0's own rows)."""
-    base = {r["name"]: r for r in rows if r["impl"] == "original"}
+    """Each row with its ``vs original`` cell maker: ``vs(key)`` is our
+    row's ``key`` over that of the original's row of the same name (2.4.0
+    for the 2.x API, 2.8.19 for the 2.8 API), in bold ("—" on the
+    originals' own rows)."""
+    base = {(r["impl"], r["name"]): r for r in rows if r["impl"] not in BASELINES}
 
     def maker(r: dict[str, Any]) -> Callable[[str], str]:
-        b = base.get(r["name"])
-        if r["impl"] != "ours":
+        if r["impl"] not in BASELINES:
             return lambda _key: "—"
+        b = base.get((BASELINES[r["impl"]], r["name"]))
         return lambda key: fmt_ratio(None if b is None else r[key] / b[key], bold=True)
 
     return [(r, maker(r)) for r in rows]
@@ -530,7 +545,7 @@ def typed_gather_table(result: dict[str, Any]) -> str:
         for r, vs in against_original(result.get("gathers", []))
     ]
     return table(
-        ["gather", "loaderx", "per batch", "rounds (min – max)", "records/s", "throughput", "vs 2.4.0"], body
+        ["gather", "loaderx", "per batch", "rounds (min – max)", "records/s", "throughput", "vs original"], body
     )
 
 
@@ -541,7 +556,8 @@ def typed_write_table(result: dict[str, Any]) -> str:
         name, data = r["name"].replace("-", " "), f"{r['logical_bytes'] / MIB:.0f} MiB"
         body.append([name, impl_label(result, r["impl"]), data, *until, vs("close_mib_s"), vs("durable_mib_s")])
     return table(
-        ["write", "loaderx", "data", "until close", "until durable", "vs 2.4.0 (close)", "vs 2.4.0 (durable)"],
+        ["write", "loaderx", "data", "until close", "until durable", "vs original (close)",
+         "vs original (durable)"],
         body,
     )
 
@@ -628,7 +644,8 @@ def typed_report(result: dict[str, Any]) -> str:
             f"read once first, a batch checked against the generated data. Images: "
             f"{w['images']:,} × uint8{tuple(w['image_shape'])} ({w['image_bytes'] // 1024} KiB); tokens: "
             f"{w['tokens']:,} int32 sequences of {lo}–{hi} ids (median {w['token_median']}, Zipf "
-            f"over {w['token_vocab']:,}). `vs 2.4.0` is records/s against the row of the same name.",
+            f"over {w['token_vocab']:,}). `vs original` is records/s against the row of the same name of "
+            f"2.4.0 (for ours through the 2.x API) or 2.8.19 (for ours through the 2.8 API).",
             "",
             typed_gather_table(result),
             "",
@@ -682,6 +699,8 @@ LABELS = {
     ("ours", "ours-flat"): "**loaderx** append_flat",
     ("v054", "v054"): "loaderx 0.5.4",
     ("v240", "v240"): "loaderx 2.4.0",
+    ("ours", "ours28"): "**loaderx** 2.8 API",
+    ("v2819", "v2819"): "loaderx 2.8.19",
     **{("field", name): label for name, label in FIELD_LABELS.items()},
 }
 COMPRESSED = {"flate", "zstd", "lz4", "gzip"}

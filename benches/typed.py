@@ -9,6 +9,13 @@ process and its own venv (both packages are called ``loaderx``):
 * ``ours``     - this interpreter's loaderx (the project venv),
 * ``original`` - loaderx 2.4.0 from PyPI (``--original-python``, default
   ``<target>/compat24-venv/bin/python``; ``cargo xtask bench`` creates it).
+* ``ours28``   - this interpreter's loaderx through the loaderx 2.8 API
+  (``DenseWriter``/``RaggedWriter``, ``DenseStore``/``RaggedStore`` bound
+  to an ``Allocator``, ``DLTensor``/``RaggedBatch`` results, 2.8's
+  ``train_dict(view)``),
+* ``original28`` - loaderx 2.8.19 from PyPI through the same calls
+  (``--original28-python``, default ``<target>/compat28-venv/bin/python``,
+  the venv ``cargo xtask test`` makes for the 2.8 API tests).
 
 The driver (this process) measures nothing itself: it starts one long-lived
 worker per contender (``typed.py worker``), sends each a command per
@@ -110,6 +117,10 @@ TARGETS = {
     "dense_vs_dataset": 0.95,
     "ragged_vs_original": 2.0,
     "write_vs_original": 1.0,
+    "dense_vs_original28": 2.0,
+    "ragged_vs_original28": 2.0,
+    "write_vs_original28": 1.0,
+    "disk_vs_original28": 1.0,
     "dict_gather_vs_zstd": 1.0,
     "open_ms": 5.0,
     "open_rss_mib": 4.0,
@@ -158,11 +169,15 @@ def generate_tokens(count: int) -> list[np.ndarray]:
 
 
 class Worker:
-    def __init__(self, impl: str, data_dir: Path) -> None:
-        from loaderx.utils import train_dict
-        from loaderx.zrecord import Dense, Ragged
+    """The 2.x API (``Dense``/``Ragged``): ``ours`` and ``original``."""
 
-        self.loaderx, self.Dense, self.Ragged, self.train_dict = loaderx, Dense, Ragged, train_dict
+    def __init__(self, impl: str, data_dir: Path) -> None:
+        self.loaderx = loaderx
+        if impl not in API28:  # loaderx 2.8.19 has neither
+            from loaderx.utils import train_dict
+            from loaderx.zrecord import Dense, Ragged
+
+            self.Dense, self.Ragged, self.train_dict = Dense, Ragged, train_dict
         self.impl = impl
         self.root = data_dir / impl
         self.root.mkdir(parents=True, exist_ok=True)
@@ -310,6 +325,93 @@ class Worker:
         self.readers.clear()
 
 
+class Worker28(Worker):
+    """The same commands through the loaderx 2.8 API: ``ours28`` and
+    ``original28``. Reads return what 2.8 returns (``DLTensor``,
+    ``RaggedBatch``), consumed by no one: the timed work is the gather."""
+
+    def __init__(self, impl: str, data_dir: Path) -> None:
+        super().__init__(impl, data_dir)
+        from loaderx import Allocator
+        from loaderx.zrecord import (
+            DenseStore,
+            DenseWriter,
+            RaggedBatch,
+            RaggedStore,
+            RaggedWriter,
+            train_dict,
+        )
+
+        self.DenseWriter, self.RaggedWriter, self.RaggedBatch = DenseWriter, RaggedWriter, RaggedBatch
+        self.DenseStore, self.RaggedStore, self.train_dict28 = DenseStore, RaggedStore, train_dict
+        self.allocator = Allocator("cpu")
+        self.stores: list[Any] = []
+
+    def write_store(self, name: str) -> None:
+        kind, codec = name.split("-", 1)
+        path = self.fresh(name)
+        w: Any
+        if kind == "dense":
+            w = self.DenseWriter(path, IMAGE_DTYPE, IMAGE_SHAPE, codec=codec)
+            w.append(self.images)
+            w.close()
+        elif kind == "tokens":
+            extra: dict[str, Any] = {}
+            if codec == "zstd_dict":
+                extra["dict_bytes"] = self.dictionary
+            w = self.RaggedWriter(path, np.int32, ndim=1, codec=codec, **extra)
+            for start in range(0, N_TOKENS, TOKEN_APPEND):
+                w.append(self.RaggedBatch.from_records(self.tokens[start : start + TOKEN_APPEND]))
+            w.close()
+        else:
+            raise ValueError(f"unknown store {name} for the 2.8 API")
+
+    def train(self) -> dict[str, Any]:
+        """2.8 trains on a view: of the ``tokens-zstd`` store the timed
+        writes left (written here if they did not run)."""
+        if not (self.path("tokens-zstd")).exists():
+            self.write_store("tokens-zstd")
+        with self.RaggedStore(self.path("tokens-zstd")) as store:
+            t0 = time.perf_counter()
+            self.dictionary = self.train_dict28(store.bind(self.allocator))
+            dt = time.perf_counter() - t0
+        return {"train_s": dt, "dict_len": len(self.dictionary)}
+
+    def open_reader(self, name: str, check_raw: bool) -> None:
+        if check_raw:
+            raise ValueError("the 2.8 API has no check_raw")
+        kind, _codec = name.split("-", 1)
+        path = self.path(name)
+        read_through(path)
+        store = (self.DenseStore if kind == "dense" else self.RaggedStore)(path)
+        self.stores.append(store)
+        view = store.bind(self.allocator)
+        read = view.__getitems__
+        n = N_TOKENS if kind == "tokens" else N_IMAGES
+        sweep = np.arange(n, dtype=np.uint64)
+        for start in range(0, n, 1024):
+            read(sweep[start : start + 1024])
+        idx = self.batches["tokens" if kind == "tokens" else "images"][0]
+        got = read(idx)
+        if kind == "dense":
+            if not np.array_equal(np.from_dlpack(got), self.images[idx.astype(np.intp)]):
+                raise SystemExit(f"{self.impl} {name}: gathered wrong images")
+        else:
+            records = [np.from_dlpack(t) for t in got.to_tensors()]
+            want = [self.tokens[i] for i in idx.tolist()]
+            if len(records) != len(want) or not all(
+                g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(records, want)
+            ):
+                raise SystemExit(f"{self.impl} {name}: gathered wrong token records")
+        self.readers[name] = (view, read)
+
+    def close_all(self) -> None:
+        for store in self.stores:
+            store.close()
+        self.stores.clear()
+        self.readers.clear()
+
+
 def open_probe(path: Path, warmup: Path) -> int:
     """One fresh process: open a tiny store first (the library's one-time
     costs), then time ``Dense.open`` of ``path`` and the resident memory it
@@ -344,19 +446,40 @@ def start(impl: str, python: str, data_dir: Path, smoke: bool) -> Remote:
                          "--data-dir", str(data_dir)])
 
 
+def probe_original(python: Path | None, version: str) -> str | None:
+    """Why the interpreter `python` cannot be the loaderx `version`
+    contender, or ``None`` when it can."""
+    if python is None or not Path(python).exists():
+        return f"no interpreter with loaderx {version} at {python}"
+    probe = subprocess.run(
+        [str(python), "-c", "import loaderx; print(loaderx.__version__)"],
+        capture_output=True, text=True, check=False,
+    )
+    found = probe.stdout.strip()
+    if probe.returncode != 0 or found != version:
+        return f"{python} imports loaderx {found or '(none)'}, not {version}"
+    return None
+
+
 WRITES = ("dense-raw", "dense-zstd", "tokens-zstd")
 PREPARED = ("tokens-raw", "tokens-zstd_dict")
 PREPARED_OURS = ("v1-raw", "v1-zstd")
+# Every contender, and the one each is compared with (``vs`` columns).
+IMPLS = ("ours", "original", "ours28", "original28")
+BASELINE = {"ours": "original", "ours28": "original28"}
+# The contenders of the 2.8 API.
+API28 = ("ours28", "original28")
+ALL = IMPLS
 # (row name, store, check_raw, gather_flat) per contender; which impls run it.
 GATHERS: list[tuple[str, str, bool, bool, tuple[str, ...]]] = [
-    ("dense raw", "dense-raw", False, False, ("ours", "original")),
+    ("dense raw", "dense-raw", False, False, ALL),
     ("dense raw, check_raw=True", "dense-raw", True, False, ("ours",)),
     ("Dataset raw (format v1)", "v1-raw", False, False, ("ours",)),
-    ("dense zstd", "dense-zstd", False, False, ("ours", "original")),
+    ("dense zstd", "dense-zstd", False, False, ALL),
     ("Dataset zstd (format v1)", "v1-zstd", False, False, ("ours",)),
-    ("tokens raw", "tokens-raw", False, False, ("ours", "original")),
-    ("tokens zstd", "tokens-zstd", False, False, ("ours", "original")),
-    ("tokens zstd_dict", "tokens-zstd_dict", False, False, ("ours", "original")),
+    ("tokens raw", "tokens-raw", False, False, ALL),
+    ("tokens zstd", "tokens-zstd", False, False, ALL),
+    ("tokens zstd_dict", "tokens-zstd_dict", False, False, ALL),
     ("tokens zstd, gather_flat", "tokens-zstd", False, True, ("ours",)),
 ]
 
@@ -367,6 +490,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     missing: str | None = args.original_missing
     log(f"[typed] starting workers (data in {data_dir})")
     contenders["ours"] = start("ours", sys.executable, data_dir, args.smoke)
+    contenders["ours28"] = start("ours28", sys.executable, data_dir, args.smoke)
+    missing28 = args.original28_missing or probe_original(args.original28_python, "2.8.19")
     if missing is None:
         py = args.original_python
         if py is None or not Path(py).exists():
@@ -386,6 +511,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit("the two workers generated different data (numpy versions?)")
     else:
         log(f"[typed] loaderx 2.4.0 MISSING: {missing}; measuring ours alone")
+    if missing28 is None:
+        contenders["original28"] = start("original28", str(args.original28_python), data_dir, args.smoke)
+        if contenders["original28"].hello["data_sha256"] != contenders["ours"].hello["data_sha256"]:
+            raise SystemExit("the 2.8.19 worker generated different data (numpy versions?)")
+    else:
+        log(f"[typed] loaderx 2.8.19 MISSING: {missing28}; the 2.8 API measured for ours alone")
     impls = list(contenders)
     c = contenders["ours"]
     info = c.hello
@@ -395,6 +526,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "kind": "typed",
         "contenders": {k: v.hello for k, v in contenders.items()},
         "original_missing": missing,
+        "original28_missing": missing28,
     }
 
     # Writes: rounds, every (store, impl) once per round, order rotated.
@@ -557,6 +689,23 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             add(f"write {name.replace('-', ' ')} vs 2.4.0, until {when}",
                 ratio(w.get(("ours", name)), w.get(("original", name)), f"{when}_mib_s"),
                 TARGETS["write_vs_original"], True, "x", "2.4.0 missing, see above" if missing else None)
+    missing28 = result.get("original28_missing")
+    why28 = "2.8.19 missing, see above" if missing28 else None
+    add("Dense raw gather vs 2.8.19 (2.8 API)",
+        ratio(g.get(("ours28", "dense raw")), g.get(("original28", "dense raw")), "records_per_s"),
+        TARGETS["dense_vs_original28"], True, "x", why28)
+    for codec in ("zstd", "raw"):
+        add(f"Ragged tokens {codec} gather vs 2.8.19 (2.8 API)",
+            ratio(g.get(("ours28", f"tokens {codec}")), g.get(("original28", f"tokens {codec}")), "records_per_s"),
+            TARGETS["ragged_vs_original28"], True, "x", why28)
+    for name in WRITES:
+        add(f"write {name.replace('-', ' ')} vs 2.8.19 (2.8 API), until durable",
+            ratio(w.get(("ours28", name)), w.get(("original28", name)), "durable_mib_s"),
+            TARGETS["write_vs_original28"], True, "x", why28)
+    for name in WRITES + PREPARED:
+        add(f"{name.replace('-', ' ')} on disk vs 2.8.19 (2.8 API)",
+            ratio(s.get(("ours28", name)), s.get(("original28", name)), "on_disk_bytes"),
+            TARGETS["disk_vs_original28"], False, "x", why28)
     add("tokens zstd_dict on disk vs zstd (ours)",
         ratio(s.get(("ours", "tokens-zstd_dict")), s.get(("ours", "tokens-zstd")), "on_disk_bytes"), 1.0, False, "x")
     add("tokens zstd_dict gather vs zstd (ours)",
@@ -584,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny data, one round (figures mean nothing)")
     sub = parser.add_subparsers(dest="mode")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
-    w.add_argument("impl", choices=["ours", "original"])
+    w.add_argument("impl", choices=list(IMPLS))
     w.add_argument("--data-dir", type=Path, required=True)
     p = sub.add_parser("open-probe", help=argparse.SUPPRESS)
     p.add_argument("path", type=Path)
@@ -593,6 +742,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="interpreter with loaderx 2.4.0 (default: <target>/compat24-venv/bin/python)")
     parser.add_argument("--original-missing", default=None, metavar="REASON",
                         help="do not run 2.4.0; record REASON in the results instead")
+    parser.add_argument("--original28-python", type=Path, default=None,
+                        help="interpreter with loaderx 2.8.19 (default: <target>/compat28-venv/bin/python)")
+    parser.add_argument("--original28-missing", default=None, metavar="REASON",
+                        help="do not run 2.8.19; record REASON in the results instead")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="where stores are written (default: <target>/bench-typed)")
     parser.add_argument("--keep-stores", action="store_true",
@@ -602,13 +755,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         shrink_for_smoke()
     if args.mode == "worker":
-        return serve(lambda: Worker(args.impl, args.data_dir))
+        worker = Worker28 if args.impl in API28 else Worker
+        return serve(lambda: worker(args.impl, args.data_dir))
     if args.mode == "open-probe":
         return open_probe(args.path, args.warmup)
 
     args.data_dir = data_dir(args.data_dir, "bench-typed-smoke" if args.smoke else "bench-typed")
     if args.original_python is None:
         args.original_python = target_dir() / "compat24-venv" / "bin" / "python"
+    if args.original28_python is None:
+        args.original28_python = target_dir() / "compat28-venv" / "bin" / "python"
 
     started = time.perf_counter()
     info = machine(numpy=np.__version__, loaderx=loaderx.__version__, load_1min=load_1min())
@@ -619,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_stores:
             # The open-time store is built once and kept (it is slow to build).
-            for impl in ("ours", "original"):
+            for impl in IMPLS:
                 shutil.rmtree(args.data_dir / impl, ignore_errors=True)
     info["load_1min_end"] = load_1min()
     result = {"machine": info, "workload": workload(), "smoke": args.smoke, **result}

@@ -186,6 +186,10 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
             "--v240-python",
             existing(ws.target_dir().join(ORIGINAL_24.venv)),
         ),
+        (
+            "--v2819-python",
+            existing(ws.target_dir().join(COMPAT28_VENV)),
+        ),
         ("--field-python", bench_venv.clone()),
     ] {
         if let Some(python) = python {
@@ -278,6 +282,14 @@ fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<
                 .arg(format!("{impl_}={}: {}", f.step, f.reason)),
         };
     }
+    let v2819 = venv_at(ws.target_dir().join(COMPAT28_VENV)).python;
+    if v2819.exists() {
+        cmd.arg("--v2819-python").arg(&v2819);
+    } else {
+        cmd.arg("--missing").arg(format!(
+            "v2819=no target/{COMPAT28_VENV} (`cargo xtask test` makes it)"
+        ));
+    }
     steps::run(
         "benches/field.py (stores and loaders of the field)",
         &mut cmd,
@@ -343,6 +355,11 @@ const ORIGINAL_24: Original = Original {
     version: "2.4.0",
     venv: "compat24-venv",
 };
+
+/// The venv holding loaderx 2.8.19 that `cargo xtask test` makes for the
+/// 2.8 API tests (`python::api28_reference`); typed.py finds it by itself,
+/// field.py is given it.
+const COMPAT28_VENV: &str = "compat28-venv";
 
 /// The criterion bench targets of `loaderx-benches`. Named one by one: a bare
 /// `cargo bench -p loaderx-benches` (or `--benches`) also runs the library's

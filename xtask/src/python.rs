@@ -327,7 +327,15 @@ pub fn demo(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
 const ORIGINAL_28: &str = "loaderx==2.8.19";
 /// What it needs beside it: it asks for NumPy >= 2.5, which has no build for
 /// every Python, and runs on 2.4 (hence `--no-deps` for loaderx itself).
-const ORIGINAL_28_DEPS: &[&str] = &["numpy>=2.4,<2.5", "msgpack", "ml-dtypes>=0.6", "pytest"];
+/// `datasets` (with pyarrow) is its `converter` extra, which the convert
+/// example of the tests needs.
+const ORIGINAL_28_DEPS: &[&str] = &[
+    "numpy>=2.4,<2.5",
+    "msgpack",
+    "ml-dtypes>=0.6",
+    "pytest",
+    "datasets",
+];
 /// The test file of the 2.8 API, written to pass against both packages.
 const API28_TESTS: &str = "tests/test_api28.py";
 
@@ -339,7 +347,7 @@ const API28_TESTS: &str = "tests/test_api28.py";
 pub fn api28_reference(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     const STEP: &str = "test_api28.py against loaderx 2.8.19";
     let compat = Venv::at(ws.target_dir().join("compat28-venv"));
-    let probe = "import loaderx, pytest, ml_dtypes; print(loaderx.__version__)";
+    let probe = "import loaderx, pytest, ml_dtypes, datasets; print(loaderx.__version__)";
     let found = steps::capture(compat.python().args(["-c", probe]));
     if found.as_deref().map(str::trim) != Some("2.8.19") {
         if !compat.works() {

@@ -25,7 +25,7 @@ fn wait_until(mut done: impl FnMut() -> bool) {
 fn two_hundred_create_consume_close_cycles_finish() {
     let fx = fixture();
     for cycle in 0..200usize {
-        let loader = Loader::builder(sampler(Mode::ALL[cycle % 3], 8))
+        let loader = Loader::builder(sampler(Mode::ALL[cycle % Mode::ALL.len()], 8))
             .stream(fx.data_stream())
             .stream(fx.ragged_stream())
             .num_workers(1 + cycle % 8)

@@ -83,6 +83,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pages::release_mapped, m)?)?;
     m.add("MAX_RECORD_LEN", loaderx_store::MAX_RECORD_LEN)?;
     m.add("POOLED_OUTPUT_BYTES", pool::POOLED_OUTPUT_BYTES)?;
+    m.add_class::<pool::OutputPool>()?;
     let codecs = PyDict::new(py);
     for codec in loaderx_store::CodecId::ALL {
         codecs.set_item(codec.name(), codec.tag().0)?;

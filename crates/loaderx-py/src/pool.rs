@@ -36,7 +36,7 @@ use std::{
     ptr::NonNull,
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
@@ -266,10 +266,15 @@ impl fmt::Debug for PoolBuf {
 }
 
 /// The native loader's batch buffers: reused per stream, at most `keep`
-/// idle ones per stream.
+/// idle ones per stream, and with a byte budget ([`BatchPool::with_budget`])
+/// at most that many idle bytes in all.
 pub(crate) struct BatchPool {
     free: Mutex<Vec<Vec<PoolBuf>>>,
     keep: usize,
+    /// The most idle bytes kept, if bounded.
+    budget: Option<usize>,
+    /// The capacity of the idle buffers; changed only under `free`'s lock.
+    idle_bytes: AtomicUsize,
     /// Set by `close()`: from then on returned buffers are freed.
     closed: AtomicBool,
     /// The process that made the pool. In a child forked from it, the mutex
@@ -284,17 +289,36 @@ impl BatchPool {
         BatchPool {
             free: Mutex::new(Vec::new()),
             keep,
+            budget: None,
+            idle_bytes: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             created_by: std::process::id(),
         }
+    }
+
+    /// A pool keeping idle buffers up to `bytes` of capacity in all (a
+    /// buffer larger than that is freed when returned; returning one past
+    /// the budget frees the longest idle first), however many.
+    pub(crate) fn with_budget(bytes: usize) -> BatchPool {
+        BatchPool {
+            budget: Some(bytes),
+            ..BatchPool::new(usize::MAX)
+        }
+    }
+
+    /// The capacity of the idle buffers, in bytes.
+    pub(crate) fn idle_bytes(&self) -> usize {
+        self.idle_bytes.load(Ordering::Relaxed)
     }
 
     /// Frees the idle buffers, and from now on every returned one.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         if std::process::id() == self.created_by {
-            let idle =
-                std::mem::take(&mut *self.free.lock().unwrap_or_else(PoisonError::into_inner));
+            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            let idle = std::mem::take(&mut *free);
+            self.idle_bytes.store(0, Ordering::Relaxed);
+            drop(free);
             drop(idle);
         }
     }
@@ -330,7 +354,9 @@ impl BufferAllocator for SharedPool {
                 // the likeliest to be cached); a ragged stream's batches vary
                 // in size.
                 let at = list.iter().rposition(|b| b.cap >= len)?;
-                Some(list.swap_remove(at))
+                let buf = list.remove(at);
+                self.0.idle_bytes.fetch_sub(buf.cap, Ordering::Relaxed);
+                Some(buf)
             })
         };
         match reused {
@@ -353,8 +379,31 @@ impl BufferAllocator for SharedPool {
         if free.len() <= stream {
             free.resize_with(stream + 1, Vec::new);
         }
+        if let Some(budget) = pool.budget {
+            if buffer.cap > budget {
+                drop(free);
+                drop(buffer);
+                return;
+            }
+            // Evict the longest idle (the front of each list) until it fits.
+            let mut evicted = Vec::new();
+            let mut idle = pool.idle_bytes.load(Ordering::Relaxed);
+            for list in free.iter_mut() {
+                while idle + buffer.cap > budget && !list.is_empty() {
+                    let old = list.remove(0);
+                    idle -= old.cap;
+                    evicted.push(old);
+                }
+            }
+            pool.idle_bytes.store(idle + buffer.cap, Ordering::Relaxed);
+            free[stream].push(buffer);
+            drop(free);
+            drop(evicted);
+            return;
+        }
         let list = &mut free[stream];
         if list.len() < pool.keep {
+            pool.idle_bytes.fetch_add(buffer.cap, Ordering::Relaxed);
             list.push(buffer);
             return;
         }
@@ -366,11 +415,53 @@ impl BufferAllocator for SharedPool {
             .min_by_key(|(_, b)| b.cap)
             .map(|(i, _)| i);
         let freed = match smallest {
-            Some(i) if list[i].cap < buffer.cap => std::mem::replace(&mut list[i], buffer),
+            Some(i) if list[i].cap < buffer.cap => {
+                pool.idle_bytes
+                    .fetch_add(buffer.cap - list[i].cap, Ordering::Relaxed);
+                std::mem::replace(&mut list[i], buffer)
+            }
             _ => buffer,
         };
         drop(free);
         drop(freed);
+    }
+}
+
+/// `loaderx._native.OutputPool(pool_size)`: the pool of a 2.8 `Allocator`.
+/// Reads through its views of at least [`POOLED_OUTPUT_BYTES`] are gathered
+/// into its buffers, which come back when the consumer drops every array
+/// and capsule of the batch; at most `pool_size` bytes of them stay idle.
+#[pyclass(module = "loaderx._native", name = "OutputPool", frozen)]
+pub(crate) struct OutputPool(pub(crate) SharedPool);
+
+#[pymethods]
+impl OutputPool {
+    #[new]
+    fn new(pool_size: usize) -> Self {
+        OutputPool(SharedPool(Arc::new(BatchPool::with_budget(pool_size))))
+    }
+
+    /// The capacity of the idle buffers, in bytes.
+    #[getter]
+    fn cached_bytes(&self) -> usize {
+        self.0.0.idle_bytes()
+    }
+
+    /// The most idle bytes kept.
+    #[getter]
+    fn pool_size(&self) -> usize {
+        self.0.0.budget.unwrap_or(usize::MAX)
+    }
+
+    /// Frees the idle buffers, and from now on every returned one.
+    fn close(&self) {
+        self.0.0.close();
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.0.0.closed.load(Ordering::Acquire)
     }
 }
 

@@ -42,7 +42,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use crate::arrays;
 use crate::errors::{closed, not_contiguous, store_error, zrecord_error};
 use crate::indices::{self, Resolved, Selection};
-use crate::pool::{Output, OutputKind, SharedPool, output_pool};
+use crate::pool::{Output, OutputKind, OutputPool, SharedPool, output_pool};
 use crate::typed::{self, Engine};
 use crate::writer::Behind;
 
@@ -704,7 +704,8 @@ impl Store {
     /// reads, resolved and gathered under one lock: `Dense.__getitem__` in
     /// one call. A batch of at least `POOLED_OUTPUT_BYTES` comes from this
     /// handle's output pool.
-    #[pyo3(signature = (idx, proto, batch = false))]
+    /// `pool`: an `OutputPool` to take that batch's buffer from instead.
+    #[pyo3(signature = (idx, proto, batch = false, pool = None))]
     #[allow(unsafe_code)]
     fn get_dense<'py>(
         &self,
@@ -712,6 +713,7 @@ impl Store {
         idx: &Bound<'py, PyAny>,
         proto: &Bound<'py, PyUntypedArray>,
         batch: bool,
+        pool: Option<PyRef<'py, OutputPool>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let selection = indices::parse(idx, batch)?;
         let item_len = arrays::row_len(proto)
@@ -743,7 +745,7 @@ impl Store {
             };
             (out.into_any(), one)
         } else {
-            let outputs = &self.outputs;
+            let outputs = pool.as_ref().map_or(&self.outputs, |p| &p.0);
             let (data, rows, one) = self.handle.selected(py, selection, |engine, resolved| {
                 let len = item_len
                     .checked_mul(resolved.idxs.len())
@@ -769,7 +771,9 @@ impl Store {
     /// `flat[offsets[i]:offsets[i + 1]]` (int64 element offsets) of shape
     /// `shapes[i]` (int64, `(n, ndim)`); `one` when `idx` names one record
     /// (and not `batch`). Resolved and gathered under one lock.
-    #[pyo3(signature = (idx, dtype, batch = false))]
+    /// A batch of at least `POOLED_OUTPUT_BYTES` comes from this handle's
+    /// output pool, or from `pool` (an `OutputPool`) when given.
+    #[pyo3(signature = (idx, dtype, batch = false, pool = None))]
     #[allow(clippy::type_complexity)]
     fn get_ragged<'py>(
         &self,
@@ -777,6 +781,7 @@ impl Store {
         idx: &Bound<'py, PyAny>,
         dtype: &Bound<'py, PyArrayDescr>,
         batch: bool,
+        pool: Option<PyRef<'py, OutputPool>>,
     ) -> PyResult<(
         Bound<'py, PyAny>,
         Bound<'py, PyArray1<i64>>,
@@ -785,7 +790,7 @@ impl Store {
     )> {
         let selection = indices::parse(idx, batch)?;
         let itemsize = dtype.itemsize().max(1) as u64;
-        let outputs = &self.outputs;
+        let outputs = pool.as_ref().map_or(&self.outputs, |p| &p.0);
         let (gathered, ndim, one) = self.handle.selected(py, selection, |engine, resolved| {
             let ndim = typed::ragged_ndim(engine)?;
             let gathered = typed::gather_ragged(engine, &resolved.idxs, |len| {

@@ -185,6 +185,68 @@ def _dense_2x_append_takes_dlpack_producers(tmp_path) -> None:
     assert as_array(src, "x", dtypes.bfloat16).ctypes.data == src.data_ptr()
 
 
+def _every_generation_appends_dlpack_producers(tmp_path) -> None:
+    """PyTorch tensors (bfloat16 included) go into every generation's
+    append viewed in place: ``Ragged.append`` (a list of tensors, or one
+    tensor as its rows), the 0.5.x ``Zrecord.append``/``append_var`` and
+    ``Dataset.write``; a read-only NumPy memory map too."""
+    import torch
+
+    from loaderx import Dataset, Ragged, Zrecord
+    from loaderx.containers.dlpack_in import as_array
+
+    seqs = [torch.arange(n, dtype=torch.int32) + n for n in (3, 1, 4)]
+    with Ragged.create(tmp_path / "r", dtypes.int32, 1, codec="zstd") as w:
+        w.append(seqs)
+        w.append(torch.arange(6, dtype=torch.int32).reshape(2, 3))  # two records: its rows
+    with Ragged.open(tmp_path / "r") as r:
+        got = [a.tolist() for a in r[[0, 1, 2, 3, 4]]]
+    assert got == [[3, 4, 5], [1], [4, 5, 6, 7], [0, 1, 2], [3, 4, 5]]
+    bf = [torch.tensor([[1.0, 2.0]]).to(torch.bfloat16), torch.tensor([[0.5], [4.0]]).to(torch.bfloat16)]
+    with Ragged.create(tmp_path / "bf", dtypes.bfloat16, 2, codec="raw") as w:
+        w.append(bf)
+    with Ragged.open(tmp_path / "bf") as r:
+        recs = r[[0, 1]]
+    assert recs[0].dtype == dtypes.bfloat16
+    assert [a.astype(np.float32).tolist() for a in recs] == [[[1.0, 2.0]], [[0.5], [4.0]]]
+    for t in bf:  # viewed, not copied
+        assert as_array(t, "x").ctypes.data == t.data_ptr()
+
+    raw = torch.arange(12, dtype=torch.uint8)
+    z = Zrecord(tmp_path / "z", codec="raw")
+    assert z.append(raw, 3, 4) == 0
+    assert z.append_var(raw, np.array([0, 5]), np.array([2, 7])) == 3
+    dst = np.zeros((5, 7), dtype=np.uint8)
+    assert z.lengths([0, 1, 2, 3, 4]).tolist() == [4, 4, 4, 2, 7]
+    z.gather_var([2, 4], dst.reshape(-1), np.array([0, 4]))
+    assert dst.reshape(-1)[:11].tolist() == [8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11]
+    z.close()
+
+    labels = torch.arange(10, dtype=torch.int64) * 3
+    ds = Dataset.write(tmp_path / "labels", labels, codec="raw")
+    assert ds[np.arange(10)].tolist() == (np.arange(10) * 3).tolist()
+    ds.close()
+    images = torch.arange(24, dtype=torch.float32).reshape(3, 2, 4).to(torch.bfloat16)
+    ds = Dataset.write(tmp_path / "images", images, codec="zstd")
+    got = ds[np.array([2, 0])]
+    assert got.dtype == dtypes.bfloat16 and got.shape == (2, 2, 4)
+    assert got.astype(np.float32).tolist() == images[[2, 0]].float().tolist()
+    ds.close()
+
+    np.save(tmp_path / "m.npy", np.arange(16, dtype=np.uint8).reshape(4, 4))
+    mm = np.load(tmp_path / "m.npy", mmap_mode="r")
+    z = Zrecord(tmp_path / "zm", codec="raw")
+    assert z.append(mm, 4, 4) == 0
+    out = np.zeros(16, dtype=np.uint8)
+    z.gather([3, 0], out, 4)
+    assert out[:8].tolist() == [12, 13, 14, 15, 0, 1, 2, 3]
+    z.close()
+    with Ragged.create(tmp_path / "rm", dtypes.uint8, 1, codec="raw") as w:
+        w.append(mm)
+    with Ragged.open(tmp_path / "rm") as r:
+        assert r[3].tolist() == [12, 13, 14, 15]
+
+
 def _child(body: str, framework: str, tmp_path: Path, *args: str) -> None:
     """Runs `body(tmp_path, *args)` of this module in a child interpreter:
     importing PyTorch or JAX here would leave their threads and arenas in
@@ -220,3 +282,7 @@ def test_jax_zero_copy(tmp_path) -> None:
 
 def test_dense_2x_append_takes_dlpack_producers(tmp_path) -> None:
     _child("_dense_2x_append_takes_dlpack_producers", "torch", tmp_path)
+
+
+def test_every_generation_appends_dlpack_producers(tmp_path) -> None:
+    _child("_every_generation_appends_dlpack_producers", "torch", tmp_path)

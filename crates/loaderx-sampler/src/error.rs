@@ -89,7 +89,7 @@ impl fmt::Display for Error {
             ),
             Error::UnknownMode(mode) => write!(
                 f,
-                "unknown sampling mode {mode} (expected 0 = sequential, 1 = iid, 2 = shuffle)"
+                "unknown sampling mode {mode} (expected 0 = sequential, 1 = iid, 2 = shuffle, 3 = cyclic)"
             ),
             Error::BadStateBytes { reason } => {
                 write!(f, "not an encoded sampler state: {reason}")

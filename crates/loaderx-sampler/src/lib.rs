@@ -22,6 +22,9 @@
 //!   next power of two; an exact Fisher–Yates pass over a fixed 2 KiB stack
 //!   table when `N ≤ 1024`): every epoch is a fresh permutation, in O(1)
 //!   memory.
+//! * [`Mode::Cyclic`]: the same permutations, but an epoch holds only whole
+//!   batches (`⌊N/B⌋` of them; the `N mod B` left over are skipped), as
+//!   loaderx 2.8's `CYCLIC` draws.
 //!
 //! Rank `r` of `W` ranks writes positions `[r·B/W, (r+1)·B/W)` of each
 //! batch. Since no index depends on `W` or on earlier positions, every host

@@ -19,22 +19,30 @@ pub enum Mode {
     /// Without replacement: every run of `N` draws starting at a multiple of
     /// `N` is a permutation of `0..N`, a fresh one for every epoch.
     Shuffle = 2,
+    /// Without replacement, whole batches per epoch (loaderx 2.8's
+    /// `CYCLIC`): with `B ≤ N`, epoch `e` is `⌊N/B⌋` batches, the first
+    /// `⌊N/B⌋·B` entries of a fresh permutation of `0..N` (the `N mod B`
+    /// left over are skipped that epoch, so no batch straddles two); with
+    /// `B > N`, a batch is `⌈B/N⌉` fresh permutations back to back, cut at
+    /// `B`. The permutations are [`Mode::Shuffle`]'s.
+    Cyclic = 3,
 }
 
 impl Mode {
     /// Every mode, in discriminant order.
-    pub const ALL: [Mode; 3] = [Mode::Sequential, Mode::Iid, Mode::Shuffle];
+    pub const ALL: [Mode; 4] = [Mode::Sequential, Mode::Iid, Mode::Shuffle, Mode::Cyclic];
 
     /// The mode with discriminant `value`.
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownMode`] if `value` is not 0, 1 or 2.
+    /// [`Error::UnknownMode`] if `value` is not 0, 1, 2 or 3.
     pub const fn from_u8(value: u8) -> Result<Mode> {
         match value {
             0 => Ok(Mode::Sequential),
             1 => Ok(Mode::Iid),
             2 => Ok(Mode::Shuffle),
+            3 => Ok(Mode::Cyclic),
             other => Err(Error::UnknownMode(other)),
         }
     }
@@ -44,12 +52,13 @@ impl Mode {
         self as u8
     }
 
-    /// The lower-case name: `"sequential"`, `"iid"` or `"shuffle"`.
+    /// The lower-case name: `"sequential"`, `"iid"`, `"shuffle"` or `"cyclic"`.
     pub const fn name(self) -> &'static str {
         match self {
             Mode::Sequential => "sequential",
             Mode::Iid => "iid",
             Mode::Shuffle => "shuffle",
+            Mode::Cyclic => "cyclic",
         }
     }
 }
@@ -87,7 +96,8 @@ mod tests {
         assert_eq!(Mode::Sequential as u8, 0);
         assert_eq!(Mode::Iid as u8, 1);
         assert_eq!(Mode::Shuffle as u8, 2);
-        for bad in 3..=u8::MAX {
+        assert_eq!(Mode::Cyclic as u8, 3);
+        for bad in 4..=u8::MAX {
             assert_eq!(Mode::try_from(bad), Err(Error::UnknownMode(bad)));
         }
         let msg = Error::UnknownMode(7).to_string();

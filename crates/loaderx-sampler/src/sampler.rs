@@ -13,6 +13,7 @@ enum Stream {
     Sequential(Sequential),
     Iid(Iid),
     Shuffle(Shuffle),
+    Cyclic(Shuffle),
 }
 
 impl Stream {
@@ -21,6 +22,7 @@ impl Stream {
             Mode::Sequential => Stream::Sequential(Sequential::new(len)),
             Mode::Iid => Stream::Iid(Iid::new(seed, len)),
             Mode::Shuffle => Stream::Shuffle(Shuffle::new(seed, len)),
+            Mode::Cyclic => Stream::Cyclic(Shuffle::new(seed, len)),
         }
     }
 }
@@ -195,6 +197,22 @@ impl Sampler {
             Stream::Iid(iid) => iid.fill(step, offset, out),
             Stream::Sequential(seq) => seq.fill(self.first_position(step, offset), out),
             Stream::Shuffle(shuffle) => shuffle.fill(self.first_position(step, offset), out),
+            Stream::Cyclic(shuffle) => shuffle.fill(self.cyclic_position(step, offset), out),
+        }
+    }
+
+    /// [`Mode::Cyclic`]'s position in the [`Mode::Shuffle`] stream of
+    /// element `offset` of batch `step`: batches never straddle an epoch
+    /// (see [`Mode::Cyclic`]). Cannot overflow: every factor is below
+    /// `2^64` and the sum below `2^128`.
+    fn cyclic_position(&self, step: u64, offset: usize) -> u128 {
+        let (len, batch) = (u128::from(self.len), self.batch_size as u128);
+        if batch <= len {
+            let per_epoch = len / batch;
+            let step = u128::from(step);
+            (step / per_epoch) * len + (step % per_epoch) * batch + offset as u128
+        } else {
+            u128::from(step) * batch.div_ceil(len) * len + offset as u128
         }
     }
 

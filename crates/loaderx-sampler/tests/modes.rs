@@ -1,4 +1,4 @@
-//! The three modes: determinism, wrap-around, range, uniformity, bias.
+//! The modes: determinism, wrap-around, range, uniformity, bias.
 
 mod common;
 
@@ -188,4 +188,49 @@ fn set_step_and_indices_at_agree_with_fill() {
         assert_eq!(out, seen[4], "{mode}");
         assert_eq!(s.step(), 5);
     }
+}
+
+/// `Cyclic` (loaderx 2.8's `CYCLIC`): an epoch is `⌊N/B⌋` whole batches of
+/// one permutation, the `N mod B` left over skipped; a batch never repeats
+/// an index when `B ≤ N`; `B > N` takes whole permutations cut at `B`.
+#[test]
+fn cyclic_epochs_hold_whole_batches_of_one_permutation() {
+    for (len, batch) in [(10u64, 3usize), (10, 4), (10, 10), (1000, 64), (5000, 7)] {
+        let mut s = Sampler::new(len, batch, Mode::Cyclic, 11).unwrap();
+        let per_epoch = (len / batch as u64) as usize;
+        for epoch in 0..3 {
+            let mut seen: Vec<u64> = (0..per_epoch).flat_map(|_| s.next_batch()).collect();
+            assert_eq!(seen.len(), per_epoch * batch);
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(
+                seen.len(),
+                per_epoch * batch,
+                "len {len} batch {batch} epoch {epoch}"
+            );
+            assert!(seen.iter().all(|&i| i < len));
+        }
+    }
+    // When B divides N, the stream is Shuffle's.
+    assert_eq!(
+        positions(1000, 100, Mode::Cyclic, 3, 5000),
+        positions(1000, 100, Mode::Shuffle, 3, 5000)
+    );
+    // The skipped tail: batch 1 of epoch 0 is not the straddling batch.
+    let shuffle = global(10, 4, Mode::Shuffle, 5, 0);
+    assert_eq!(global(10, 4, Mode::Cyclic, 5, 0), shuffle);
+    let first_epoch: Vec<u64> = (0..3)
+        .flat_map(|k| global(10, 4, Mode::Shuffle, 5, k))
+        .collect();
+    assert_eq!(global(10, 4, Mode::Cyclic, 5, 1), first_epoch[4..8]);
+    // B > N: each batch is ⌈B/N⌉ permutations, no index more than ⌈B/N⌉ times.
+    let big = global(3, 7, Mode::Cyclic, 1, 4);
+    assert_eq!(big.len(), 7);
+    for i in 0..3 {
+        let count = big.iter().filter(|&&x| x == i).count();
+        assert!((2..=3).contains(&count), "{big:?}");
+    }
+    let mut first_three = big[..3].to_vec();
+    first_three.sort_unstable();
+    assert_eq!(first_three, [0, 1, 2]);
 }

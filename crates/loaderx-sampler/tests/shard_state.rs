@@ -267,7 +267,7 @@ fn invalid_configurations_and_buffers_are_clear_errors() {
         }
     );
     assert_eq!(sharded.step(), 0, "a failed fill must not advance");
-    assert_eq!(Mode::try_from(3).unwrap_err(), Error::UnknownMode(3));
+    assert_eq!(Mode::try_from(4).unwrap_err(), Error::UnknownMode(4));
     let boxed: Box<dyn std::error::Error> = Box::new(Error::ZeroBatch);
     assert!(!boxed.to_string().is_empty());
 }

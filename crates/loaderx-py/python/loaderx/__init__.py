@@ -30,6 +30,7 @@ from .errors import ERROR_CODES, ZrecordError
 from .remote import push
 from .zrecord import Dense, Ragged
 from .containers.views import Allocator  # noqa: E402 - after .zrecord, which it needs
+from ._loader28 import Loader  # noqa: E402 - after .containers.views
 
 #: The package version, as Cargo builds the native module.
 __version__: str = _native.__version__
@@ -40,6 +41,7 @@ __all__ = [
     "ERROR_CODES",
     "DataLoader",
     "Dataset",
+    "Loader",
     "Dense",
     "MAX_RECORD_LEN",
     "Ragged",

@@ -2,6 +2,7 @@ from . import _lib as _lib
 from . import _native as _native
 from . import dtypes as dtypes
 from .containers.views import Allocator as Allocator
+from ._loader28 import Loader as Loader
 from ._sampler import Sampler as Sampler
 from ._zrecord import CODECS as CODECS
 from ._zrecord import ERROR_CODES as ERROR_CODES
@@ -21,6 +22,7 @@ __all__ = [
     "ERROR_CODES",
     "DataLoader",
     "Dataset",
+    "Loader",
     "Dense",
     "MAX_RECORD_LEN",
     "Ragged",

@@ -7,6 +7,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "OutputPool",
     "Store",
     "push",
     "Sampler",
@@ -85,6 +86,17 @@ def release_pages(spans: list[tuple[int, int]], maps: list[tuple[int, int]]) -> 
 def release_mapped(source: object, block: object) -> None: ...
 
 @final
+class OutputPool:
+    def __new__(cls, pool_size: int) -> OutputPool: ...
+    @property
+    def cached_bytes(self) -> int: ...
+    @property
+    def pool_size(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+
+@final
 class Store:
     def __new__(cls, path: str) -> Store: ...
     @staticmethod
@@ -156,9 +168,19 @@ class Store:
         dims: npt.NDArray[np.uint32],
     ) -> None: ...
     def take_spare(self) -> npt.NDArray[np.uint8] | None: ...
-    def get_dense(self, idx: object, proto: npt.NDArray[Any], batch: bool = False) -> Any: ...
+    def get_dense(
+        self,
+        idx: object,
+        proto: npt.NDArray[Any],
+        batch: bool = False,
+        pool: OutputPool | None = None,
+    ) -> Any: ...
     def get_ragged(
-        self, idx: object, dtype: np.dtype[Any], batch: bool = False
+        self,
+        idx: object,
+        dtype: np.dtype[Any],
+        batch: bool = False,
+        pool: OutputPool | None = None,
     ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], npt.NDArray[np.int64], bool]: ...
     def shapes(self, idx: object) -> npt.NDArray[np.int64]: ...
     def get_images(

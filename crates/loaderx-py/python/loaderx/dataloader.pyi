@@ -1,6 +1,7 @@
 from collections.abc import Callable, Mapping
 from typing import Any, overload
 
+from ._loader28 import Loader as Loader
 from ._zrecord import _Closing
 
 class DataLoader(_Closing):

@@ -82,6 +82,7 @@ from .containers.views import (  # noqa: E402
     RaggedStore,
     RaggedView,
     RaggedWriter,
+    train_dict,
 )
 
 __all__ = [
@@ -116,4 +117,5 @@ __all__ = [
     "RaggedStore",
     "RaggedView",
     "RaggedWriter",
+    "train_dict",
 ]

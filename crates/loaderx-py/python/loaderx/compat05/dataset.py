@@ -291,6 +291,11 @@ class Dataset(_Closing):
         chunk_bytes = operator.index(chunk_bytes)
         if chunk_bytes <= 0:
             raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        if not isinstance(array, np.ndarray) and hasattr(array, "__dlpack__"):
+            # A DLPack producer (PyTorch, JAX, DLTensor): viewed in place.
+            from ..containers.dlpack_in import as_array
+
+            array = as_array(array, "array")
         array = np.asanyarray(array)
         if array.ndim < 1:
             raise ValueError("array must have a sample axis (got a 0-d array)")

@@ -77,6 +77,11 @@ def _as_u64(values: Any, what: str) -> np.ndarray:
 def _as_array(buf: Any, what: str) -> np.ndarray:
     if isinstance(buf, np.ndarray):
         return buf
+    if hasattr(buf, "__dlpack__"):
+        # A DLPack producer (PyTorch, JAX, DLTensor): viewed in place.
+        from ..containers.dlpack_in import as_array
+
+        return as_array(buf, what)
     try:
         return np.asarray(memoryview(buf))
     except TypeError:

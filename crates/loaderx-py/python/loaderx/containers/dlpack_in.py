@@ -12,15 +12,34 @@ from .. import _native
 from ..dtypes import ML_FLOATS
 
 
+def _ml_float_of(producer: Any) -> np.dtype | None:
+    """The ``ml_dtypes`` dtype a producer says it holds, by the name of its
+    ``dtype`` (``torch.bfloat16``, a NumPy/JAX ``bfloat16``, a DLTensor's),
+    or ``None``."""
+    name = str(getattr(producer, "dtype", "")).rpartition(".")[2]
+    if name not in ML_FLOATS:
+        return None
+    from .. import dtypes
+
+    return np.dtype(getattr(dtypes, name))
+
+
+def is_producer(value: Any) -> bool:
+    """Whether `value` is a DLPack producer that is not a NumPy array."""
+    return not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__")
+
+
 def as_array(producer: Any, what: str, dtype: np.dtype | None = None) -> np.ndarray:
-    """`producer` as a NumPy array viewing its memory. With `dtype` an
-    ``ml_dtypes`` float, the DLPack import is ours (NumPy cannot import
-    bfloat16 or float8 tensors); otherwise NumPy's ``from_dlpack``."""
+    """`producer` as a NumPy array viewing its memory. For an ``ml_dtypes``
+    float (`dtype`, or else the producer's own ``dtype``) the DLPack import
+    is ours (NumPy cannot import bfloat16 or float8 tensors); otherwise
+    NumPy's ``from_dlpack``."""
     if isinstance(producer, np.ndarray):
         return producer
     if hasattr(producer, "__dlpack__"):
-        if dtype is not None and dtype.name in ML_FLOATS:
-            return _native.import_dlpack(producer, dtype)
+        ml = dtype if dtype is not None and dtype.name in ML_FLOATS else _ml_float_of(producer)
+        if ml is not None:
+            return _native.import_dlpack(producer, ml)
         return np.from_dlpack(producer, copy=False)
     try:
         view = memoryview(producer)

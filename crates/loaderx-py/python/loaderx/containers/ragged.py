@@ -14,6 +14,7 @@ from .. import zrecord as _settings
 from ..errors import _RECORD_SIZE, ZrecordError
 from .args import DEFAULT_QUALITY, MAX_ITEM_LEN, _codec, _ndim, _quality
 from .base import _Container
+from .dlpack_in import as_array, is_producer
 from .writing import Packed, _blocks, _flat_records, _pack, _pipelined
 
 
@@ -105,6 +106,8 @@ class Ragged(_Container):
     # --- writing ----------------------------------------------------------------------
 
     def _check(self, pos: int, record: Any, empty: bool) -> np.ndarray:
+        if is_producer(record):
+            record = as_array(record, f"record {pos}", self.dtype)
         if not isinstance(record, np.ndarray):
             raise TypeError(f"record {pos} is a {type(record).__name__}, not a NumPy array")
         if record.dtype != self.dtype:
@@ -152,6 +155,15 @@ class Ragged(_Container):
         as record ``i``), empty records are stored and no records at all is
         no append."""
         store = self._appending()
+        # DLPack producers (PyTorch, JAX, DLTensor), whole or as records,
+        # are viewed in place as NumPy arrays.
+        if is_producer(records):
+            records = as_array(records, "append's records", self.dtype)
+        elif isinstance(records, (list, tuple)):
+            records = [
+                as_array(r, f"record {pos}", self.dtype) if is_producer(r) else r
+                for pos, r in enumerate(records)
+            ]
         if isinstance(records, np.ndarray):
             if records.ndim == 0:
                 raise TypeError(

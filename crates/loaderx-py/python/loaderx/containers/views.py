@@ -42,38 +42,109 @@ DLTensor = _native.DLTensor
 CODECS_28 = ("raw", "zstd", "zstd_dict")
 
 
+#: The DLPack device type of the CPU (``kDLCPU``).
+DL_CPU = 1
+
+#: What ``Allocator(pool_size=None)`` takes: 2.8's default for the CPU.
+DEFAULT_POOL_SIZE = 256 << 20
+
+
+def _size(value: Any, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer") from None
+    if value < 0:
+        raise ValueError(f"{name} must be non-negative")
+    return int(value)
+
+
 class Allocator:
     """Where views materialise their batches: ``Allocator("cpu")`` (the only
-    placement this build has; another device is ``ValueError``).
+    device type this build has; another is ``ValueError``), device id 0.
 
-    Batch memory is pooled by the store engine (a batch's buffer returns to
-    its store's pool once no result references it); `pool_size` bounds, in
-    bytes, what a view keeps idle (``None``: the engine's default).
+    ``device`` is the DLPack device pair, ``(1, 0)`` for the CPU, as
+    ``DLTensor.__dlpack_device__()`` reports it. The allocator owns a pool
+    of batch buffers shared by every view bound to it: a read of at least
+    ``_native.POOLED_OUTPUT_BYTES`` is gathered into one of its buffers,
+    which returns to the pool once the consumer has dropped every array and
+    DLPack capsule of that batch, and the next read of a size it fits reuses
+    it; ``pool_size`` (bytes, default 256 MiB as in 2.8) bounds the idle
+    buffers kept (``cached_bytes``), the longest idle freed first; smaller
+    reads are plain allocations. ``close()`` frees the idle buffers; reads
+    through its views are then ``RuntimeError``, and results already read
+    stay valid.
     """
 
     def __init__(
-        self, device_type: str = "cpu", device_id: int = 0, *, pool_size: int | None = None
+        self,
+        device_type: str = "cpu",
+        device_id: int = 0,
+        *,
+        minimum_size: int | None = None,
+        pool_size: int | None = None,
     ) -> None:
+        if not isinstance(device_type, str):
+            raise TypeError("device_type must be a string")
+        device_type = device_type.lower()
+        if not device_type:
+            raise ValueError("device_type must be non-empty")
         if device_type != "cpu":
-            raise ValueError(f"unsupported allocator device {device_type!r}: this build has 'cpu'")
-        device_id = operator.index(device_id)
+            raise ValueError(f"unsupported device_type {device_type!r}; this build has 'cpu'")
+        device_id = _size(device_id, "device_id")
         if device_id != 0:
-            raise ValueError(f"the cpu allocator has device id 0, got {device_id}")
-        if pool_size is not None:
-            pool_size = operator.index(pool_size)
-            if pool_size < 0:
-                raise ValueError(f"pool_size must be non-negative, got {pool_size}")
-        self.device_type = device_type
-        self.device_id = device_id
-        self.pool_size = pool_size
-        self._closed = False
+            raise ValueError("CPU device_id must be 0")
+        self._device_type = device_type
+        self._device_id = device_id
+        self._minimum_size = 1 if minimum_size is None else _size(minimum_size, "size")
+        self._pool_size = DEFAULT_POOL_SIZE if pool_size is None else _size(pool_size, "size")
+        self._pool = _native.OutputPool(self._pool_size)
 
     @property
-    def device(self) -> tuple[str, int]:
-        return (self.device_type, self.device_id)
+    def device_type(self) -> str:
+        return self._device_type
+
+    @property
+    def device_id(self) -> int:
+        return self._device_id
+
+    @property
+    def device(self) -> tuple[int, int]:
+        """The DLPack device pair: ``(1, 0)``, the CPU."""
+        return (DL_CPU, self._device_id)
+
+    @property
+    def pool_size(self) -> int:
+        """The most bytes of idle batch buffers the pool keeps."""
+        return self._pool_size
+
+    @property
+    def cached_bytes(self) -> int:
+        """The bytes of idle batch buffers the pool holds now."""
+        return int(self._pool.cached_bytes)
+
+    @property
+    def minimum_size(self) -> int:
+        """The smallest allocation 2.8's size classes start from."""
+        return self._minimum_size
+
+    def size_class(self, size: int) -> int:
+        """2.8's size class of a request of `size` bytes: the power of two
+        at or above ``max(size, minimum_size)``."""
+        size = max(_size(size, "size"), self._minimum_size)
+        return 1 << (size - 1).bit_length()
 
     def close(self) -> None:
-        self._closed = True
+        """Frees the idle buffers and refuses reads through the views
+        (idempotent); results already read stay valid."""
+        self._pool.close()
+
+    def _live_pool(self) -> Any:
+        if self._pool.closed:
+            raise RuntimeError("allocator is closed")
+        return self._pool
 
     def __enter__(self) -> Allocator:
         return self
@@ -82,7 +153,7 @@ class Allocator:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Allocator({self.device_type!r}, {self.device_id})"
+        return f"Allocator({self._device_type!r}, {self._device_id})"
 
 
 def _cpu_array(producer: Any, what: str, dtype: np.dtype | None = None) -> np.ndarray:
@@ -361,7 +432,8 @@ class _View:
         return self._store.dtype
 
     @property
-    def device(self) -> tuple[str, int]:
+    def device(self) -> tuple[int, int]:
+        """The DLPack device pair of the view's allocator."""
         return self._allocator.device
 
     def __len__(self) -> int:
@@ -396,7 +468,8 @@ class DenseView(_View):
         return self._reader().item_shape
 
     def _gather(self, r: Any, idxs: np.ndarray, one: bool) -> Any:
-        batch = r[idxs]
+        pool = self._allocator._live_pool()
+        batch = r._reading().get_dense(idxs, r._proto, True, pool)
         return DLTensor._wrap(batch[0] if one else batch)
 
 
@@ -409,12 +482,34 @@ class RaggedView(_View):
         return int(self._reader().ndim)
 
     def _gather(self, r: Any, idxs: np.ndarray, one: bool) -> Any:
-        flat, offsets, shapes = r.gather_flat(idxs)
+        pool = self._allocator._live_pool()
+        flat, offsets, shapes, _ = r._reading().get_ragged(idxs, r.dtype, True, pool)
         return RaggedBatch(
             DLTensor._wrap(np.ascontiguousarray(flat)),
             DLTensor._wrap(offsets.astype(np.int32)),
             DLTensor._wrap(np.asarray(shapes, dtype=np.uint32).reshape(len(idxs), r.ndim)),
         )
+
+
+#: What :func:`train_dict` trains on and aims at (2.8's sizes).
+TRAIN_SAMPLE_BYTES = 4 << 20
+TRAIN_DICT_SIZE = 32 << 10
+
+
+def train_dict(source: DenseView | RaggedView, *, path: Any = None) -> bytes:
+    """A zstd dictionary trained on records of a view (up to 4 MiB of
+    them, picked across the store), for ``dict_bytes`` of a ``zstd_dict``
+    writer; also written to the file `path` if given. ``TypeError`` for
+    anything but a ``DenseView``/``RaggedView``, ``ValueError`` for an empty
+    store or records zstd cannot train on."""
+    if not isinstance(source, (DenseView, RaggedView)):
+        raise TypeError("train_dict requires a DenseView or RaggedView")
+    reader = source._reader()
+    if len(reader) == 0:
+        raise ValueError("cannot train a zstd dictionary on an empty store")
+    from ..utils import train_dict as train
+
+    return train(reader, TRAIN_DICT_SIZE, sample_bytes=TRAIN_SAMPLE_BYTES, path=path)
 
 
 class DenseStore(_Store):
@@ -450,4 +545,5 @@ __all__ = [
     "RaggedView",
     "RaggedWriter",
     "from_store_name",
+    "train_dict",
 ]
