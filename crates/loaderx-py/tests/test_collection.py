@@ -135,7 +135,7 @@ def test_bad_parts_are_refused_naming_them(tmp_path):
         lc.write_part(root, 0, {"s": np.array(["a", "b"])})
     with pytest.raises(ValueError, match="zstd_dict"):
         lc.write_part(root, 0, {"a": np.arange(3)}, codec="zstd_dict")
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="local path; storage_options apply only"):
         lc.write_part(root, 0, {"a": np.arange(3)}, storage_options={"key": "x"})
     lc.write_part(root, 0, {"a": np.arange(3, dtype=np.int64)})
     lc.write_part(root, 1, {"a": np.arange(3, dtype=np.int32)})
