@@ -33,6 +33,19 @@ use crate::typed;
 type Coll = collection::Collection<Deflate, AnyStorage>;
 type Col = Column<Deflate, AnyStorage>;
 
+/// An engine error as Python's: a URL or option not understood is a
+/// `ValueError` (as for `Dense.open`), the rest as `store_error` maps them.
+fn coll_error(py: Python<'_>, err: loaderx_store::Error) -> PyErr {
+    match err {
+        loaderx_store::Error::InvalidArgument {
+            path,
+            argument,
+            reason,
+        } => PyValueError::new_err(format!("{}: {argument}: {reason}", path.display())),
+        err => store_error(py, err),
+    }
+}
+
 /// A zeroed buffer of `len` elements, or the engine's out-of-memory error.
 fn buffer<T: Clone + Default>(len: usize) -> loaderx_store::Result<Vec<T>> {
     let mut out = Vec::new();
@@ -71,7 +84,7 @@ impl Collection {
             .detach(|| {
                 loaderx_remote::open_collection(&path, &options, OpenOptions::read_only(), max)
             })
-            .map_err(|e| store_error(py, e))?;
+            .map_err(|e| coll_error(py, e))?;
         Ok(Collection {
             inner: Arc::new(inner),
         })
@@ -147,7 +160,7 @@ pub(crate) fn collection_commit(
     let options = storage_options.unwrap_or_default();
     let done = py
         .detach(|| loaderx_remote::commit_collection(&path, parts.as_deref(), &options))
-        .map_err(|e| store_error(py, e))?;
+        .map_err(|e| coll_error(py, e))?;
     let names = done.manifest.parts.iter().map(|p| p.name.clone()).collect();
     Ok((names, done.manifest.records().unwrap_or(0), done.ignored))
 }
@@ -166,7 +179,7 @@ pub(crate) fn collection_upload_part(
     let options = storage_options.unwrap_or_default();
     py.detach(|| loaderx_remote::upload_part(&local, &url, &part, &options))
         .map(|pushed| pushed.objects)
-        .map_err(|e| store_error(py, e))
+        .map_err(|e| coll_error(py, e))
 }
 
 /// Whether `url` holds a committed collection (a manifest object).
@@ -179,7 +192,7 @@ pub(crate) fn collection_at_url(
 ) -> PyResult<bool> {
     let options = storage_options.unwrap_or_default();
     py.detach(|| loaderx_remote::is_collection_url(&url, &options))
-        .map_err(|e| store_error(py, e))
+        .map_err(|e| coll_error(py, e))
 }
 
 /// A column as a loader source: nothing changes a committed collection

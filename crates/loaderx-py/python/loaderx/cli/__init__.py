@@ -29,7 +29,6 @@ from .stores import (
     _stores,
     describe,
     describe_collection,
-    is_url,
     storage_options,
 )
 
@@ -82,8 +81,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     options = storage_options(args.storage_option)
-    if not is_url(args.path) and _is_collection(Path(args.path)):
-        info = describe_collection(Path(args.path))
+    if _is_collection(args.path, options):
+        info = describe_collection(args.path, options)
         if args.json:
             json.dump(info, sys.stdout, indent=1)
             sys.stdout.write("\n")
@@ -104,12 +103,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report: list[dict[str, Any]] = []
     bad = 0
     options = storage_options(args.storage_option)
-    if not is_url(args.path) and _is_collection(Path(args.path)):
+    if _is_collection(args.path, options):
         # Every column of every part; damaged records by global index.
         from .. import collection
 
-        root = Path(args.path)
-        col = collection.open(root)
+        root = args.path
+        col = collection.open(root, storage_options=options)
         handles = [(f"{root}[{name!r}]", col[name]) for name in col.columns]
     else:
         col = None
@@ -336,13 +335,17 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_convert)
 
     p = sub.add_parser("info", help="what a store (or every store under a directory) holds")
-    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    p.add_argument(
+        "path", help="a store directory, a directory of stores, a collection, or a URL of either"
+    )
     _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_info)
 
     p = sub.add_parser("verify", help="check every record; exit 1 and list the damaged ones")
-    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    p.add_argument(
+        "path", help="a store directory, a directory of stores, a collection, or a URL of either"
+    )
     _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_verify)
@@ -352,8 +355,10 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_compact)
 
-    p = sub.add_parser("push", help="upload a closed v2 store to a URL (meta.zr last)")
-    p.add_argument("local", type=Path, help="the store directory")
+    p = sub.add_parser(
+        "push", help="upload a closed v2 store (meta.zr last) or a collection (manifest last)"
+    )
+    p.add_argument("local", type=Path, help="the store or collection directory")
     p.add_argument("url", help="where to put it: s3://bucket/prefix, gs://, az://, file://")
     _storage_option(p)
     _common(p)
