@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -269,3 +271,61 @@ def test_collections_and_their_readers_pickle_as_their_root(committed):
     col.close()
     with pytest.raises(loaderx.errors.ClosedError):
         pickle.dumps(col)
+
+
+_FD_CHILD = r"""
+import resource, sys
+import numpy as np
+import loaderx.collection as lc
+from loaderx.errors import ZrecordError
+
+root, cap = sys.argv[1], int(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+col = lc.open(root, max_open_parts=cap)
+n = len(col)
+want_a = np.arange(n, dtype=np.int64)
+order = np.random.default_rng(0).permutation(n)
+try:
+    for idx in (np.arange(n), order):
+        np.testing.assert_array_equal(col["a"][idx], want_a[idx])
+        for i, row in zip(idx, col["b"][idx]):
+            assert row.tolist() == list(range(int(i) % 7 + 1)), i
+        assert col._native.opened_parts() <= cap
+except ZrecordError as e:
+    print("refused:", e)
+    sys.exit(3)
+print("ok", col._native.opened_parts())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform != "linux", reason="RLIMIT_NOFILE and /proc")
+def test_more_parts_than_the_open_cap_and_the_descriptor_limit_read_whole(tmp_path):
+    # 150 parts x 2 columns: 300 part stores, a few descriptors each, in a
+    # process allowed 128 descriptors.
+    root = str(tmp_path / "c")
+    for p in range(150):
+        ids = np.arange(p * 4, p * 4 + 4, dtype=np.int64)
+        lc.write_part(
+            root, p, {"a": ids, "b": [np.arange(int(i) % 7 + 1, dtype=np.int16) for i in ids]}
+        )
+    lc.commit(root)
+    with lc.open(root) as col:
+        assert col.max_open_parts == 128
+    with lc.open(root, max_open_parts=5) as col:
+        assert col.max_open_parts == 5
+        np.testing.assert_array_equal(col["a"][::-1], np.arange(600)[::-1])
+        assert col._native.opened_parts() <= 5
+    with pytest.raises(ValueError, match="max_open_parts"):
+        lc.open(root, max_open_parts=0)
+    run = lambda cap: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", _FD_CHILD, root, str(cap)], capture_output=True, text=True, timeout=300
+    )
+    capped = run(16)
+    assert capped.returncode == 0, capped.stdout + capped.stderr
+    assert capped.stdout.startswith("ok")
+    # Without a cap that fits, the same reads run out of descriptors: an
+    # error naming the part, not a crash.
+    uncapped = run(10_000)
+    assert uncapped.returncode == 3, uncapped.stdout + uncapped.stderr
+    assert "part-00" in uncapped.stdout
