@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use loaderx_loader::Source;
+use loaderx_remote::AnyStorage;
 use loaderx_store::collection::{self, Column};
 use loaderx_store::format::v2::Kind;
-use loaderx_remote::AnyStorage;
 use loaderx_store::{Deflate, OpenOptions};
 use numpy::{
     PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray,

@@ -116,7 +116,10 @@ pub fn open_collection<C: Codec + Default>(
     let url = root.url().to_owned();
     let bytes = get_object(&root, MANIFEST_FILE)?.ok_or_else(|| no_manifest(Path::new(&url)))?;
     let parts = Parts::Remote { root, options };
-    Ok(Collection::from_manifest(url, &bytes, Box::new(parts))?.with_max_open_parts(max_open_parts))
+    Ok(
+        Collection::from_manifest(url, &bytes, Box::new(parts))?
+            .with_max_open_parts(max_open_parts),
+    )
 }
 
 /// The object `name` (`/`-separated) under `root`'s prefix, whole, or
@@ -168,14 +171,19 @@ fn list_dir(root: &RemoteStorage, sub: &str) -> Result<(Vec<String>, Vec<String>
         format!("{}/{sub}", root.url())
     };
     let listing = root
-        .run(&url, async move {
-            client.list_with_delimiter(Some(&at)).await
-        })
+        .run(
+            &url,
+            async move { client.list_with_delimiter(Some(&at)).await },
+        )
         .map_err(io_error(&url, "list"))?;
     let name = |p: &ObjectPath| p.filename().map(str::to_owned);
     Ok((
         listing.common_prefixes.iter().filter_map(name).collect(),
-        listing.objects.iter().filter_map(|m| name(&m.location)).collect(),
+        listing
+            .objects
+            .iter()
+            .filter_map(|m| name(&m.location))
+            .collect(),
     ))
 }
 

@@ -2,9 +2,11 @@
 
 use std::{io::Read, path::Path, sync::Arc};
 
-use loaderx_store::{Deflate, Error, OpenOptions, Result, Store};
 use loaderx_format::manifest::MANIFEST_FILE;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart, path::Path as ObjectPath};
+use loaderx_store::{Deflate, Error, OpenOptions, Result, Store};
+use object_store::{
+    ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart, path::Path as ObjectPath,
+};
 
 use crate::remote::{RemoteStorage, wait_for};
 

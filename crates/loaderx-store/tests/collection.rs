@@ -432,9 +432,8 @@ fn open_part_stores_are_capped_least_recently_used_first() {
             &self,
             part: &str,
             column: &str,
-        ) -> loaderx_store::Result<
-            Store<loaderx_store::Deflate, loaderx_store::storage::MemStorage>,
-        > {
+        ) -> loaderx_store::Result<Store<loaderx_store::Deflate, loaderx_store::storage::MemStorage>>
+        {
             self.0.open(part, column)
         }
         fn location(&self, part: &str, column: &str) -> std::path::PathBuf {
