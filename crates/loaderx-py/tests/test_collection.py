@@ -329,3 +329,55 @@ def test_more_parts_than_the_open_cap_and_the_descriptor_limit_read_whole(tmp_pa
     uncapped = run(10_000)
     assert uncapped.returncode == 3, uncapped.stdout + uncapped.stderr
     assert "part-00" in uncapped.stdout
+
+
+def test_npy_parquet_and_image_folders_convert_in_processes_to_collections(tmp_path):
+    from loaderx.cli import main
+    from loaderx.converter import convert_image_folder, convert_npy, convert_parquet
+
+    # .npy: one column, named after the file.
+    arr = np.arange(103 * 3, dtype=np.float32).reshape(103, 3)
+    np.save(tmp_path / "feats.npy", arr)
+    counts = convert_npy(tmp_path / "feats.npy", tmp_path / "npy", codec="zstd", num_proc=3)
+    assert sorted(counts) == [f"part-0000{i}/feats" for i in range(3)]
+    assert sum(counts.values()) == 103
+    with lc.open(tmp_path / "npy") as col:
+        assert [n for _, n in col.parts] == [34, 34, 35]
+        np.testing.assert_array_equal(col["feats"][:], arr)
+
+    # Parquet: row slices across row groups, dense and ragged columns.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 250
+    tokens = [list(range(i % 9)) for i in range(n)]
+    table = pa.table({"y": np.arange(n, dtype=np.int64), "t": pa.array(tokens, pa.list_(pa.int32()))})
+    pq.write_table(table, tmp_path / "d.parquet", row_group_size=60)
+    assert main(["convert", str(tmp_path / "d.parquet"), str(tmp_path / "pq"), "--parts", "4", "-q"]) == 0
+    with lc.open(tmp_path / "pq") as col:
+        assert len(col.parts) == 4 and len(col) == n
+        np.testing.assert_array_equal(col["y"][:], np.arange(n))
+        for i, row in enumerate(col["t"][:]):
+            assert row.tolist() == tokens[i]
+
+    # Image folders: labels over every class, files in class then name order.
+    Image = pytest.importorskip("PIL.Image")
+    src = tmp_path / "imgs"
+    want = []
+    for c, cls in enumerate(["cat", "dog"]):
+        (src / cls).mkdir(parents=True)
+        for k in range(5):
+            px = np.full((4, 6, 3), c * 100 + k, np.uint8)
+            Image.fromarray(px).save(src / cls / f"{k}.png")
+            want.append((c, px))
+    convert_image_folder(src, tmp_path / "img", codec="zstd", size=(4, 6), num_proc=3)
+    with lc.open(tmp_path / "img") as col:
+        assert [n for _, n in col.parts] == [3, 3, 4]
+        np.testing.assert_array_equal(col["label"][:], [c for c, _ in want])
+        np.testing.assert_array_equal(col["image"][:], np.stack([px for _, px in want]))
+
+    # Refusals: a bad count, a source --parts does not take.
+    with pytest.raises(ValueError, match="num_proc"):
+        convert_parquet(tmp_path / "d.parquet", tmp_path / "no", codec="zstd", num_proc=0)
+    np.savez(tmp_path / "z.npz", a=arr)
+    assert main(["convert", str(tmp_path / "z.npz"), str(tmp_path / "no"), "--parts", "2", "-q"]) != 0
+    assert not (tmp_path / "no").exists()

@@ -305,7 +305,8 @@ def parser() -> argparse.ArgumentParser:
         "--parts",
         type=int,
         default=1,
-        help="write a collection in this many processes (saved Hugging Face datasets)",
+        help="write a collection in this many processes (saved Hugging Face datasets, "
+        ".npy, Parquet, image folders)",
     )
     p.add_argument(
         "--codec",
