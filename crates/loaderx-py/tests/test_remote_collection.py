@@ -274,6 +274,13 @@ def test_cli_info_verify_and_push_take_a_collection_url(
     assert main(["verify", url, *opts]) == 0
     out = capsys.readouterr().out
     assert f"{url}['x']: ok ({sum(SIZES)} records)" in out
+    argv = ["bench", url, "--batch-sizes", "16", "--workers", "1", "--seconds", "0.1", "--json"]
+    assert main([*argv, *opts]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["batch_size"] == 16 and rows[0]["batches"] >= 2
+    # The same on the local collection.
+    assert main(["bench", str(root), *argv[2:]]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["batches"] >= 2
 
 
 def test_storage_options_with_a_local_path_are_refused(tmp_path: Path) -> None:

@@ -210,9 +210,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     batch_sizes = _parse_ints(args.batch_sizes, "--batch-sizes")
     workers = _parse_ints(args.workers, "--workers")
-    paths = _stores(args.path)
     options = storage_options(args.storage_option)
     readers: dict[str, Dense | Ragged] = {}
+    col = None
+    if _is_collection(args.path, options):
+        # Every column of the collection, over its global indices.
+        from .. import collection
+
+        col = collection.open(args.path, storage_options=options)
+        paths: list[Any] = []
+        readers.update(col.loader_streams())
+    else:
+        paths = _stores(args.path)
     try:
         for p in paths:
             handle = _open(p, False, options)
@@ -262,6 +271,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     finally:
         for r in readers.values():
             r.close()
+        if col is not None:
+            col.close()
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -366,7 +377,9 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_push)
 
     p = sub.add_parser("bench", help="gather throughput by batch size and worker count")
-    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    p.add_argument(
+        "path", help="a store directory, a directory of stores, a collection, or a URL of either"
+    )
     _storage_option(p)
     p.add_argument("--batch-sizes", default="32,256,1024", help="(default 32,256,1024)")
     p.add_argument("--workers", default="1,2,4", help="transform workers (default 1,2,4)")
