@@ -39,7 +39,7 @@ pub enum Parts {
     /// `<url>/<part>/<column>/` in object storage.
     Remote {
         /// The collection's prefix (its client is shared by every part).
-        root: RemoteStorage,
+        root: Box<RemoteStorage>,
         /// How each part store is opened (read-only, checked).
         options: OpenOptions,
     },
@@ -115,7 +115,10 @@ pub fn open_collection<C: Codec + Default>(
     let root = RemoteStorage::connect(location, storage_options)?;
     let url = root.url().to_owned();
     let bytes = get_object(&root, MANIFEST_FILE)?.ok_or_else(|| no_manifest(Path::new(&url)))?;
-    let parts = Parts::Remote { root, options };
+    let parts = Parts::Remote {
+        root: Box::new(root),
+        options,
+    };
     Ok(
         Collection::from_manifest(url, &bytes, Box::new(parts))?
             .with_max_open_parts(max_open_parts),

@@ -84,15 +84,18 @@ impl<C: Codec + Default> PartOpener<C, FileStorage> for LocalParts {
 ///
 /// A local part store holds a few file descriptors (its table and chunk
 /// files) and its table's pages; a remote one its table pages and the
-/// objects' recorded ETags. 128 stays well inside the usual limit of
+/// objects' recorded `ETag`s. 128 stays well inside the usual limit of
 /// 1,024 descriptors per process, with room for the rest of a training
 /// process.
 pub const DEFAULT_MAX_OPEN_PARTS: usize = 128;
 
+/// An open part store and when it was last used.
+type Held<C, S> = (Arc<Store<C, S>>, u64);
+
 /// The part stores held open, least recently used dropped first.
 struct OpenParts<C: Codec, S: Storage> {
     /// `(column, part)` -> the store and when it was last used.
-    held: HashMap<(usize, usize), (Arc<Store<C, S>>, u64)>,
+    held: HashMap<(usize, usize), Held<C, S>>,
     /// The clock of uses.
     tick: u64,
 }
@@ -958,28 +961,25 @@ pub fn commit_to(target: &dyn CommitTarget, parts: Option<&[String]>) -> Result<
         .filter(|n| n != MANIFEST_FILE)
         .collect();
     entries.sort();
-    let chosen: Vec<String> = match parts {
-        Some(list) => {
-            for name in list {
-                check_name(name).map_err(|why| invalid(format!("part {why}")))?;
-                if !entries.contains(name) || !target.finished(name)? {
-                    return Err(invalid(format!(
-                        "part {name:?} is not a finished part under {}",
-                        root.display()
-                    )));
-                }
+    let chosen: Vec<String> = if let Some(list) = parts {
+        for name in list {
+            check_name(name).map_err(|why| invalid(format!("part {why}")))?;
+            if !entries.contains(name) || !target.finished(name)? {
+                return Err(invalid(format!(
+                    "part {name:?} is not a finished part under {}",
+                    root.display()
+                )));
             }
-            list.to_vec()
         }
-        None => {
-            let mut chosen = Vec::new();
-            for name in &entries {
-                if check_name(name).is_ok() && target.finished(name)? {
-                    chosen.push(name.clone());
-                }
+        list.to_vec()
+    } else {
+        let mut chosen = Vec::new();
+        for name in &entries {
+            if check_name(name).is_ok() && target.finished(name)? {
+                chosen.push(name.clone());
             }
-            chosen
         }
+        chosen
     };
     if chosen.is_empty() {
         return Err(invalid(format!(
