@@ -149,29 +149,11 @@ def test_string_columns_are_refused_by_name(session, tmp_path):
 def test_ray_writes_a_collection_to_s3(session, tmp_path):
     """To an S3 server on loopback (moto, started here): each task uploads
     its part, the driver commits the manifest object; read back by URL."""
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
-    boto3 = pytest.importorskip("boto3")
-    from remote_servers import free_port
+    pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
+    from remote_servers import start_s3
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
+    server, opts = start_s3("ray")
     try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-            region_name="us-east-1",
-        ).create_bucket(Bucket="ray")
-        opts = {
-            "aws_endpoint": endpoint,
-            "aws_access_key_id": "test",
-            "aws_secret_access_key": "test",
-            "aws_region": "us-east-1",
-            "aws_allow_http": True,
-        }
         url = "s3://ray/coll"
         assert lray.write(_dataset(session), url, storage_options=opts) == []
         _check(url, opts)
