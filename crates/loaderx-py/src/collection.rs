@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use loaderx_loader::Source;
+use loaderx_remote::AnyStorage;
 use loaderx_store::collection::{self, Column};
 use loaderx_store::format::v2::Kind;
 use loaderx_store::{Deflate, OpenOptions};
@@ -29,7 +30,21 @@ use crate::errors::{closed, store_error};
 use crate::indices::{self, Resolved, Selection};
 use crate::typed;
 
-type Coll = collection::Collection<Deflate>;
+type Coll = collection::Collection<Deflate, AnyStorage>;
+type Col = Column<Deflate, AnyStorage>;
+
+/// An engine error as Python's: a URL or option not understood is a
+/// `ValueError` (as for `Dense.open`), the rest as `store_error` maps them.
+fn coll_error(py: Python<'_>, err: loaderx_store::Error) -> PyErr {
+    match err {
+        loaderx_store::Error::InvalidArgument {
+            path,
+            argument,
+            reason,
+        } => PyValueError::new_err(format!("{}: {argument}: {reason}", path.display())),
+        err => store_error(py, err),
+    }
+}
 
 /// A zeroed buffer of `len` elements, or the engine's out-of-memory error.
 fn buffer<T: Clone + Default>(len: usize) -> loaderx_store::Result<Vec<T>> {
@@ -50,15 +65,34 @@ pub(crate) struct Collection {
 
 #[pymethods]
 impl Collection {
-    /// Opens the collection at `path`: reads its manifest, no part.
+    /// Opens the collection at `path` (a directory or a URL): reads its
+    /// manifest, no part; at most `max_open_parts` part stores held open.
     #[staticmethod]
-    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (path, storage_options = None, max_open_parts = None))]
+    fn open(
+        py: Python<'_>,
+        path: String,
+        storage_options: Option<Vec<(String, String)>>,
+        max_open_parts: Option<usize>,
+    ) -> PyResult<Self> {
+        let options = storage_options.unwrap_or_default();
+        let max = max_open_parts.unwrap_or(collection::DEFAULT_MAX_OPEN_PARTS);
+        if max == 0 {
+            return Err(PyValueError::new_err("max_open_parts must be >= 1, got 0"));
+        }
         let inner = py
-            .detach(|| Coll::open(&path, OpenOptions::read_only()))
-            .map_err(|e| store_error(py, e))?;
+            .detach(|| {
+                loaderx_remote::open_collection(&path, &options, OpenOptions::read_only(), max)
+            })
+            .map_err(|e| coll_error(py, e))?;
         Ok(Collection {
             inner: Arc::new(inner),
         })
+    }
+
+    /// The most part stores held open at once.
+    fn max_open_parts(&self) -> usize {
+        self.inner.max_open_parts()
     }
 
     fn __len__(&self) -> usize {
@@ -113,26 +147,58 @@ impl Collection {
     }
 }
 
-/// Checks the parts under `path` and publishes the collection; returns
-/// `(parts committed, records, entries ignored)`.
+/// Checks the parts under `path` (a directory or a URL) and publishes the
+/// collection; returns `(parts committed, records, entries ignored)`.
 #[pyfunction]
-#[pyo3(signature = (path, parts = None))]
+#[pyo3(signature = (path, parts = None, storage_options = None))]
 pub(crate) fn collection_commit(
     py: Python<'_>,
-    path: PathBuf,
+    path: String,
     parts: Option<Vec<String>>,
+    storage_options: Option<Vec<(String, String)>>,
 ) -> PyResult<(Vec<String>, u64, Vec<String>)> {
+    let options = storage_options.unwrap_or_default();
     let done = py
-        .detach(|| collection::commit(&path, parts.as_deref(), &OpenOptions::default()))
-        .map_err(|e| store_error(py, e))?;
+        .detach(|| loaderx_remote::commit_collection(&path, parts.as_deref(), &options))
+        .map_err(|e| coll_error(py, e))?;
     let names = done.manifest.parts.iter().map(|p| p.name.clone()).collect();
     Ok((names, done.manifest.records().unwrap_or(0), done.ignored))
+}
+
+/// Uploads the finished local part directory `local` as part `part` of
+/// the collection at `url`; returns the objects written.
+#[pyfunction]
+#[pyo3(signature = (local, url, part, storage_options = None))]
+pub(crate) fn collection_upload_part(
+    py: Python<'_>,
+    local: PathBuf,
+    url: String,
+    part: String,
+    storage_options: Option<Vec<(String, String)>>,
+) -> PyResult<Vec<String>> {
+    let options = storage_options.unwrap_or_default();
+    py.detach(|| loaderx_remote::upload_part(&local, &url, &part, &options))
+        .map(|pushed| pushed.objects)
+        .map_err(|e| coll_error(py, e))
+}
+
+/// Whether `url` holds a committed collection (a manifest object).
+#[pyfunction]
+#[pyo3(signature = (url, storage_options = None))]
+pub(crate) fn collection_at_url(
+    py: Python<'_>,
+    url: String,
+    storage_options: Option<Vec<(String, String)>>,
+) -> PyResult<bool> {
+    let options = storage_options.unwrap_or_default();
+    py.detach(|| loaderx_remote::is_collection_url(&url, &options))
+        .map_err(|e| coll_error(py, e))
 }
 
 /// A column as a loader source: nothing changes a committed collection
 /// behind the loader, so it is its own view.
 #[derive(Debug)]
-pub(crate) struct ColumnSource(Column<Deflate>);
+pub(crate) struct ColumnSource(Col);
 
 impl Source for ColumnSource {
     fn len(&self) -> u64 {
@@ -183,7 +249,7 @@ impl CollectionColumn {
         Arc::clone(&self.column) as Arc<dyn Source>
     }
 
-    fn col(&self) -> &Column<Deflate> {
+    fn col(&self) -> &Col {
         &self.column.0
     }
 
@@ -191,7 +257,7 @@ impl CollectionColumn {
     fn selected<T, F>(&self, py: Python<'_>, selection: Selection, f: F) -> PyResult<T>
     where
         T: Send,
-        F: FnOnce(&Column<Deflate>, Resolved) -> loaderx_store::Result<T> + Send,
+        F: FnOnce(&Col, Resolved) -> loaderx_store::Result<T> + Send,
     {
         if self.closed.load(Ordering::Acquire) {
             return Err(closed(py, &self.label));

@@ -73,6 +73,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collection::Collection>()?;
     m.add_class::<collection::CollectionColumn>()?;
     m.add_function(wrap_pyfunction!(collection::collection_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(collection::collection_upload_part, m)?)?;
+    m.add_function(wrap_pyfunction!(collection::collection_at_url, m)?)?;
     m.add_class::<dlpack::DlPackTensor>()?;
     m.add_function(wrap_pyfunction!(dlpack::import_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(sampler::loader_state, m)?)?;

@@ -1229,7 +1229,7 @@ pub(crate) fn push(
         .map(|pushed| (pushed.objects, pushed.bytes))
         .map_err(|err| match err {
             loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(format!(
-                "{url} already holds a store: push refuses to replace one under its readers"
+                "{url} already holds a store or a collection: push refuses to replace one under its readers"
             )),
             loaderx_store::Error::InvalidArgument {
                 path,

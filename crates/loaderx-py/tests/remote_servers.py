@@ -140,3 +140,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def start_s3(bucket: str) -> tuple[Any, dict[str, Any]]:
+    """An S3 server on 127.0.0.1 (moto in server mode) holding an empty
+    `bucket`: the server (``stop()`` it) and the storage options that
+    reach it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
+    options = {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+        "aws_region": "us-east-1",
+        "aws_allow_http": True,
+    }
+    return server, options

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -135,7 +137,7 @@ def test_bad_parts_are_refused_naming_them(tmp_path):
         lc.write_part(root, 0, {"s": np.array(["a", "b"])})
     with pytest.raises(ValueError, match="zstd_dict"):
         lc.write_part(root, 0, {"a": np.arange(3)}, codec="zstd_dict")
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="local path; storage_options apply only"):
         lc.write_part(root, 0, {"a": np.arange(3)}, storage_options={"key": "x"})
     lc.write_part(root, 0, {"a": np.arange(3, dtype=np.int64)})
     lc.write_part(root, 1, {"a": np.arange(3, dtype=np.int32)})
@@ -269,3 +271,113 @@ def test_collections_and_their_readers_pickle_as_their_root(committed):
     col.close()
     with pytest.raises(loaderx.errors.ClosedError):
         pickle.dumps(col)
+
+
+_FD_CHILD = r"""
+import resource, sys
+import numpy as np
+import loaderx.collection as lc
+from loaderx.errors import ZrecordError
+
+root, cap = sys.argv[1], int(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+col = lc.open(root, max_open_parts=cap)
+n = len(col)
+want_a = np.arange(n, dtype=np.int64)
+order = np.random.default_rng(0).permutation(n)
+try:
+    for idx in (np.arange(n), order):
+        np.testing.assert_array_equal(col["a"][idx], want_a[idx])
+        for i, row in zip(idx, col["b"][idx]):
+            assert row.tolist() == list(range(int(i) % 7 + 1)), i
+        assert col._native.opened_parts() <= cap
+except ZrecordError as e:
+    print("refused:", e)
+    sys.exit(3)
+print("ok", col._native.opened_parts())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform != "linux", reason="RLIMIT_NOFILE and /proc")
+def test_more_parts_than_the_open_cap_and_the_descriptor_limit_read_whole(tmp_path):
+    # 150 parts x 2 columns: 300 part stores, a few descriptors each, in a
+    # process allowed 128 descriptors.
+    root = str(tmp_path / "c")
+    for p in range(150):
+        ids = np.arange(p * 4, p * 4 + 4, dtype=np.int64)
+        lc.write_part(
+            root, p, {"a": ids, "b": [np.arange(int(i) % 7 + 1, dtype=np.int16) for i in ids]}
+        )
+    lc.commit(root)
+    with lc.open(root) as col:
+        assert col.max_open_parts == 128
+    with lc.open(root, max_open_parts=5) as col:
+        assert col.max_open_parts == 5
+        np.testing.assert_array_equal(col["a"][::-1], np.arange(600)[::-1])
+        assert col._native.opened_parts() <= 5
+    with pytest.raises(ValueError, match="max_open_parts"):
+        lc.open(root, max_open_parts=0)
+    run = lambda cap: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", _FD_CHILD, root, str(cap)], capture_output=True, text=True, timeout=300
+    )
+    capped = run(16)
+    assert capped.returncode == 0, capped.stdout + capped.stderr
+    assert capped.stdout.startswith("ok")
+    # Without a cap that fits, the same reads run out of descriptors: an
+    # error naming the part, not a crash.
+    uncapped = run(10_000)
+    assert uncapped.returncode == 3, uncapped.stdout + uncapped.stderr
+    assert "part-00" in uncapped.stdout
+
+
+def test_npy_parquet_and_image_folders_convert_in_processes_to_collections(tmp_path):
+    from loaderx.cli import main
+    from loaderx.converter import convert_image_folder, convert_npy, convert_parquet
+
+    # .npy: one column, named after the file.
+    arr = np.arange(103 * 3, dtype=np.float32).reshape(103, 3)
+    np.save(tmp_path / "feats.npy", arr)
+    counts = convert_npy(tmp_path / "feats.npy", tmp_path / "npy", codec="zstd", num_proc=3)
+    assert sorted(counts) == [f"part-0000{i}/feats" for i in range(3)]
+    assert sum(counts.values()) == 103
+    with lc.open(tmp_path / "npy") as col:
+        assert [n for _, n in col.parts] == [34, 34, 35]
+        np.testing.assert_array_equal(col["feats"][:], arr)
+
+    # Parquet: row slices across row groups, dense and ragged columns.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 250
+    tokens = [list(range(i % 9)) for i in range(n)]
+    table = pa.table({"y": np.arange(n, dtype=np.int64), "t": pa.array(tokens, pa.list_(pa.int32()))})
+    pq.write_table(table, tmp_path / "d.parquet", row_group_size=60)
+    assert main(["convert", str(tmp_path / "d.parquet"), str(tmp_path / "pq"), "--parts", "4", "-q"]) == 0
+    with lc.open(tmp_path / "pq") as col:
+        assert len(col.parts) == 4 and len(col) == n
+        np.testing.assert_array_equal(col["y"][:], np.arange(n))
+        for i, row in enumerate(col["t"][:]):
+            assert row.tolist() == tokens[i]
+
+    # Image folders: labels over every class, files in class then name order.
+    Image = pytest.importorskip("PIL.Image")
+    src = tmp_path / "imgs"
+    want = []
+    for c, cls in enumerate(["cat", "dog"]):
+        (src / cls).mkdir(parents=True)
+        for k in range(5):
+            px = np.full((4, 6, 3), c * 100 + k, np.uint8)
+            Image.fromarray(px).save(src / cls / f"{k}.png")
+            want.append((c, px))
+    convert_image_folder(src, tmp_path / "img", codec="zstd", size=(4, 6), num_proc=3)
+    with lc.open(tmp_path / "img") as col:
+        assert [n for _, n in col.parts] == [3, 3, 4]
+        np.testing.assert_array_equal(col["label"][:], [c for c, _ in want])
+        np.testing.assert_array_equal(col["image"][:], np.stack([px for _, px in want]))
+
+    # Refusals: a bad count, a source --parts does not take.
+    with pytest.raises(ValueError, match="num_proc"):
+        convert_parquet(tmp_path / "d.parquet", tmp_path / "no", codec="zstd", num_proc=0)
+    np.savez(tmp_path / "z.npz", a=arr)
+    assert main(["convert", str(tmp_path / "z.npz"), str(tmp_path / "no"), "--parts", "2", "-q"]) != 0
+    assert not (tmp_path / "no").exists()

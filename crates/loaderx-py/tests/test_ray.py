@@ -61,8 +61,8 @@ def _dataset(session):
     return session.data.from_items(_rows()).repartition(4)
 
 
-def _check(root: str) -> None:
-    col = lc.open(root)
+def _check(root: str, storage_options=None) -> None:
+    col = lc.open(root, storage_options=storage_options)
     assert len(col) == N
     assert sorted(col.columns) == ["id", "image", "tokens", "x"]
     schema = col.schema
@@ -144,3 +144,18 @@ def test_string_columns_are_refused_by_name(session, tmp_path):
     with pytest.raises(Exception, match="'caption'.*strings"):
         lray.write(ds, str(tmp_path / "c"))
     assert not os.path.exists(os.path.join(tmp_path, "c", lc.MANIFEST))
+
+
+def test_ray_writes_a_collection_to_s3(session, tmp_path):
+    """To an S3 server on loopback (moto, started here): each task uploads
+    its part, the driver commits the manifest object; read back by URL."""
+    pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
+    from remote_servers import start_s3
+
+    server, opts = start_s3("ray")
+    try:
+        url = "s3://ray/coll"
+        assert lray.write(_dataset(session), url, storage_options=opts) == []
+        _check(url, opts)
+    finally:
+        server.stop()

@@ -17,6 +17,7 @@
 //! stack: `loaderx-store` alone has neither.
 
 mod cache;
+pub mod collection;
 mod options;
 mod push;
 mod remote;
@@ -28,6 +29,10 @@ use loaderx_store::{
     storage::{FileId, FileStorage, Storage},
 };
 
+pub use collection::{
+    PART_DONE, commit_collection, commit_url, is_collection_url, open_collection, push_collection,
+    upload_part,
+};
 pub use options::RemoteOptions;
 pub use push::{Pushed, push};
 pub use remote::{RemoteStorage, set_interrupt_check};
@@ -90,7 +95,15 @@ pub fn open_url<C: Codec + Default>(
     storage_options: &[(String, String)],
     options: OpenOptions,
 ) -> Result<Store<C, AnyStorage>> {
-    let storage = RemoteStorage::open(url, storage_options)?;
+    open_remote(RemoteStorage::open(url, storage_options)?, options)
+}
+
+/// The store over `storage` (already listed), read-only and checked, as
+/// [`open_url`] opens it.
+pub(crate) fn open_remote<C: Codec + Default>(
+    storage: RemoteStorage,
+    options: OpenOptions,
+) -> Result<Store<C, AnyStorage>> {
     let options = OpenOptions {
         read_only: true,
         create: false,

@@ -1,9 +1,12 @@
 //! Uploading a closed local store to object storage.
 
-use std::{io::Read, path::Path};
+use std::{io::Read, path::Path, sync::Arc};
 
+use loaderx_format::manifest::MANIFEST_FILE;
 use loaderx_store::{Deflate, Error, OpenOptions, Result, Store};
-use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{
+    ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart, path::Path as ObjectPath,
+};
 
 use crate::remote::{RemoteStorage, wait_for};
 
@@ -22,7 +25,9 @@ pub struct Pushed {
     pub bytes: u64,
 }
 
-/// Uploads the closed store at `local` to `url`: every chunk file by
+/// Uploads the closed store at `local` to `url` (a local collection, one
+/// with a manifest, goes as [`push_collection`](crate::push_collection)
+/// does): every chunk file by
 /// multipart upload first, then `meta.zr`, so a reader that opens the
 /// URL meanwhile finds either no store or a whole one. The store must be
 /// format v2 (what remote readers accept) with no delete left unfinished,
@@ -38,6 +43,20 @@ pub struct Pushed {
 /// object when reading or uploading fails (nothing is published then:
 /// `meta.zr` goes last).
 pub fn push(local: &Path, url: &str, storage_options: &[(String, String)]) -> Result<Pushed> {
+    if local.join(MANIFEST_FILE).is_file() {
+        return crate::collection::push_collection(local, url, storage_options);
+    }
+    check_store(local)?;
+    let remote = RemoteStorage::open(url, storage_options)?;
+    if remote.listed("meta.zr") {
+        return Err(Error::Exists { path: url.into() });
+    }
+    let (client, prefix) = remote.client();
+    upload_store(local, &client, &prefix, url.trim_end_matches('/'))
+}
+
+/// Checks that `local` is a closed v2 store that can be pushed.
+pub(crate) fn check_store(local: &Path) -> Result<()> {
     // Opening it checks it is a store, with no delete to recover.
     let store: Store<Deflate> = Store::open_with(
         local,
@@ -52,11 +71,19 @@ pub fn push(local: &Path, url: &str, storage_options: &[(String, String)]) -> Re
             reason: "only format v2 stores can be read by URL, so only they are pushed".into(),
         });
     }
-    let remote = RemoteStorage::open(url, storage_options)?;
-    if remote.listed("meta.zr") {
-        return Err(Error::Exists { path: url.into() });
-    }
-    let (client, prefix) = remote.client();
+    Ok(())
+}
+
+/// Uploads the closed v2 store at `local` (checked by [`check_store`]) as
+/// the objects under `prefix` of `client` (`url` naming them): the chunk
+/// files by multipart upload, then `meta.zr`.
+pub(crate) fn upload_store(
+    local: &Path,
+    client: &Arc<dyn ObjectStore>,
+    prefix: &ObjectPath,
+    url: &str,
+) -> Result<Pushed> {
+    let client = client.clone();
     // The table as it is now, read before the chunks: records it names lie
     // in chunk bytes that exist by the time those are read.
     let meta_path = local.join("meta.zr");
@@ -79,7 +106,6 @@ pub fn push(local: &Path, url: &str, storage_options: &[(String, String)]) -> Re
         })
         .collect();
     chunks.sort();
-    drop(store);
     let mut pushed = Pushed {
         objects: Vec::new(),
         bytes: 0,
@@ -139,7 +165,7 @@ pub fn push(local: &Path, url: &str, storage_options: &[(String, String)]) -> Re
     }
     let meta_url = format!("{}/meta.zr", url.trim_end_matches('/'));
     pushed.bytes += meta.len() as u64;
-    let location = prefix.join("meta.zr");
+    let location = prefix.clone().join("meta.zr");
     wait_for(&meta_url, None, async move {
         client.put(&location, PutPayload::from(meta)).await
     })

@@ -51,6 +51,8 @@ pub struct RemoteStorage {
     url: String,
     location: PathBuf,
     options: RemoteOptions,
+    /// Whether the backend lists objects (all but plain HTTP).
+    lists: bool,
     /// Objects listed at open (`None` where the backend cannot list).
     listed: Option<HashMap<String, Seen>>,
     /// Objects the engine opened, as recorded.
@@ -187,6 +189,29 @@ impl RemoteStorage {
     /// [`Error::InvalidArgument`] naming a URL or key not understood;
     /// [`Error::Io`] naming the URL when the listing fails.
     pub fn open(url: &str, storage_options: &[(String, String)]) -> loaderx_store::Result<Self> {
+        let mut remote = Self::connect(url, storage_options)?;
+        remote.list_at_open()?;
+        Ok(remote)
+    }
+
+    /// Lists the objects under the prefix where the backend can.
+    fn list_at_open(&mut self) -> loaderx_store::Result<()> {
+        if self.lists {
+            self.listed = Some(self.list().map_err(|e| Error::Io {
+                path: self.location.clone(),
+                op: "list",
+                source: e,
+            })?);
+        }
+        Ok(())
+    }
+
+    /// [`open`](Self::open) without the listing: a client for `url` and
+    /// the objects under it, none of them looked at yet.
+    pub(crate) fn connect(
+        url: &str,
+        storage_options: &[(String, String)],
+    ) -> loaderx_store::Result<Self> {
         let mut rest = storage_options.to_vec();
         let options =
             RemoteOptions::take(&mut rest).map_err(|r| invalid(url, "storage_options", r))?;
@@ -206,26 +231,52 @@ impl RemoteStorage {
         let lists = !matches!(scheme, ObjectStoreScheme::Http);
         let store = build(url, scheme, &rest, &options)?;
         let ahead = Arc::new(tokio::sync::Semaphore::new(options.concurrency));
-        let mut remote = RemoteStorage {
+        Ok(RemoteStorage {
             store,
             prefix,
             url: url.trim_end_matches('/').to_owned(),
             location: PathBuf::from(url.trim_end_matches('/')),
             cache: cache_of(url, &options)?,
             options,
+            lists,
             listed: None,
             seen: Mutex::new(HashMap::new()),
             pages: Mutex::new(HashMap::new()),
             staged: Mutex::new(Staging::default()),
             ahead,
-        };
-        if lists {
-            remote.listed = Some(remote.list().map_err(|e| Error::Io {
-                path: remote.location.clone(),
-                op: "list",
-                source: e,
-            })?);
+        })
+    }
+
+    /// The store under `self`'s prefix at `path` (`/`-separated names),
+    /// over the same client and options, listed at open as `open` does.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name that is not a path segment;
+    /// [`Error::Io`] when the listing fails.
+    pub(crate) fn sub(&self, path: &str) -> loaderx_store::Result<Self> {
+        let mut prefix = self.prefix.clone();
+        for part in path.split('/') {
+            let part = object_store::path::PathPart::parse(part)
+                .map_err(|e| invalid(&self.url, "path", format!("{path:?}: {e}")))?;
+            prefix = prefix.join(part);
         }
+        let url = format!("{}/{path}", self.url);
+        let mut remote = RemoteStorage {
+            store: self.store.clone(),
+            prefix,
+            location: PathBuf::from(&url),
+            cache: cache_of(&url, &self.options)?,
+            url,
+            options: self.options.clone(),
+            lists: self.lists,
+            listed: None,
+            seen: Mutex::new(HashMap::new()),
+            pages: Mutex::new(HashMap::new()),
+            staged: Mutex::new(Staging::default()),
+            // One bound on requests ahead per client.
+            ahead: self.ahead.clone(),
+        };
+        remote.list_at_open()?;
         Ok(remote)
     }
 
@@ -250,15 +301,12 @@ impl RemoteStorage {
             staged: Mutex::new(Staging::default()),
             ahead,
             options,
+            lists: true,
             listed: None,
             seen: Mutex::new(HashMap::new()),
             pages: Mutex::new(HashMap::new()),
         };
-        remote.listed = Some(remote.list().map_err(|e| Error::Io {
-            path: remote.location.clone(),
-            op: "list",
-            source: e,
-        })?);
+        remote.list_at_open()?;
         Ok(remote)
     }
 
@@ -351,6 +399,15 @@ impl RemoteStorage {
     /// The `object_store` client and the store's prefix in it.
     pub(crate) fn client(&self) -> (Arc<dyn ObjectStore>, ObjectPath) {
         (self.store.clone(), self.prefix.clone())
+    }
+
+    /// Runs `fut` within the handle's timeout (`what` names it in errors).
+    pub(crate) fn run<T: Send + 'static>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
+    ) -> io::Result<T> {
+        self.wait(what, fut)
     }
 
     /// Whether the listing at open found an object named `name`.

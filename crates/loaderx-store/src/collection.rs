@@ -22,7 +22,7 @@ use std::fmt;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use loaderx_format::manifest::{
     Column as ColumnDef, MANIFEST_FILE, Manifest, ManifestError, Part, check_name,
@@ -78,19 +78,41 @@ impl<C: Codec + Default> PartOpener<C, FileStorage> for LocalParts {
     }
 }
 
-/// One column's stores, a slot per part, each filled on first touch.
-type Slots<C, S> = Box<[OnceLock<Arc<Store<C, S>>>]>;
+/// How many part stores (one column of one part each) a collection keeps
+/// open at most unless told otherwise
+/// ([`Collection::with_max_open_parts`]).
+///
+/// A local part store holds a few file descriptors (its table and chunk
+/// files) and its table's pages; a remote one its table pages and the
+/// objects' recorded `ETag`s. 128 stays well inside the usual limit of
+/// 1,024 descriptors per process, with room for the rest of a training
+/// process.
+pub const DEFAULT_MAX_OPEN_PARTS: usize = 128;
 
-/// An open collection: the manifest, and each part's column stores once
-/// touched.
+/// An open part store and when it was last used.
+type Held<C, S> = (Arc<Store<C, S>>, u64);
+
+/// The part stores held open, least recently used dropped first.
+struct OpenParts<C: Codec, S: Storage> {
+    /// `(column, part)` -> the store and when it was last used.
+    held: HashMap<(usize, usize), Held<C, S>>,
+    /// The clock of uses.
+    tick: u64,
+}
+
+/// An open collection: the manifest, and the part stores read lately (at
+/// most [`max_open_parts`](Collection::max_open_parts) of them, least
+/// recently used closed first).
 pub struct Collection<C: Codec = Deflate, S: Storage = FileStorage> {
     root: PathBuf,
     manifest: Manifest,
     /// `starts[p]` is part `p`'s first global index; `starts[parts]` the total.
     starts: Vec<u64>,
     opener: Box<dyn PartOpener<C, S>>,
-    /// `stores[column][part]`, opened on first touch.
-    stores: Vec<Slots<C, S>>,
+    /// The part stores held open.
+    open: Mutex<OpenParts<C, S>>,
+    /// The most stores `open` holds.
+    max_open: usize,
 }
 
 impl<C: Codec, S: Storage> fmt::Debug for Collection<C, S> {
@@ -121,26 +143,37 @@ impl<C: Codec + Default> Collection<C, FileStorage> {
     /// cannot be read.
     pub fn open(root: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let root = root.as_ref();
-        let path = root.join(MANIFEST_FILE);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotAStore {
-                    path: root.to_owned(),
-                    reason: format!(
-                        "no {MANIFEST_FILE}: not a collection, or one whose parts were never committed"
-                    ),
-                });
-            }
-            Err(source) => {
-                return Err(Error::Io {
-                    path,
-                    op: "read",
-                    source,
-                });
-            }
-        };
+        let bytes = read_manifest(root)?;
         Self::from_manifest(root, &bytes, Box::new(LocalParts::new(root, options)))
+    }
+}
+
+/// The error for a collection root that has no manifest.
+#[must_use]
+pub fn no_manifest(root: &Path) -> Error {
+    Error::NotAStore {
+        path: root.to_owned(),
+        reason: format!(
+            "no {MANIFEST_FILE}: not a collection, or one whose parts were never committed"
+        ),
+    }
+}
+
+/// The bytes of the manifest of the local collection at `root`.
+///
+/// # Errors
+/// [`Error::NotAStore`] when there is none; [`Error::Io`] when it cannot
+/// be read.
+pub fn read_manifest(root: &Path) -> Result<Vec<u8>> {
+    let path = root.join(MANIFEST_FILE);
+    match fs::read(&path) {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(no_manifest(root)),
+        Err(source) => Err(Error::Io {
+            path,
+            op: "read",
+            source,
+        }),
     }
 }
 
@@ -159,18 +192,35 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         let manifest = Manifest::decode(manifest)
             .map_err(|e| manifest_error(&root.join(MANIFEST_FILE), &e))?;
         let starts = manifest.starts();
-        let stores = manifest
-            .columns
-            .iter()
-            .map(|_| (0..manifest.parts.len()).map(|_| OnceLock::new()).collect())
-            .collect();
         Ok(Collection {
             root,
             manifest,
             starts,
             opener,
-            stores,
+            open: Mutex::new(OpenParts {
+                held: HashMap::new(),
+                tick: 0,
+            }),
+            max_open: DEFAULT_MAX_OPEN_PARTS,
         })
+    }
+
+    /// Keeps at most `max` part stores open (at least 1;
+    /// [`DEFAULT_MAX_OPEN_PARTS`] unless set): past it, the store used
+    /// least recently is closed, and opened again when a read needs it.
+    /// A store a read is using stays open until that read ends, so the
+    /// stores open at one instant are at most `max` plus the parts being
+    /// gathered at that instant (one per thread of the store's pool).
+    #[must_use]
+    pub fn with_max_open_parts(mut self, max: usize) -> Self {
+        self.max_open = max.max(1);
+        self
+    }
+
+    /// The most part stores held open.
+    #[must_use]
+    pub fn max_open_parts(&self) -> usize {
+        self.max_open
     }
 
     /// The collection's root.
@@ -203,13 +253,15 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         self.starts.get(part).copied()
     }
 
-    /// Parts whose stores have been opened so far, over every column.
+    /// Part stores held open now, over every column (at most
+    /// [`max_open_parts`](Self::max_open_parts)).
     #[must_use]
     pub fn opened_parts(&self) -> usize {
-        self.stores
-            .iter()
-            .map(|col| col.iter().filter(|s| s.get().is_some()).count())
-            .sum()
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .held
+            .len()
     }
 
     /// Column `name`, to read from.
@@ -249,12 +301,23 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         Ok((part, idx - self.starts[part]))
     }
 
-    /// The store of `column` in `part`, opened (and checked against the
-    /// manifest) on first use.
+    /// The store of `column` in `part`: held, or opened (and checked
+    /// against the manifest), then held in place of the one used least
+    /// recently when `max_open` are held already.
     fn store(&self, column: usize, part: usize) -> Result<Arc<Store<C, S>>> {
-        let slot = &self.stores[column][part];
-        if let Some(store) = slot.get() {
-            return Ok(Arc::clone(store));
+        let lock = || {
+            self.open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        {
+            let mut open = lock();
+            open.tick += 1;
+            let now = open.tick;
+            if let Some((store, used)) = open.held.get_mut(&(column, part)) {
+                *used = now;
+                return Ok(Arc::clone(store));
+            }
         }
         let def = &self.manifest.columns[column];
         let p = &self.manifest.parts[part];
@@ -285,9 +348,31 @@ impl<C: Codec, S: Storage> Collection<C, S> {
             });
         }
         let store = Arc::new(store);
-        // Another thread may have opened it meanwhile: either copy will do.
-        let _ = slot.set(Arc::clone(&store));
-        Ok(slot.get().map_or(store, Arc::clone))
+        // Opened without the lock held (it may take requests); another
+        // thread may have opened it meanwhile: either copy will do.
+        let mut evicted = None;
+        let mut open = lock();
+        open.tick += 1;
+        let now = open.tick;
+        if let Some((held, used)) = open.held.get_mut(&(column, part)) {
+            *used = now;
+            return Ok(Arc::clone(held));
+        }
+        if open.held.len() >= self.max_open {
+            let oldest = open
+                .held
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(key, _)| *key);
+            if let Some(key) = oldest {
+                evicted = open.held.remove(&key);
+            }
+        }
+        open.held.insert((column, part), (Arc::clone(&store), now));
+        drop(open);
+        // Closed (when no read holds it) outside the lock.
+        drop(evicted);
+        Ok(store)
     }
 
     /// Splits `idxs` by part: one group per part touched, in order of
@@ -731,59 +816,170 @@ pub struct Committed {
     pub ignored: Vec<String>,
 }
 
+/// Where [`commit_to`] finds parts and publishes a manifest: a local
+/// directory ([`LocalTarget`]), or any other storage implementing it.
+pub trait CommitTarget {
+    /// The collection's root, naming it in errors.
+    fn root(&self) -> &Path;
+
+    /// The entries directly under the root that could be parts (local
+    /// directories, object prefixes), the manifest aside, in any order.
+    ///
+    /// # Errors
+    /// A listing that fails.
+    fn entries(&self) -> Result<Vec<String>>;
+
+    /// Whether entry `name` (a valid part name) is a finished part.
+    ///
+    /// # Errors
+    /// A check that fails.
+    fn finished(&self, name: &str) -> Result<bool>;
+
+    /// The column names of part `part` (its entries), in any order.
+    ///
+    /// # Errors
+    /// A listing that fails.
+    fn columns(&self, part: &str) -> Result<Vec<String>>;
+
+    /// The schema (`None` for a format v1 store) and record count of the
+    /// store of column `column` in part `part`.
+    ///
+    /// # Errors
+    /// Opening the store fails.
+    fn column(&self, part: &str, column: &str) -> Result<(Option<Schema>, u64)>;
+
+    /// Publishes `manifest` as [`MANIFEST_FILE`] in one step: a reader sees
+    /// the previous manifest or this one, never a part of one.
+    ///
+    /// # Errors
+    /// Writing fails (nothing is published then).
+    fn publish(&self, manifest: &[u8]) -> Result<()>;
+}
+
+/// Parts in directories under a local root; the manifest written to a
+/// temporary file, synced and renamed into place.
+#[derive(Debug, Clone)]
+pub struct LocalTarget {
+    root: PathBuf,
+    options: OpenOptions,
+}
+
+impl LocalTarget {
+    /// The local collection at `root`, its stores opened with `options`
+    /// (made read-only).
+    #[must_use]
+    pub fn new(root: impl Into<PathBuf>, options: &OpenOptions) -> LocalTarget {
+        let mut options = options.clone();
+        options.read_only = true;
+        options.create = false;
+        LocalTarget {
+            root: root.into(),
+            options,
+        }
+    }
+}
+
+/// The names of the directories in `dir`.
+fn subdirectories(dir: &Path) -> Result<Vec<String>> {
+    let io = |source| Error::Io {
+        path: dir.to_owned(),
+        op: "list",
+        source,
+    };
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        if entry.path().is_dir() {
+            out.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    Ok(out)
+}
+
+impl CommitTarget for LocalTarget {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn entries(&self) -> Result<Vec<String>> {
+        subdirectories(&self.root)
+    }
+
+    fn finished(&self, _name: &str) -> Result<bool> {
+        // A part directory under its own name was renamed there complete.
+        Ok(true)
+    }
+
+    fn columns(&self, part: &str) -> Result<Vec<String>> {
+        subdirectories(&self.root.join(part))
+    }
+
+    fn column(&self, part: &str, column: &str) -> Result<(Option<Schema>, u64)> {
+        let store: Store<Deflate> =
+            Store::open_with(self.root.join(part).join(column), self.options.clone())?;
+        Ok((store.schema().cloned(), store.len()))
+    }
+
+    fn publish(&self, manifest: &[u8]) -> Result<()> {
+        write_atomically(&self.root, manifest)
+    }
+}
+
 /// Checks parts under `root` and publishes them as a collection: writes
 /// the manifest under a temporary name, syncs it, renames it over
 /// [`MANIFEST_FILE`] and syncs the directory, so a reader sees the old
-/// manifest or the new one, never a part of one.
+/// manifest or the new one, never a part of one. [`commit_to`] with a
+/// [`LocalTarget`].
+///
+/// # Errors
+/// As [`commit_to`].
+pub fn commit(root: &Path, parts: Option<&[String]>, options: &OpenOptions) -> Result<Committed> {
+    commit_to(&LocalTarget::new(root, options), parts)
+}
+
+/// Checks the parts `target` holds and publishes them as a collection.
 ///
 /// `parts` names the parts, in index order (what an engine reports as
-/// written); `None` takes every directory of `root` whose name is a valid
-/// part name, in name order. Every part must hold the same columns
-/// (directories), each an open-able v2 store of the same schema across
-/// parts, and every column of a part the same number of records.
+/// written); `None` takes every finished entry of the root whose name is
+/// a valid part name, in name order. Every part must hold the same
+/// columns, each a v2 store of the same schema across parts, and every
+/// column of a part the same number of records.
 ///
 /// # Errors
 /// [`Error::Collection`] naming the part and column that breaks a
-/// rule (nothing is written then); errors opening a part's store; I/O
-/// errors writing the manifest.
-pub fn commit(root: &Path, parts: Option<&[String]>, options: &OpenOptions) -> Result<Committed> {
+/// rule (nothing is written then); errors opening a part's store;
+/// errors publishing the manifest.
+pub fn commit_to(target: &dyn CommitTarget, parts: Option<&[String]>) -> Result<Committed> {
+    let root = target.root();
     let invalid = |reason: String| Error::Collection {
         path: root.to_owned(),
         reason,
     };
-    let io = |path: &Path, op: &'static str| {
-        let path = path.to_owned();
-        move |source| Error::Io { path, op, source }
-    };
-    let mut entries: Vec<String> = Vec::new();
-    for entry in fs::read_dir(root).map_err(io(root, "list"))? {
-        let entry = entry.map_err(io(root, "list"))?;
-        if entry.file_name() == MANIFEST_FILE {
-            continue;
-        }
-        if entry.path().is_dir() {
-            entries.push(entry.file_name().to_string_lossy().into_owned());
-        }
-    }
+    let mut entries: Vec<String> = target
+        .entries()?
+        .into_iter()
+        .filter(|n| n != MANIFEST_FILE)
+        .collect();
     entries.sort();
-    let chosen: Vec<String> = match parts {
-        Some(list) => {
-            for name in list {
-                check_name(name).map_err(|why| invalid(format!("part {why}")))?;
-                if !entries.contains(name) {
-                    return Err(invalid(format!(
-                        "part {name:?} is not a finished part under {}",
-                        root.display()
-                    )));
-                }
+    let chosen: Vec<String> = if let Some(list) = parts {
+        for name in list {
+            check_name(name).map_err(|why| invalid(format!("part {why}")))?;
+            if !entries.contains(name) || !target.finished(name)? {
+                return Err(invalid(format!(
+                    "part {name:?} is not a finished part under {}",
+                    root.display()
+                )));
             }
-            list.to_vec()
         }
-        None => entries
-            .iter()
-            .filter(|n| check_name(n).is_ok())
-            .cloned()
-            .collect(),
+        list.to_vec()
+    } else {
+        let mut chosen = Vec::new();
+        for name in &entries {
+            if check_name(name).is_ok() && target.finished(name)? {
+                chosen.push(name.clone());
+            }
+        }
+        chosen
     };
     if chosen.is_empty() {
         return Err(invalid(format!(
@@ -796,13 +992,10 @@ pub fn commit(root: &Path, parts: Option<&[String]>, options: &OpenOptions) -> R
         .filter(|n| !chosen.contains(n))
         .cloned()
         .collect();
-    let mut options = options.clone();
-    options.read_only = true;
-    options.create = false;
     let mut columns: Option<Vec<ColumnDef>> = None;
     let mut list = Vec::with_capacity(chosen.len());
     for (p, name) in chosen.iter().enumerate() {
-        let (defs, count) = read_part(root, p, name, &options)?;
+        let (defs, count) = read_part(target, p, name)?;
         if defs.is_empty() {
             return Err(invalid(format!("part {p} ({name:?}) holds no column")));
         }
@@ -838,51 +1031,34 @@ pub fn commit(root: &Path, parts: Option<&[String]>, options: &OpenOptions) -> R
         parts: list,
     };
     let bytes = manifest.encode().map_err(|e| invalid(e.to_string()))?;
-    write_atomically(root, &bytes)?;
+    target.publish(&bytes)?;
     Ok(Committed { manifest, ignored })
 }
 
 /// The columns of part `p` (`name`) with their schemas, and its record
 /// count, checked: every column a v2 store, all of one length.
-fn read_part(
-    root: &Path,
-    p: usize,
-    name: &str,
-    options: &OpenOptions,
-) -> Result<(Vec<ColumnDef>, u64)> {
+fn read_part(target: &dyn CommitTarget, p: usize, name: &str) -> Result<(Vec<ColumnDef>, u64)> {
     let invalid = |reason: String| Error::Collection {
-        path: root.to_owned(),
+        path: target.root().to_owned(),
         reason,
     };
-    let io = |path: &Path, op: &'static str| {
-        let path = path.to_owned();
-        move |source| Error::Io { path, op, source }
-    };
-    let dir = root.join(name);
-    let mut cols: Vec<String> = Vec::new();
-    for entry in fs::read_dir(&dir).map_err(io(&dir, "list"))? {
-        let entry = entry.map_err(io(&dir, "list"))?;
-        if entry.path().is_dir() {
-            cols.push(entry.file_name().to_string_lossy().into_owned());
-        }
-    }
+    let mut cols = target.columns(name)?;
     cols.sort();
     let mut defs = Vec::with_capacity(cols.len());
     let mut count: Option<u64> = None;
     for col in &cols {
         check_name(col).map_err(|why| invalid(format!("part {p} ({name:?}): column {why}")))?;
-        let store: Store<Deflate> = Store::open_with(dir.join(col), options.clone())?;
-        let Some(schema) = store.schema().cloned() else {
+        let (schema, len) = target.column(name, col)?;
+        let Some(schema) = schema else {
             return Err(invalid(format!(
                 "part {p} ({name:?}) column {col:?} is a format v1 store; a collection holds v2 stores"
             )));
         };
         match count {
-            None => count = Some(store.len()),
-            Some(n) if n != store.len() => {
+            None => count = Some(len),
+            Some(n) if n != len => {
                 return Err(invalid(format!(
-                    "part {p} ({name:?}): column {col:?} holds {} records, column {:?} holds {n}",
-                    store.len(),
+                    "part {p} ({name:?}): column {col:?} holds {len} records, column {:?} holds {n}",
                     cols[0]
                 )));
             }

@@ -374,7 +374,12 @@ fn a_hundred_thousand_parts_open_lazily_and_gather_by_part() {
         bytes.len()
     );
     let coll: Arc<Collection<loaderx_store::Deflate, loaderx_store::storage::MemStorage>> =
-        Arc::new(Collection::from_manifest("mem", &bytes, Box::new(Synth::default())).unwrap());
+        Arc::new(
+            Collection::from_manifest("mem", &bytes, Box::new(Synth::default()))
+                .unwrap()
+                // Room for every part the batch touches.
+                .with_max_open_parts(2048),
+        );
     assert_eq!(coll.len(), PARTS * RECORDS_PER_PART);
     assert_eq!(coll.opened_parts(), 0);
     let col = coll.column("id").unwrap();
@@ -392,4 +397,79 @@ fn a_hundred_thousand_parts_open_lazily_and_gather_by_part() {
     // The same batch again opens nothing more.
     col.gather_exact(&idxs, &mut out, 8).unwrap();
     assert_eq!(coll.opened_parts(), parts.len());
+}
+
+/// More parts than the cap on open part stores: every read is right, at
+/// most the cap stay open, and a part closed to make room is opened again
+/// when a read needs it.
+#[test]
+fn open_part_stores_are_capped_least_recently_used_first() {
+    use loaderx_store::format::manifest::{Column as ColumnDef, Part};
+    const PARTS: u64 = 300;
+    let manifest = Manifest {
+        columns: vec![ColumnDef {
+            name: "id".into(),
+            schema: scalar_u64(),
+        }],
+        parts: (0..PARTS)
+            .map(|p| Part {
+                name: format!("part-{p:05}"),
+                records: RECORDS_PER_PART,
+            })
+            .collect(),
+    };
+    let bytes = manifest.encode().unwrap();
+    let synth = std::sync::Arc::new(Synth::default());
+    #[derive(Debug)]
+    struct Shared(std::sync::Arc<Synth>);
+    impl
+        loaderx_store::collection::PartOpener<
+            loaderx_store::Deflate,
+            loaderx_store::storage::MemStorage,
+        > for Shared
+    {
+        fn open(
+            &self,
+            part: &str,
+            column: &str,
+        ) -> loaderx_store::Result<Store<loaderx_store::Deflate, loaderx_store::storage::MemStorage>>
+        {
+            self.0.open(part, column)
+        }
+        fn location(&self, part: &str, column: &str) -> std::path::PathBuf {
+            loaderx_store::collection::PartOpener::<
+                loaderx_store::Deflate,
+                loaderx_store::storage::MemStorage,
+            >::location(&*self.0, part, column)
+        }
+    }
+    let coll: Arc<Collection<loaderx_store::Deflate, loaderx_store::storage::MemStorage>> =
+        Arc::new(
+            Collection::from_manifest("mem", &bytes, Box::new(Shared(synth.clone())))
+                .unwrap()
+                .with_max_open_parts(8),
+        );
+    assert_eq!(coll.max_open_parts(), 8);
+    let col = coll.column("id").unwrap();
+    let n = coll.len();
+    let all: Vec<u64> = (0..n).collect();
+    let shuffled: Vec<u64> = (0..n).map(|i| (i * 2_654_435_761) % n).collect();
+    for idxs in [&all, &shuffled, &all] {
+        let mut out = vec![0u8; idxs.len() * 8];
+        col.gather_exact(idxs, &mut out, 8).unwrap();
+        for (k, &g) in idxs.iter().enumerate() {
+            assert_eq!(u64::from_le_bytes(out[k * 8..][..8].try_into().unwrap()), g);
+        }
+        assert!(coll.opened_parts() <= 8, "{} open", coll.opened_parts());
+    }
+    let opened = synth.opened.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(opened >= 3 * PARTS as usize, "{opened} opens");
+    // The parts read last are held: reading them again opens nothing.
+    let last: Vec<u64> = ((n - 8 * RECORDS_PER_PART)..n).collect();
+    let mut out = vec![0u8; last.len() * 8];
+    col.gather_exact(&last, &mut out, 8).unwrap();
+    assert_eq!(
+        synth.opened.load(std::sync::atomic::Ordering::Relaxed),
+        opened
+    );
 }

@@ -1,5 +1,6 @@
 """The native extension: the store engine and the sampler, GIL released."""
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
@@ -14,7 +15,9 @@ __all__ = [
     "Loader",
     "Collection",
     "CollectionColumn",
+    "collection_at_url",
     "collection_commit",
+    "collection_upload_part",
     "DLTensor",
     "import_dlpack",
     "loader_state",
@@ -217,7 +220,12 @@ class Store:
 @final
 class Collection:
     @staticmethod
-    def open(path: str) -> Collection: ...
+    def open(
+        path: str,
+        storage_options: list[tuple[str, str]] | None = None,
+        max_open_parts: int | None = None,
+    ) -> Collection: ...
+    def max_open_parts(self) -> int: ...
     def __len__(self) -> int: ...
     def columns(self) -> list[str]: ...
     def schemas(self) -> dict[str, dict[str, Any]]: ...
@@ -245,8 +253,17 @@ class CollectionColumn:
     def damaged(self) -> list[tuple[int, str]]: ...
 
 def collection_commit(
-    path: str, parts: list[str] | None = None
+    path: str,
+    parts: list[str] | None = None,
+    storage_options: list[tuple[str, str]] | None = None,
 ) -> tuple[list[str], int, list[str]]: ...
+def collection_upload_part(
+    local: str | os.PathLike[str],
+    url: str,
+    part: str,
+    storage_options: list[tuple[str, str]] | None = None,
+) -> list[str]: ...
+def collection_at_url(url: str, storage_options: list[tuple[str, str]] | None = None) -> bool: ...
 
 @final
 class Sampler:

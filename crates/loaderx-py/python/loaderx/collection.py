@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Union
@@ -73,18 +74,24 @@ def _check_name(what: str, name: str) -> None:
         )
 
 
-def _local(root: Any, storage_options: Any) -> str:
-    if storage_options is not None:
-        raise NotImplementedError(
-            "storage_options: collections are read and written on local file systems in this "
-            "version; object storage comes with URL support"
+def _location(root: Any, storage_options: Any) -> tuple[str, bool, list[tuple[str, str]] | None]:
+    """`root` as a string, whether it is a URL, and `storage_options` as
+    the engine takes them (a local path takes none)."""
+    from .containers.base import _is_url, _options
+
+    if isinstance(root, str):
+        path = root
+    else:
+        path = os.fspath(root)
+        if not isinstance(path, str):
+            path = os.fsdecode(path)
+    url = _is_url(path)
+    options = _options(storage_options)
+    if options and not url:
+        raise ValueError(
+            f"{path} is a local path; storage_options apply only to collections at a URL"
         )
-    path = os.fspath(root)
-    if not isinstance(path, str):
-        path = os.fsdecode(path)
-    if "://" in path:
-        raise NotImplementedError(f"{path}: collections take local paths in this version")
-    return path
+    return path, url, options
 
 
 def _codec_of(codec: str | Mapping[str, str], column: str) -> str:
@@ -193,9 +200,15 @@ def write_part(
     The part is written under a temporary name (starting with ``.``, which
     :func:`commit` ignores) and renamed into place when complete; a part of
     the same name is replaced, so a retried task never duplicates records.
-    ``storage_options`` is for object storage, not yet supported.
+
+    `root` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+    ``file://``; `storage_options` as for ``Dense.open``): the part is
+    written in a local temporary directory (``TMPDIR``), then uploaded in
+    place of whatever the URL held under its name, its stores first and
+    its completion mark (``<part>/.complete``) last; a part without the
+    mark is unfinished and :func:`commit` ignores it.
     """
-    base = _local(root, storage_options)
+    base, url, options = _location(root, storage_options)
     name = part_name(part)
     if not isinstance(columns, Mapping) or not columns:
         raise ValueError("columns must be a non-empty dict of column name -> records")
@@ -210,12 +223,35 @@ def write_part(
         elif n != rows:
             first = next(iter(columns))
             raise ValueError(f"column {col!r} has {n} records; column {first!r} has {rows}")
+    if not url:
+        _write_local_part(base, name, columns, codec, rows or 0)
+        return name
+    # Object storage: staged whole in a local directory, then uploaded
+    # (stores first, the part's completion mark last).
+    staging = tempfile.mkdtemp(prefix=f"loaderx-{name}-")
+    try:
+        _write_local_part(staging, name, columns, codec, rows or 0)
+        _native.collection_upload_part(os.path.join(staging, name), base, name, options)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return name
+
+
+def _write_local_part(
+    base: str,
+    name: str,
+    columns: Mapping[str, Column],
+    codec: str | Mapping[str, str],
+    rows: int,
+) -> None:
+    """Writes part `name` under the local directory `base`: under a
+    temporary name, then renamed into place (replacing a part of that name)."""
     os.makedirs(base, exist_ok=True)
     tmp = os.path.join(base, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         os.mkdir(tmp)
         for col, values in columns.items():
-            _write_column(os.path.join(tmp, col), col, values, _codec_of(codec, col), rows or 0)
+            _write_column(os.path.join(tmp, col), col, values, _codec_of(codec, col), rows)
         _fsync_dir(tmp)
         final = os.path.join(base, name)
         while True:
@@ -237,7 +273,6 @@ def write_part(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return name
 
 
 def commit(
@@ -257,31 +292,51 @@ def commit(
     the previous commit or this one. Ignored are unfinished writes (names
     starting with ``.``) and finished parts not in `parts`.
     """
-    base = _local(root, storage_options)
+    base, _url, options = _location(root, storage_options)
     names = None if parts is None else [part_name(p) for p in parts]
-    _parts, _records, ignored = _native.collection_commit(base, names)
+    _parts, _records, ignored = _native.collection_commit(base, names, options)
     return list(ignored)
 
 
 def open(  # noqa: A001 - the module's verb, as in loaderx.collection.open
-    root: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    root: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    max_open_parts: int | None = None,
 ) -> Collection:
-    """The committed collection at `root` (reads its manifest only; each
-    part is opened when a read first touches it)."""
-    base = _local(root, storage_options)
-    return Collection._open(base)
+    """The committed collection at `root`, a directory or a URL
+    (``s3://bucket/prefix``, ``gs://``, ``az://``, ``http(s)://``,
+    ``file://``; `storage_options` as for ``Dense.open``). Opening reads
+    the manifest only; each part store is opened when a read first touches
+    it. At most `max_open_parts` part stores (one column of one part each;
+    default 128) are held open: past that, the least recently used is
+    closed, and reopened when a read needs it again."""
+    if max_open_parts is not None and (
+        isinstance(max_open_parts, bool) or not isinstance(max_open_parts, int)
+    ):
+        raise TypeError(f"max_open_parts must be an int, got {type(max_open_parts).__name__}")
+    if max_open_parts is not None and max_open_parts < 1:
+        raise ValueError(f"max_open_parts must be >= 1, got {max_open_parts}")
+    base, _url, _options = _location(root, storage_options)
+    return Collection._open(
+        base, None if storage_options is None else dict(storage_options), max_open_parts
+    )
 
 
-def _reopen_column(root: str, name: str) -> Any:
+def _reopen_column(
+    root: str,
+    name: str,
+    storage_options: dict[str, Any] | None = None,
+    max_open_parts: int | None = None,
+) -> Any:
     """Unpickles a column reader: the collection reopened, its column."""
-    return open(root).column(name)
+    return open(root, storage_options, max_open_parts).column(name)
 
 
 class _ColumnDense(Dense):
     """A :class:`~loaderx.Dense` reader of a collection's column; pickles
     as its collection and name (a spawned worker reopens it)."""
 
-    _origin: tuple[str, str]
+    _origin: tuple[str, str, dict[str, Any] | None, int | None]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen_column, self._origin)
@@ -291,7 +346,7 @@ class _ColumnRagged(Ragged):
     """A :class:`~loaderx.Ragged` reader of a collection's column; pickles
     as its collection and name."""
 
-    _origin: tuple[str, str]
+    _origin: tuple[str, str, dict[str, Any] | None, int | None]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen_column, self._origin)
@@ -311,17 +366,28 @@ class Collection(_Closing):
     path: str
     _native: Any
     _readers: dict[str, Any]
+    _storage_options: dict[str, Any] | None
+    _max_open_parts: int | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use loaderx.collection.open(root)")
 
     @classmethod
-    def _open(cls, path: str) -> Collection:
-        native = _native.Collection.open(path)
+    def _open(
+        cls,
+        path: str,
+        storage_options: dict[str, Any] | None = None,
+        max_open_parts: int | None = None,
+    ) -> Collection:
+        from .containers.base import _options
+
+        native = _native.Collection.open(path, _options(storage_options), max_open_parts)
         made = cls.__new__(cls)
         made.path = path
         made._native = native
         made._readers = {}
+        made._storage_options = storage_options
+        made._max_open_parts = max_open_parts
         return made
 
     def _live(self) -> Any:
@@ -344,6 +410,11 @@ class Collection(_Closing):
         return dict(self._live().schemas())
 
     @property
+    def max_open_parts(self) -> int:
+        """The most part stores held open at once."""
+        return int(self._live().max_open_parts())
+
+    @property
     def parts(self) -> list[tuple[str, int]]:
         """``[(part name, records)]`` in index order."""
         return [(str(n), int(c)) for n, c in self._live().parts()]
@@ -359,7 +430,7 @@ class Collection(_Closing):
                 _ColumnDense if kind == "dense" else _ColumnRagged
             )
             reader = cls._make(handle, f"{self.path}[{name!r}]", True, False, False)
-            reader._origin = (self.path, name)
+            reader._origin = (self.path, name, self._storage_options, self._max_open_parts)
             self._readers[name] = reader
         return reader
 
@@ -388,7 +459,7 @@ class Collection(_Closing):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its root (a spawned worker reopens it)."""
         self._live()
-        return (open, (self.path,))
+        return (open, (self.path, self._storage_options, self._max_open_parts))
 
     def __del__(self) -> None:
         # A reader taken from a collection (``open(root)["x"]``) outlives

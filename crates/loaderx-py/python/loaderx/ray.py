@@ -79,18 +79,21 @@ class CollectionDatasink(Datasink):
         codec: str | Mapping[str, str] = collection.DEFAULT_CODEC,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.root = collection._local(root, storage_options)
+        self.root, self.url, _ = collection._location(root, storage_options)
         self.codec = codec
-        self.storage_options = storage_options
+        self.storage_options = None if storage_options is None else dict(storage_options)
         #: The entries the commit ignored (set by ``on_write_complete``).
         self.ignored: list[str] = []
 
     def on_write_start(self, schema: Any = None) -> None:
-        os.makedirs(self.root, exist_ok=True)
+        if not self.url:
+            os.makedirs(self.root, exist_ok=True)
 
     def _write_part(self, name: str, columns: Mapping[str, Any]) -> None:
         """Writes one part (a seam for tests that fail a task on purpose)."""
-        collection.write_part(self.root, name, columns, codec=self.codec)
+        collection.write_part(
+            self.root, name, columns, codec=self.codec, storage_options=self.storage_options
+        )
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> str | None:
         """Writes this task's blocks as part ``part-<task index>``; returns
@@ -107,7 +110,7 @@ class CollectionDatasink(Datasink):
         parts = sorted(p for p in write_result.write_returns if p is not None)
         if not parts:
             raise ValueError(f"the dataset written to {self.root} holds no rows: nothing to commit")
-        self.ignored = collection.commit(self.root, parts)
+        self.ignored = collection.commit(self.root, parts, storage_options=self.storage_options)
 
     def on_write_failed(self, error: Exception) -> None:
         """Publishes nothing: without a commit the parts are not read."""

@@ -21,9 +21,15 @@ def push(
     store while it is pushed. `storage_options` as for ``Dense.open``.
     Returns the names of the objects written, ``meta.zr`` last.
 
-    ``FileExistsError`` when `url` already holds a store; ``ValueError`` for
-    a URL or option not understood; ``ZrecordError`` when `local` is not a
-    v2 store or an upload fails (nothing is published then)."""
+    A committed collection (a directory with ``manifest.zc``) is uploaded
+    part by part (each part's stores, then its ``.complete`` mark), then
+    its manifest, last: a reader opening `url` meanwhile finds no
+    collection or the whole one.
+
+    ``FileExistsError`` when `url` already holds a store (or a
+    collection); ``ValueError`` for a URL or option not understood;
+    ``ZrecordError`` when `local` is not a v2 store or a collection, or an
+    upload fails (nothing is published then)."""
     from .containers.base import _options
 
     path = os.fspath(local)

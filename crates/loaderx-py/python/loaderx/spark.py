@@ -19,6 +19,7 @@ are refused with an error naming the column.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -34,8 +35,14 @@ __all__ = ["write"]
 PartWriter = Callable[[str, int, Mapping[str, Any], Any], str]
 
 
-def _default_writer(root: str, part: int, columns: Mapping[str, Any], codec: Any) -> str:
-    return collection.write_part(root, part, columns, codec=codec)
+def _default_writer(
+    root: str,
+    part: int,
+    columns: Mapping[str, Any],
+    codec: Any,
+    storage_options: Mapping[str, Any] | None = None,
+) -> str:
+    return collection.write_part(root, part, columns, codec=codec, storage_options=storage_options)
 
 
 def _column(name: str, arr: pa.ChunkedArray | pa.Array, shape: tuple[int, ...] | None) -> Any:
@@ -100,17 +107,20 @@ def write(
     part_writer: PartWriter | None = None,
 ) -> list[str]:
     """Write `df` as a loaderx collection at `root` (a path every executor
-    and the driver see) and commit it; returns the entries the commit
+    and the driver see, or a URL with `storage_options`, as for
+    :func:`loaderx.collection.write_part`) and commit it; returns the entries the commit
     ignored. `codec` is one codec or ``{column: codec}``; `shapes` maps
     array columns to the item shape that makes them Dense. `part_writer`
     replaces what writes one part (``write_part``; for fault injection)."""
-    base = collection._local(root, storage_options)
-    os.makedirs(base, exist_ok=True)
+    base, url, _ = collection._location(root, storage_options)
+    options = None if storage_options is None else dict(storage_options)
+    if not url:
+        os.makedirs(base, exist_ok=True)
     fixed = {k: tuple(int(d) for d in v) for k, v in (shapes or {}).items()}
     unknown = sorted(set(fixed) - set(df.columns))
     if unknown:
         raise ValueError(f"shapes names columns {unknown} that the DataFrame does not have")
-    writer = part_writer or _default_writer
+    writer = part_writer or functools.partial(_default_writer, storage_options=options)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -133,4 +143,4 @@ def write(
     parts = sorted(row["part"] for row in done)
     if not parts:
         raise ValueError(f"the DataFrame written to {base} holds no rows: nothing to commit")
-    return collection.commit(base, parts)
+    return collection.commit(base, parts, storage_options=options)

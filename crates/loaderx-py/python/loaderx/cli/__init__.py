@@ -29,7 +29,6 @@ from .stores import (
     _stores,
     describe,
     describe_collection,
-    is_url,
     storage_options,
 )
 
@@ -82,8 +81,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     options = storage_options(args.storage_option)
-    if not is_url(args.path) and _is_collection(Path(args.path)):
-        info = describe_collection(Path(args.path))
+    if _is_collection(args.path, options):
+        info = describe_collection(args.path, options)
         if args.json:
             json.dump(info, sys.stdout, indent=1)
             sys.stdout.write("\n")
@@ -104,12 +103,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report: list[dict[str, Any]] = []
     bad = 0
     options = storage_options(args.storage_option)
-    if not is_url(args.path) and _is_collection(Path(args.path)):
+    if _is_collection(args.path, options):
         # Every column of every part; damaged records by global index.
         from .. import collection
 
-        root = Path(args.path)
-        col = collection.open(root)
+        root = args.path
+        col = collection.open(root, storage_options=options)
         handles = [(f"{root}[{name!r}]", col[name]) for name in col.columns]
     else:
         col = None
@@ -211,9 +210,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     batch_sizes = _parse_ints(args.batch_sizes, "--batch-sizes")
     workers = _parse_ints(args.workers, "--workers")
-    paths = _stores(args.path)
     options = storage_options(args.storage_option)
     readers: dict[str, Dense | Ragged] = {}
+    col = None
+    if _is_collection(args.path, options):
+        # Every column of the collection, over its global indices.
+        from .. import collection
+
+        col = collection.open(args.path, storage_options=options)
+        paths: list[Any] = []
+        readers.update(col.loader_streams())
+    else:
+        paths = _stores(args.path)
     try:
         for p in paths:
             handle = _open(p, False, options)
@@ -263,6 +271,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     finally:
         for r in readers.values():
             r.close()
+        if col is not None:
+            col.close()
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -306,7 +316,8 @@ def parser() -> argparse.ArgumentParser:
         "--parts",
         type=int,
         default=1,
-        help="write a collection in this many processes (saved Hugging Face datasets)",
+        help="write a collection in this many processes (saved Hugging Face datasets, "
+        ".npy, Parquet, image folders)",
     )
     p.add_argument(
         "--codec",
@@ -336,13 +347,17 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_convert)
 
     p = sub.add_parser("info", help="what a store (or every store under a directory) holds")
-    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    p.add_argument(
+        "path", help="a store directory, a directory of stores, a collection, or a URL of either"
+    )
     _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_info)
 
     p = sub.add_parser("verify", help="check every record; exit 1 and list the damaged ones")
-    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    p.add_argument(
+        "path", help="a store directory, a directory of stores, a collection, or a URL of either"
+    )
     _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_verify)
@@ -352,15 +367,19 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_compact)
 
-    p = sub.add_parser("push", help="upload a closed v2 store to a URL (meta.zr last)")
-    p.add_argument("local", type=Path, help="the store directory")
+    p = sub.add_parser(
+        "push", help="upload a closed v2 store (meta.zr last) or a collection (manifest last)"
+    )
+    p.add_argument("local", type=Path, help="the store or collection directory")
     p.add_argument("url", help="where to put it: s3://bucket/prefix, gs://, az://, file://")
     _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_push)
 
     p = sub.add_parser("bench", help="gather throughput by batch size and worker count")
-    p.add_argument("path", help="a store directory, a directory of stores, or a store URL")
+    p.add_argument(
+        "path", help="a store directory, a directory of stores, a collection, or a URL of either"
+    )
     _storage_option(p)
     p.add_argument("--batch-sizes", default="32,256,1024", help="(default 32,256,1024)")
     p.add_argument("--workers", default="1,2,4", help="transform workers (default 1,2,4)")

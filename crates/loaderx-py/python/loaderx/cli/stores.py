@@ -31,17 +31,22 @@ def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
     return out
 
 
-def _is_collection(path: Path) -> bool:
-    """Whether `path` is a committed collection (it has a manifest)."""
-    return (path / "manifest.zc").is_file()
+def _is_collection(path: Any, options: dict[str, str] | None = None) -> bool:
+    """Whether `path` (a directory or a URL) is a committed collection (it
+    has a manifest)."""
+    if is_url(path):
+        from ..containers.base import _options
+
+        return bool(_native.collection_at_url(path, _options(options)))
+    return (Path(path) / "manifest.zc").is_file()
 
 
-def describe_collection(path: Path) -> dict[str, Any]:
+def describe_collection(path: Any, options: dict[str, str] | None = None) -> dict[str, Any]:
     """What ``loaderx info`` reports for a collection: its records, parts
     and columns, from the manifest alone (no part is opened)."""
     from .. import collection
 
-    col = collection.open(path)
+    col = collection.open(path, storage_options=options)
     try:
         columns = {}
         for name, schema in col.schema.items():

@@ -113,21 +113,26 @@ def convert_path(
     """Convert whatever `src` is (see :func:`source_kind`) into `output`
     (`size` and `keep_encoded`: image folders, see
     :func:`convert_image_folder`). ``parts > 1`` writes a collection in
-    that many processes (``convert(..., num_proc=parts)``); it takes a
-    saved Hugging Face dataset in this version."""
+    that many processes (``num_proc=parts``); it takes a saved Hugging
+    Face dataset, a ``.npy`` file, a Parquet file or an image folder."""
     kind = source_kind(src)
-    if parts != 1:
-        if kind != "hf":
-            raise ConversionError(
-                f"{src}: --parts (a collection written by several processes) takes a saved "
-                f"Hugging Face dataset in this version, not {_BY_KIND[kind].shown}"
-            )
-        return _saved_dataset(src, output, codec=codec, progress=progress, num_proc=parts)
     source = _BY_KIND[kind]
     options: dict[str, Any] = {"codec": codec, "progress": progress}
     if source.images:
         options.update(size=size, workers=workers, keep_encoded=keep_encoded)
+    if parts != 1:
+        if kind not in _PARALLEL:
+            raise ConversionError(
+                f"{src}: --parts (a collection written by several processes) takes a saved "
+                f"Hugging Face dataset, a .npy file, a Parquet file or an image folder, not "
+                f"{source.shown}"
+            )
+        options["num_proc"] = parts
     return source.convert(src, output, **options)
+
+
+#: The sources ``parts > 1`` (``num_proc``) takes.
+_PARALLEL = ("hf", "npy", "parquet", "images")
 
 
 __all__ = [

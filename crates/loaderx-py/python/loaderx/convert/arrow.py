@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConversionError
 from ..zrecord import Dense, Ragged
+from .parallel import check_num_proc, convert_file_parallel
 from .output import (
     BATCH_BYTES,
     PathLike,
@@ -21,6 +22,7 @@ from .output import (
     _rows_per_batch,
     _run,
     _storable,
+    shard_range,
 )
 
 
@@ -149,10 +151,18 @@ def convert_parquet(
     codec: str,
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
+    num_proc: int = 1,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, int]:
     """A Parquet file as one store per column (``output/<column>``), read
     batch by batch: numbers and fixed-size lists become ``Dense``, lists
-    ``Ragged`` (one native append per batch)."""
+    ``Ragged`` (one native append per batch).
+
+    With ``num_proc > 1``, `output` is a collection written by that many
+    processes, one part per slice of the rows (``loaderx.collection``; see
+    ``convert(..., num_proc=)``); progress is not reported then.
+    ``shard=(i, n)`` converts the ``i``-th of `n` contiguous, near-equal
+    slices of the rows only (what each of those processes runs)."""
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     # Without pre-buffering, and one row group at a time: pyarrow otherwise
@@ -170,14 +180,31 @@ def convert_parquet(
     for f in schema:
         _arrow_layout(f, f.name)
 
-    def body(out: _Output) -> None:
-        batches = (
-            batch
-            for group in range(pf.num_row_groups)
-            for batch in pf.iter_batches(batch_size=rows, row_groups=[group])
+    if check_num_proc(num_proc) > 1:
+        if shard is not None:
+            raise ValueError("num_proc > 1 converts every slice: pass it or shard=, not both")
+        return convert_file_parallel(
+            "parquet", src, output, total, num_proc, codec=codec, batch_bytes=batch_bytes
         )
-        read = _read_each(batches, path, "a Parquet file")
-        _convert_batches(out, schema, read, total, progress)
+    lo, hi = (0, total) if shard is None else shard_range(total, shard)
+
+    def sliced() -> Iterator[Any]:
+        """The batches of rows ``lo .. hi``, one row group at a time."""
+        start = 0
+        for group in range(pf.num_row_groups):
+            end = start + meta.row_group(group).num_rows
+            if end > lo and start < hi:
+                at = start
+                for batch in pf.iter_batches(batch_size=rows, row_groups=[group]):
+                    a, b = max(lo, at), min(hi, at + batch.num_rows)
+                    if a < b:
+                        yield batch.slice(a - at, b - a)
+                    at += batch.num_rows
+            start = end
+
+    def body(out: _Output) -> None:
+        read = _read_each(sliced(), path, "a Parquet file")
+        _convert_batches(out, schema, read, hi - lo, progress)
 
     return _run(output, codec, body)
 

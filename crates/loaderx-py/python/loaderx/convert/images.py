@@ -13,7 +13,16 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..zrecord import Dense, Ragged, ZrecordError
-from .output import BATCH_BYTES, PathLike, Progress, _Output, _rows_per_batch, _run
+from .parallel import check_num_proc, convert_file_parallel
+from .output import (
+    BATCH_BYTES,
+    PathLike,
+    Progress,
+    _Output,
+    _rows_per_batch,
+    _run,
+    shard_range,
+)
 
 
 # --- image folders -------------------------------------------------------------------------
@@ -45,6 +54,8 @@ def convert_image_folder(
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
     keep_encoded: bool = False,
+    num_proc: int = 1,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, int]:
     """An image folder ``root/<class>/*.jpg|png`` as ``output/label``
     (``Dense`` int64, classes numbered in sorted name order, listed in
@@ -58,7 +69,15 @@ def convert_image_folder(
     the JPEG/PNG bytes it is, its header read for its shape, and decoded
     on gather by ``Ragged.open(path)`` (each image at its own size) or
     ``Ragged.open(path, resize=(H, W))`` (stacked, resized and
-    centre-cropped). `codec` then applies to the labels only."""
+    centre-cropped). `codec` then applies to the labels only.
+
+    With ``num_proc > 1``, `output` is a collection written by that many
+    processes, one part per slice of the files in class, then name order
+    (``loaderx.collection``; see ``convert(..., num_proc=)``), each part
+    holding ``label``, ``image`` and ``classes.txt``; labels number every
+    class of `src`; progress is not reported then. ``shard=(i, n)``
+    converts the ``i``-th of `n` contiguous, near-equal slices of the
+    files only (what each of those processes runs)."""
     if keep_encoded and size is not None:
         raise ValueError(
             "keep_encoded stores the files as they are; choose the size when reading "
@@ -66,6 +85,16 @@ def convert_image_folder(
         )
     root = Path(os.fspath(src))
     classes, files = _image_files(root)
+    if check_num_proc(num_proc) > 1:
+        if shard is not None:
+            raise ValueError("num_proc > 1 converts every slice: pass it or shard=, not both")
+        return convert_file_parallel(
+            "images", src, output, len(files), num_proc, codec=codec, size=size,
+            workers=workers, batch_bytes=batch_bytes, keep_encoded=keep_encoded,
+        )
+    if shard is not None:
+        lo, hi = shard_range(len(files), shard)
+        files = files[lo:hi]
     total = len(files)
     labels = np.array([label for _, label in files], dtype=np.int64)
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..zrecord import Dense
+from .parallel import check_num_proc, convert_file_parallel
 from .output import (
     BATCH_BYTES,
     PathLike,
@@ -21,6 +22,7 @@ from .output import (
     _rows_per_batch,
     _run,
     _storable,
+    shard_range,
 )
 
 
@@ -69,9 +71,19 @@ def convert_npy(
     codec: str,
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
+    num_proc: int = 1,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, int]:
     """A ``.npy`` file (memory-mapped) as one ``Dense`` store at `output`:
-    one record per slice along axis 0."""
+    one record per slice along axis 0.
+
+    With ``num_proc > 1``, `output` is a collection written by that many
+    processes (``loaderx.collection``; see ``convert(..., num_proc=)``),
+    its one column named after the file (``tokens.npy`` -> ``tokens``;
+    ``data`` when the name is not a valid column name); progress is not
+    reported then. ``shard=(i, n)`` converts the ``i``-th of `n`
+    contiguous, near-equal slices of the records only (what each of those
+    processes runs)."""
     path = os.fspath(src)
     with _reading(path, "a .npy file"):
         with open(path, "rb") as fh:
@@ -83,6 +95,15 @@ def convert_npy(
             )
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     dtype = _check_array(array, str(src))
+    if check_num_proc(num_proc) > 1:
+        if shard is not None:
+            raise ValueError("num_proc > 1 converts every slice: pass it or shard=, not both")
+        return convert_file_parallel(
+            "npy", src, output, array.shape[0], num_proc, codec=codec, batch_bytes=batch_bytes
+        )
+    if shard is not None:
+        lo, hi = shard_range(array.shape[0], shard)
+        array = array[lo:hi]
 
     def body(out: _Output) -> None:
         # A store directly at `output`: the temporary directory is the store.

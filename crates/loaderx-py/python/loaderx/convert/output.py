@@ -290,6 +290,21 @@ def _run(
         raise
 
 
+def shard_range(total: int, shard: tuple[int, int]) -> tuple[int, int]:
+    """Records ``lo .. hi`` of slice ``shard = (i, n)``: the ``i``-th of `n`
+    contiguous slices of `total` records, their sizes differing by 1 at most."""
+    index, count = shard
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)
+        or not isinstance(index, int)
+        or count < 1
+        or not 0 <= index < count
+    ):
+        raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
+    return total * index // count, total * (index + 1) // count
+
+
 def _rows_per_batch(row_bytes: float, batch_bytes: int) -> int:
     return max(1, min(1 << 20, int(batch_bytes // max(1.0, row_bytes))))
 

@@ -1,12 +1,14 @@
-"""``convert(..., num_proc=N)``: a Hugging Face ``Dataset`` converted by N
+"""``num_proc=N`` (``loaderx convert --parts N``): a source converted by N
 processes into a collection (``loaderx.collection``).
 
-The dataset is cut into N contiguous shards; process ``i`` converts shard
-``i`` with :func:`loaderx.convert.hf.convert` into part ``part-%05d`` of
-the output (one typed store per column: exactly a collection's part), and
-once every process succeeded the parts are committed, in shard order, so
-the collection's records are the dataset's, in its order. If any process
-fails, the output is removed and nothing is published.
+The source's records are cut into N contiguous slices; process ``i``
+converts slice ``i`` into part ``part-%05d`` of the output (one typed
+store per column: exactly a collection's part), and once every process
+succeeded the parts are committed, in slice order, so the collection's
+records are the source's, in its order. If any process fails, the output
+is removed and nothing is published. Hugging Face datasets are sliced with
+``Dataset.shard``; ``.npy`` files, Parquet files and image folders by
+record range (the converters' ``shard=`` argument).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import multiprocessing as mp
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from .output import PathLike
 
@@ -38,6 +40,79 @@ def convert_parallel(
 ) -> dict[str, int]:
     """A ``datasets.Dataset`` into the collection `output`, by `num_proc`
     processes; returns ``{part/column: records}``."""
+    shards = max(1, min(num_proc, len(dataset)))
+    return _in_processes(
+        output,
+        shards,
+        lambda root, i: (_convert_shard, dataset, i, shards, root, codec, batch_bytes),
+    )
+
+
+def npy_column(src: PathLike) -> str:
+    """The column a ``.npy`` file becomes in a collection: its name
+    without the suffix when that is a valid column name, else ``data``."""
+    from .. import collection
+
+    stem = os.path.splitext(os.path.basename(os.fspath(src)))[0]
+    try:
+        collection._check_name("column", stem)
+    except ValueError:
+        return "data"
+    return stem
+
+
+def _convert_file_shard(
+    kind: str, src: str, shard: int, shards: int, root: str, options: dict[str, Any]
+) -> dict[str, int]:
+    """Runs in a worker process: slice `shard` of `shards` of the file
+    source `src` into its part."""
+    from .. import collection
+    from .arrow import convert_parquet
+    from .images import convert_image_folder
+    from .numpy import convert_npy
+
+    part = collection.part_name(shard)
+    where = os.path.join(root, part)
+    if kind == "npy":
+        column = npy_column(src)
+        os.makedirs(where, exist_ok=True)
+        counts = convert_npy(src, os.path.join(where, column), shard=(shard, shards), **options)
+        return {f"{part}/{column}": n for n in counts.values()}
+    convert = convert_parquet if kind == "parquet" else convert_image_folder
+    counts = convert(src, where, shard=(shard, shards), **options)
+    return {f"{part}/{name}": n for name, n in counts.items()}
+
+
+def convert_file_parallel(
+    kind: str, src: PathLike, output: PathLike, records: int, num_proc: int, **options: Any
+) -> dict[str, int]:
+    """The file source `src` (`kind` ``"npy"``, ``"parquet"`` or
+    ``"images"``, holding `records` records) into the collection `output`,
+    by `num_proc` processes; returns ``{part/column: records}``."""
+    path = os.fspath(src)
+    if not isinstance(path, str):
+        path = os.fsdecode(path)
+    shards = max(1, min(num_proc, records))
+    return _in_processes(
+        output,
+        shards,
+        lambda root, i: (_convert_file_shard, kind, path, i, shards, root, options),
+    )
+
+
+def check_num_proc(num_proc: Any) -> int:
+    """`num_proc` checked: an int >= 1."""
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"num_proc must be an int >= 1, got {num_proc!r}")
+    return num_proc
+
+
+def _in_processes(
+    output: PathLike, shards: int, job: Callable[[str, int], tuple[Any, ...]]
+) -> dict[str, int]:
+    """Runs ``job(root, i)`` (a function and its arguments) for every
+    slice `i` in `shards` spawned processes, then commits parts ``0 ..
+    shards`` in order; on any failure removes what was written."""
     from .. import collection
 
     root = os.fspath(output)
@@ -45,15 +120,11 @@ def convert_parallel(
         root = os.fsdecode(root)
     if os.path.exists(root) and (not os.path.isdir(root) or os.listdir(root)):
         raise FileExistsError(f"{root} exists: convert writes a new collection")
-    shards = max(1, min(num_proc, len(dataset)))
     made = not os.path.exists(root)
     os.makedirs(root, exist_ok=True)
     try:
         with ProcessPoolExecutor(shards, mp_context=mp.get_context("spawn")) as pool:
-            futures = [
-                pool.submit(_convert_shard, dataset, i, shards, root, codec, batch_bytes)
-                for i in range(shards)
-            ]
+            futures = [pool.submit(*job(root, i)) for i in range(shards)]
             counts: dict[str, int] = {}
             for f in futures:
                 counts.update(f.result())
