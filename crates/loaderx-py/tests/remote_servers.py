@@ -142,10 +142,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_s3(bucket: str) -> tuple[Any, dict[str, Any]]:
+def s3_options(endpoint: str, **ours: Any) -> dict[str, Any]:
+    """The storage options that reach the test S3 server at `endpoint`,
+    with loaderx's own keys `ours`."""
+    return {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+        "aws_region": "us-east-1",
+        "aws_allow_http": True,
+        **ours,
+    }
+
+
+def start_s3(bucket: str) -> tuple[Any, Any]:
     """An S3 server on 127.0.0.1 (moto in server mode) holding an empty
-    `bucket`: the server (``stop()`` it) and the storage options that
-    reach it."""
+    `bucket`: the server (``stop()`` it) and a boto3 client of it, whose
+    ``endpoint`` attribute is the server's URL."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -153,18 +166,13 @@ def start_s3(bucket: str) -> tuple[Any, dict[str, Any]]:
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    boto3.client(
+    client = boto3.client(
         "s3",
         endpoint_url=endpoint,
         aws_access_key_id="test",
         aws_secret_access_key="test",
         region_name="us-east-1",
-    ).create_bucket(Bucket=bucket)
-    options = {
-        "aws_endpoint": endpoint,
-        "aws_access_key_id": "test",
-        "aws_secret_access_key": "test",
-        "aws_region": "us-east-1",
-        "aws_allow_http": True,
-    }
-    return server, options
+    )
+    client.create_bucket(Bucket=bucket)
+    client.endpoint = endpoint
+    return server, client

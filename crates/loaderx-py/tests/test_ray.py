@@ -150,9 +150,10 @@ def test_ray_writes_a_collection_to_s3(session, tmp_path):
     """To an S3 server on loopback (moto, started here): each task uploads
     its part, the driver commits the manifest object; read back by URL."""
     pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
-    from remote_servers import start_s3
+    from remote_servers import s3_options, start_s3
 
-    server, opts = start_s3("ray")
+    server, client = start_s3("ray")
+    opts = s3_options(client.endpoint)
     try:
         url = "s3://ray/coll"
         assert lray.write(_dataset(session), url, storage_options=opts) == []

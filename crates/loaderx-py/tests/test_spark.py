@@ -95,9 +95,10 @@ def test_spark_writes_a_collection_to_s3(spark):
     """To an S3 server on loopback (moto, started here): each task uploads
     its part, the driver commits the manifest object; read back by URL."""
     pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
-    from remote_servers import start_s3
+    from remote_servers import s3_options, start_s3
 
-    server, opts = start_s3("spark")
+    server, client = start_s3("spark")
+    opts = s3_options(client.endpoint)
     try:
         url = "s3://spark/coll"
         assert lspark.write(_frame(spark), url, storage_options=opts, shapes={"x": (2, 3)}) == []
