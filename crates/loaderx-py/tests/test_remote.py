@@ -298,6 +298,31 @@ def test_the_dataloader_requests_its_next_batches_ahead(
         reader.close()
 
 
+def test_verify_and_damaged_read_in_batches_not_a_request_per_record(
+    proxy: FaultProxy, s3: Any, tmp_path: Path
+) -> None:
+    data = np.arange(3000 * 16, dtype=np.int32).reshape(3000, 16)
+    path = tmp_path / "v"
+    with loaderx.Dense.create(path, np.int32, (16,), codec="raw", data_shards=1) as w:
+        w.append(data)
+    # Damage record 1234's bytes in its chunk (raw records: row i at i * 64).
+    chunk = max((f for f in path.iterdir() if f.name[0].isdigit()), key=lambda f: f.stat().st_size)
+    raw = bytearray(chunk.read_bytes())
+    at = raw.find(data[1234].tobytes())
+    assert at >= 0
+    raw[at + 5] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    url = upload(s3, path, "damaged")
+    with opened(proxy, url) as d:
+        before = chunk_gets(proxy)
+        found = d.damaged()
+        assert [i for i, _ in found] == [1234], found
+        with pytest.raises(ZrecordError, match="1234"):
+            d.verify()
+        # 3000 records of 64 bytes: a few requests, not one per record.
+        assert chunk_gets(proxy) - before <= 10, proxy.ranged_gets
+
+
 def test_lookahead_is_checked(tmp_path: Path) -> None:
     with loaderx.Dense.create(tmp_path / "s", np.int32, (2,), codec="raw") as w:
         w.append(np.zeros((4, 2), np.int32))

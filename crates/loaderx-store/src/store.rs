@@ -679,6 +679,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .chunks()
             .map(|c| self.current_chunk_len(c).map(|l| (c, l)))
             .collect::<Result<_>>()?;
+        if self.files.fetches() {
+            return self.scan_fetched(&head, &lens, stop_at_first);
+        }
         let n = usize::try_from(head.length).unwrap_or(usize::MAX);
         let found = Mutex::new(Vec::new());
         parallel::for_ranges(n, u64::MAX, |range| {
@@ -779,7 +782,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// [`decode_checked`](Self::decode_checked), from `fetched` when the
     /// stored bytes were already read, else from storage.
-    fn decode_from(
+    pub(crate) fn decode_from(
         &self,
         index: u64,
         loc: &RecordLoc,
