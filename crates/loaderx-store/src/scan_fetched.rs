@@ -44,14 +44,17 @@ impl<C: Codec, S: Storage> Store<C, S> {
             let mut entries = Vec::with_capacity(idxs.len());
             let fault = self.files.read_entries(&idxs, head.length, &mut entries)?;
             let good = fault.as_ref().map_or(entries.len(), |(at, _)| *at);
-            let mut checked: Vec<(u64, RecordLoc)> = Vec::with_capacity(good);
+            let mut sound: Vec<(u64, RecordLoc)> = Vec::with_capacity(good);
             for (&index, loc) in idxs.iter().zip(&entries[..good]) {
-                match self.check_against(index, loc, head, lens) {
-                    Ok(()) => checked.push((index, *loc)),
+                let checked = self
+                    .check_entry(index, loc, head)
+                    .and_then(|()| self.check_chunk_end(index, loc, lens));
+                match checked {
+                    Ok(()) => sound.push((index, *loc)),
                     Err(e) => damaged(index, e)?,
                 }
             }
-            self.check_fetched(&checked, &mut damaged)?;
+            self.check_fetched(&sound, &mut damaged)?;
             start = match fault {
                 // Past the damaged entry, one at a time from there.
                 Some((at, e)) => {
@@ -64,15 +67,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(found)
     }
 
-    /// An entry checked against the format and its chunk's length.
-    fn check_against(
+    /// That record `index` (entry `loc`) ends within its chunk file, of
+    /// length `lens[chunk]` when the scan began.
+    pub(crate) fn check_chunk_end(
         &self,
         index: u64,
         loc: &RecordLoc,
-        head: &Head,
         lens: &HashMap<u32, u64>,
     ) -> Result<()> {
-        self.check_entry(index, loc, head)?;
         let have = lens.get(&loc.chunk_id).copied().unwrap_or(0);
         if loc.end() > have {
             return Err(Error::Corrupt {

@@ -689,18 +689,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             for i in range {
                 let i = i as u64;
                 let checked = self.entry(i, &head).and_then(|loc| {
-                    let have = lens.get(&loc.chunk_id).copied().unwrap_or(0);
-                    if loc.end() > have {
-                        return Err(Error::Corrupt {
-                            path: self.file_path(FileId::Chunk(loc.chunk_id)),
-                            entry: i,
-                            reason: format!(
-                                "bytes end at {}, past the end of chunk file {}.zr ({have} bytes)",
-                                loc.end(),
-                                loc.chunk_id
-                            ),
-                        });
-                    }
+                    self.check_chunk_end(i, &loc, &lens)?;
                     // A table entry may claim up to 2 GiB for a record of
                     // a few stored bytes: the allocation may fail, never abort.
                     let need = loc.logic_length as usize;
