@@ -406,10 +406,7 @@ impl CollectionColumn {
             col.dims(&resolved.idxs, &mut dims)?;
             Ok((dims, resolved.idxs.len()))
         })?;
-        let dims: Vec<i64> = dims.into_iter().map(i64::from).collect();
-        Ok(PyArray1::from_vec(py, dims)
-            .reshape([rows, ndim])?
-            .into_any())
+        crate::store::shapes_array(py, dims, rows, ndim)
     }
 
     /// Images `idx` selects, decoded and fitted, as `Store.get_images`.
@@ -426,19 +423,12 @@ impl CollectionColumn {
         let layout = crate::store::image_layout(layout)?;
         let selection = indices::parse(idx, batch)?;
         let (data, rows, one) = self.selected(py, selection, |col, resolved| {
-            let len = (height as usize)
-                .checked_mul(width as usize)
-                .and_then(|px| px.checked_mul(3 * resolved.idxs.len()))
-                .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
+            let len = crate::store::images_len(height, width, resolved.idxs.len())?;
             let mut out = buffer::<u8>(len)?;
             col.gather_images(&resolved.idxs, &mut out, height, width, layout)?;
             Ok((out, resolved.idxs.len(), resolved.one))
         })?;
-        let (h, w) = (height as usize, width as usize);
-        let shape = match layout {
-            loaderx_store::ImageLayout::Hwc => [rows, h, w, 3],
-            _ => [rows, 3, h, w],
-        };
+        let shape = crate::store::images_shape(layout, rows, height, width);
         let out = PyArray1::from_vec(py, data).reshape(shape)?.into_any();
         if one { out.get_item(0) } else { Ok(out) }
     }

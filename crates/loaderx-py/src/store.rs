@@ -385,6 +385,43 @@ impl Store {
     }
 }
 
+/// Bytes of `n` decoded `height x width` RGB images, or the error for a
+/// size that cannot be had.
+pub(crate) fn images_len(height: u32, width: u32, n: usize) -> loaderx_store::Result<usize> {
+    (height as usize)
+        .checked_mul(width as usize)
+        .and_then(|px| px.checked_mul(3 * n))
+        .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })
+}
+
+/// The array shape of `rows` images in `layout`.
+pub(crate) fn images_shape(
+    layout: loaderx_store::ImageLayout,
+    rows: usize,
+    height: u32,
+    width: u32,
+) -> [usize; 4] {
+    let (h, w) = (height as usize, width as usize);
+    match layout {
+        loaderx_store::ImageLayout::Hwc => [rows, h, w, 3],
+        _ => [rows, 3, h, w],
+    }
+}
+
+/// Ragged records' dimensions `dims` as the `(rows, ndim)` int64 array
+/// `shapes()` returns.
+pub(crate) fn shapes_array<'py>(
+    py: Python<'py>,
+    dims: Vec<u32>,
+    rows: usize,
+    ndim: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dims: Vec<i64> = dims.into_iter().map(i64::from).collect();
+    Ok(PyArray1::from_vec(py, dims)
+        .reshape([rows, ndim])?
+        .into_any())
+}
+
 /// Opens the engine for `location`, a local store directory or a store
 /// URL (read-only; `writable` refused), with the GIL released: the one
 /// entry point by which the binding opens an existing store, for the
@@ -826,10 +863,7 @@ impl Store {
             let dims = typed::ragged_dims(engine, &resolved.idxs)?;
             Ok((dims, resolved.idxs.len(), typed::ragged_ndim(engine)?))
         })?;
-        let dims: Vec<i64> = dims.into_iter().map(i64::from).collect();
-        Ok(PyArray1::from_vec(py, dims)
-            .reshape([rows, ndim])?
-            .into_any())
+        shapes_array(py, dims, rows, ndim)
     }
 
     /// The images `idx` selects, decoded, resized to cover `height x width`
@@ -850,19 +884,12 @@ impl Store {
         let selection = indices::parse(idx, batch)?;
         let outputs = &self.outputs;
         let (data, rows, one) = self.handle.selected(py, selection, |engine, resolved| {
-            let len = (height as usize)
-                .checked_mul(width as usize)
-                .and_then(|px| px.checked_mul(3 * resolved.idxs.len()))
-                .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
+            let len = images_len(height, width, resolved.idxs.len())?;
             let mut out = allocate(outputs, OutputKind::Images, len)?;
             engine.gather_images(&resolved.idxs, out.as_mut(), height, width, layout)?;
             Ok((out, resolved.idxs.len(), resolved.one))
         })?;
-        let (h, w) = (height as usize, width as usize);
-        let shape = match layout {
-            loaderx_store::ImageLayout::Hwc => [rows, h, w, 3],
-            _ => [rows, 3, h, w],
-        };
+        let shape = images_shape(layout, rows, height, width);
         let out = data
             .into_array(py, outputs, OutputKind::Images)?
             .reshape(shape)?
