@@ -34,6 +34,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // Entries move in place: the index of raw records must not outlive them.
         self.forget_raw_runs();
         self.check_writable("compact")?;
+        if self.layout().runs() {
+            return Err(self.files.no_runs("compact"));
+        }
         self.exclusively(Self::compact_locked)
     }
 

@@ -35,6 +35,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // Entries move in place: the index of raw records must not outlive them.
         self.forget_raw_runs();
         self.check_writable("delete")?;
+        if self.layout().runs() {
+            return Err(self.files.no_runs("delete"));
+        }
         if idxs.is_empty() {
             return Ok(());
         }

@@ -93,6 +93,7 @@ mod open;
 #[allow(unsafe_code)] // the pool and `SharedDst`: see the module's invariant
 mod parallel;
 mod runs;
+mod runtable;
 mod slots;
 pub mod storage;
 mod store;

@@ -271,7 +271,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Checks that `meta.zr` still holds the table `header` describes: a file
     /// truncated behind our back must give an error, not a SIGBUS.
     pub(crate) fn check_meta_len(&self, head: &Head) -> Result<()> {
-        let need = self.files.table_end(head.length);
+        let need = self.files.table_end(head.length)?;
         let have = self.files.current_len(FileId::Meta)?;
         if have < need {
             return Err(Error::format(

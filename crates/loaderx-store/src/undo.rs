@@ -79,6 +79,15 @@ impl Log {
                     })
                     .collect(),
             }),
+            Layout::V2 { runs: true, .. } => {
+                // This version never writes an undo log into a store with a
+                // run table (it refuses `delete` there): rolling one back
+                // would write record entries over the table's pieces.
+                return Err(Error::NotAStore {
+                    path: files.path(crate::storage::FileId::Undo),
+                    reason: "an undo log in a store with a run table, which no delete of this version writes; refusing to roll it back".into(),
+                });
+            }
             Layout::V2 {
                 entry_len, ndim, ..
             } => {

@@ -1,0 +1,340 @@
+//! A handle's index of a run table's pieces (format v2, `docs/FORMAT.md`
+//! §9.5): where each piece starts, by record and by unit, so a record is
+//! found with a binary search over the pieces and arithmetic inside one.
+//!
+//! The index is read from `meta.zr` as far as a head's `length` needs, the
+//! first time it is needed (opening reads the pieces below the committed
+//! length; a reader that catches up with a later commit reads on), and
+//! appends add their own pieces as they write them. It only grows: `delete`
+//! and `compact` are refused on stores with a run table. Every piece head
+//! read is checked (its unit CRC, its fields), never trusted for more than
+//! the bytes `meta.zr` holds: the index takes one slot per piece read, each
+//! backed by at least one unit of the file.
+
+use loaderx_format::{
+    FormatError, RecordLoc,
+    v2::{
+        self,
+        runs::{self, Piece, Run, UNIT_LEN},
+    },
+};
+
+use crate::{
+    Error, Result,
+    files::Files,
+    layout::Layout,
+    storage::{FileId, Storage},
+};
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct RunTable {
+    /// The first record of each piece, ascending.
+    firsts: Vec<u64>,
+    /// Each piece: its first unit and its head.
+    pieces: Vec<(u64, Piece)>,
+    /// Records the pieces cover.
+    records: u64,
+    /// Units the pieces take.
+    units: u64,
+}
+
+/// Where a record is, by the run table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Place {
+    /// The record entry in unit `unit`.
+    Entry(u64),
+    /// Record `k` of `run`, whose CRC units start at unit `crcs`.
+    Run { run: Run, crcs: u64, k: u32 },
+}
+
+impl RunTable {
+    /// Units before the end of the piece holding record `length − 1`: what
+    /// a table of `length` records takes (the index covers them).
+    pub(crate) fn units_for(&self, length: u64) -> u64 {
+        if length == 0 {
+            return 0;
+        }
+        let p = self.firsts.partition_point(|&f| f < length) - 1;
+        let (unit, piece) = self.pieces[p];
+        unit + piece.units()
+    }
+
+    fn place(&self, index: u64) -> Place {
+        let p = self.firsts.partition_point(|&f| f <= index) - 1;
+        let (unit, piece) = self.pieces[p];
+        let k = index - self.firsts[p];
+        match piece {
+            Piece::Group { .. } => Place::Entry(unit + 1 + k),
+            Piece::Run(run) => Place::Run {
+                run,
+                crcs: unit + 1,
+                k: k as u32,
+            },
+        }
+    }
+}
+
+/// Whether record `b` lies right after record `a` in the same chunk, both
+/// raw, non-empty and of one size: `b` extends a run `a` ends.
+fn follows(a: &RecordLoc, b: &RecordLoc) -> bool {
+    a.codec == loaderx_format::CodecTag::RAW
+        && b.codec == loaderx_format::CodecTag::RAW
+        && a.logic_length > 0
+        && a.logic_length == b.logic_length
+        && a.chunk_id == b.chunk_id
+        && u64::from(a.offset) + u64::from(a.logic_length) == u64::from(b.offset)
+}
+
+impl<S: Storage> Files<S> {
+    fn table_start(&self) -> u64 {
+        match self.layout() {
+            Layout::V2 { table, .. } => table,
+            Layout::V1 => 0,
+        }
+    }
+
+    fn bad_entry(&self, entry: u64, reason: loaderx_format::EntryFault) -> Error {
+        Error::format(
+            self.path(FileId::Meta),
+            FormatError::BadEntry { entry, reason },
+        )
+    }
+
+    /// Reads piece heads until the index covers `length` records.
+    pub(crate) fn ensure_runs(&self, length: u64) -> Result<()> {
+        if self.run_table().read().is_ok_and(|t| t.records >= length) {
+            return Ok(());
+        }
+        let mut t = self
+            .run_table()
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let start = self.table_start();
+        let meta_len = self.current_len(FileId::Meta)?;
+        while t.records < length {
+            let at = start + t.units * UNIT_LEN as u64;
+            if at + UNIT_LEN as u64 > meta_len {
+                return Err(Error::format(
+                    self.path(FileId::Meta),
+                    FormatError::Truncated {
+                        need: at + UNIT_LEN as u64,
+                        have: meta_len,
+                    },
+                ));
+            }
+            let unit = t.units;
+            let piece = self
+                .with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |b| {
+                    runs::decode_piece(unit, b)
+                })?
+                .map_err(|reason| self.bad_entry(t.records, reason))?;
+            let need = piece
+                .units()
+                .checked_mul(UNIT_LEN as u64)
+                .and_then(|n| n.checked_add(at))
+                .unwrap_or(u64::MAX);
+            if need > meta_len {
+                return Err(Error::format(
+                    self.path(FileId::Meta),
+                    FormatError::Truncated {
+                        need,
+                        have: meta_len,
+                    },
+                ));
+            }
+            if piece.records() > length - t.records {
+                return Err(self.bad_entry(
+                    t.records,
+                    loaderx_format::EntryFault::BadRun(
+                        "a piece passes the record count of the header",
+                    ),
+                ));
+            }
+            let first = t.records;
+            t.firsts.push(first);
+            t.pieces.push((unit, piece));
+            t.records += piece.records();
+            t.units += piece.units();
+        }
+        Ok(())
+    }
+
+    /// Bytes of `meta.zr` a run table of `length` records reaches.
+    pub(crate) fn runs_table_end(&self, length: u64) -> Result<u64> {
+        self.ensure_runs(length)?;
+        let t = self
+            .run_table()
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(self.table_start() + t.units_for(length) * UNIT_LEN as u64)
+    }
+
+    /// Units the index holds now (appends write theirs after them).
+    pub(crate) fn runs_units(&self) -> u64 {
+        self.run_table()
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .units
+    }
+
+    fn runs_place(&self, index: u64) -> Result<Place> {
+        self.ensure_runs(index + 1)?;
+        let t = self
+            .run_table()
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(t.place(index))
+    }
+
+    /// Record `index` by the run table. A run record's `crc` is its own
+    /// CRC32C when `check` is set, computed once its block's CRC matched
+    /// (so the caller's check of the record passes exactly when the block
+    /// is intact), else 0.
+    pub(crate) fn runs_loc(&self, index: u64, check: bool) -> Result<RecordLoc> {
+        match self.runs_place(index)? {
+            Place::Entry(unit) => {
+                let at = self.table_start() + unit * UNIT_LEN as u64;
+                self.with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |b| {
+                    v2::decode_entry(unit, b)
+                })?
+                .map_err(|reason| self.bad_entry(index, reason))
+            }
+            Place::Run { run, crcs, k } => {
+                let crc = if check {
+                    self.run_record_crc(index, &run, crcs, k)?
+                } else {
+                    0
+                };
+                Ok(run.loc(k, crc))
+            }
+        }
+    }
+
+    /// Checks the block of record `k` of `run` against its CRC, then gives
+    /// the record's own CRC32C.
+    fn run_record_crc(&self, index: u64, run: &Run, crcs: u64, k: u32) -> Result<u32> {
+        let per = u64::from(run.block_records());
+        let b = u64::from(k) / per;
+        let unit = crcs + b / runs::CRCS_PER_UNIT as u64;
+        let at = self.table_start() + unit * UNIT_LEN as u64;
+        let stored = self
+            .with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |bytes| {
+                runs::decode_crcs(unit, bytes)
+            })?
+            .map_err(|reason| self.bad_entry(index, reason))?[(b % runs::CRCS_PER_UNIT as u64) as usize];
+        let (lo, hi) = run.block_range(b);
+        let file = FileId::Chunk(run.chunk);
+        let file_len = self.open(file)?.unwrap_or(0);
+        let stride = u64::from(run.stride);
+        let start = u64::from(run.offset) + u64::from(lo) * stride;
+        let end = u64::from(run.offset) + u64::from(hi) * stride;
+        if end > file_len {
+            return Err(self.bad_entry(
+                index,
+                loaderx_format::EntryFault::PastFileEnd {
+                    chunk: run.chunk,
+                    end,
+                    file_len,
+                },
+            ));
+        }
+        let within = ((u64::from(k - lo)) * stride) as usize;
+        let (found, own) = self.with_bytes(file, start, (end - start) as usize, "read", |bytes| {
+            (
+                v2::crc32c(bytes),
+                v2::crc32c(&bytes[within..within + run.stride as usize]),
+            )
+        })?;
+        if found != stored {
+            return Err(Error::Corrupt {
+                path: self.path(file),
+                entry: index,
+                reason: format!(
+                    "block {b} of its run (records {} ..= {}): checksum mismatch (stored {stored:#010x}, computed {found:#010x})",
+                    index - u64::from(k - lo),
+                    index + u64::from(hi - 1 - k),
+                ),
+            });
+        }
+        Ok(own)
+    }
+
+    /// Writes the table pieces of appended records `first ..` (`locs`,
+    /// placed; `payload(i)` the stored bytes of record `i`) after the
+    /// pieces the index holds, and adds them to it. Runs of two or more
+    /// raw records of one size lying one after the other in a chunk
+    /// become run pieces (their block CRCs computed from `payload`); the
+    /// records between them, groups of entries. The caller holds the
+    /// append lock.
+    pub(crate) fn write_runs<'p>(
+        &self,
+        first: u64,
+        locs: &[RecordLoc],
+        payload: &(dyn Fn(usize) -> &'p [u8] + Sync),
+    ) -> Result<()> {
+        let n = locs.len();
+        let start_unit = self.runs_units();
+        let mut unit = start_unit;
+        let mut out: Vec<u8> = Vec::new();
+        let mut pieces: Vec<(u64, u64, Piece)> = Vec::new();
+        let starts_run = |i: usize| i + 1 < n && follows(&locs[i], &locs[i + 1]);
+        let mut i = 0;
+        while i < n {
+            if starts_run(i) {
+                let mut j = i + 1;
+                while j < n && follows(&locs[j - 1], &locs[j]) && j - i < u32::MAX as usize {
+                    j += 1;
+                }
+                let run = Run {
+                    chunk: locs[i].chunk_id,
+                    offset: locs[i].offset,
+                    stride: locs[i].logic_length,
+                    count: (j - i) as u32,
+                };
+                let per = run.block_records() as usize;
+                let crcs: Vec<u32> = (i..j)
+                    .step_by(per)
+                    .map(|b| {
+                        (b..(b + per).min(j))
+                            .fold(0u32, |crc, r| v2::crc32c_append(crc, payload(r)))
+                    })
+                    .collect();
+                runs::encode_run_piece(unit, &run, &crcs, &mut out);
+                pieces.push((first + i as u64, unit, Piece::Run(run)));
+                unit += run.units();
+                i = j;
+            } else {
+                let g = i;
+                let mut e = i + 1;
+                while e < n && !starts_run(e) {
+                    e += 1;
+                }
+                let count = (e - g) as u64;
+                out.extend_from_slice(&runs::encode_group(unit, count));
+                let mut entry = [0u8; UNIT_LEN];
+                for (m, loc) in locs[g..e].iter().enumerate() {
+                    v2::encode_entry(unit + 1 + m as u64, loc, &[], &mut entry);
+                    out.extend_from_slice(&entry);
+                }
+                pieces.push((first + g as u64, unit, Piece::Group { count }));
+                unit += count + 1;
+                i = e;
+            }
+        }
+        let at = self.table_start() + start_unit * UNIT_LEN as u64;
+        self.write(FileId::Meta, at, &out, "write table")?;
+        let mut t = self
+            .run_table()
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        debug_assert_eq!(t.records, first);
+        for (f, u, piece) in pieces {
+            t.firsts.push(f);
+            t.pieces.push((u, piece));
+            t.records += piece.records();
+            t.units += piece.units();
+        }
+        Ok(())
+    }
+}
