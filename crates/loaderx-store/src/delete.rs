@@ -35,9 +35,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // Entries move in place: the index of raw records must not outlive them.
         self.forget_raw_runs();
         self.check_writable("delete")?;
-        if self.layout().runs() {
-            return Err(self.files.no_runs("delete"));
-        }
         if idxs.is_empty() {
             return Ok(());
         }
@@ -50,6 +47,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
             if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
                 return Err(Error::IndexOutOfRange { index: bad, len });
             }
+        }
+        if self.layout().runs() {
+            return self.exclusively(|store| store.delete_runs(idxs));
         }
         self.exclusively(|store| store.delete_exclusive(idxs))
     }
@@ -90,6 +90,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let log = undo::Log {
             head,
             entries: originals,
+            units: Vec::new(),
         };
         self.write_undo(&log)?;
 

@@ -170,6 +170,27 @@ impl<S: Storage> Files<S> {
         Ok(self.table_start() + t.units_for(length) * UNIT_LEN as u64)
     }
 
+    /// Units `meta.zr` has room for after the table's start.
+    pub(crate) fn runs_units_in_file(&self) -> Result<u64> {
+        let len = self.current_len(FileId::Meta)?;
+        Ok(len.saturating_sub(self.table_start()) / UNIT_LEN as u64)
+    }
+
+    /// Writes `bytes` (one unit) as unit `unit`.
+    pub(crate) fn write_unit(&self, unit: u64, bytes: &[u8], op: &'static str) -> Result<()> {
+        let at = self.table_start() + unit * UNIT_LEN as u64;
+        self.write(FileId::Meta, at, bytes, op)
+    }
+
+    /// Forgets the index: the table was rewritten in place (a delete, its
+    /// roll-back, a compaction); it is read again as far as needed.
+    pub(crate) fn reset_runs(&self) {
+        *self
+            .run_table()
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = RunTable::default();
+    }
+
     /// Units the index holds now (appends write theirs after them).
     pub(crate) fn runs_units(&self) -> u64 {
         self.run_table()
@@ -335,6 +356,355 @@ impl<S: Storage> Files<S> {
             t.records += piece.records();
             t.units += piece.units();
         }
+        Ok(())
+    }
+}
+
+/// Where a record of a rewritten table comes from, and where it goes.
+#[derive(Debug, Clone, Copy)]
+enum Item {
+    /// A record with its own entry (its CRC known).
+    Entry(RecordLoc),
+    /// Records `k0 .. k0 + count` of the old run `old` (CRC units from
+    /// `crcs`), now lying one after another from `chunk`, `offset` on.
+    Seg {
+        old: Run,
+        crcs: u64,
+        k0: u32,
+        count: u32,
+        chunk: u32,
+        offset: u32,
+    },
+}
+
+/// A planned rewrite of a run table: units `first ..` become `bytes`; `old`
+/// holds the units it overwrites, as they are, for the undo log.
+pub(crate) struct Rewrite {
+    pub(crate) first: u64,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) old: Vec<(u64, Vec<u8>)>,
+}
+
+impl<S: Storage> Files<S> {
+    /// Plans the run table that holds records `0 .. length` after a delete
+    /// or a compaction step, the table now holding `old_length`: record `i`
+    /// becomes `filled[i]` where given (a delete's moved record, its CRC
+    /// known), else stays what it is, at the place `moved[i]` gives where
+    /// given (a compaction's copy of it). Pieces before the first record
+    /// that changes are kept; from the piece that holds it on, the table
+    /// is encoded again: what is left of a run stays a run, its block CRCs
+    /// computed from its bytes once the old blocks they lie in passed
+    /// their own CRCs (so damage is never given a fresh checksum). `None`
+    /// when nothing changes.
+    pub(crate) fn plan_runs(
+        &self,
+        old_length: u64,
+        length: u64,
+        filled: &std::collections::BTreeMap<u64, RecordLoc>,
+        moved: &std::collections::HashMap<u64, RecordLoc>,
+    ) -> Result<Option<Rewrite>> {
+        let from = filled
+            .keys()
+            .next()
+            .copied()
+            .into_iter()
+            .chain(moved.keys().copied())
+            .min()
+            .unwrap_or(length)
+            .min(length);
+        if from == length && length == old_length {
+            return Ok(None);
+        }
+        self.ensure_runs(old_length)?;
+        let (firsts, pieces, old_end) = {
+            let t = self
+                .run_table()
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (t.firsts.clone(), t.pieces.clone(), t.units_for(old_length))
+        };
+        let p = firsts.partition_point(|&f| f <= from) - 1;
+        let (first_unit, start) = (pieces[p].0, firsts[p]);
+        let start_at = self.table_start() + first_unit * UNIT_LEN as u64;
+
+        let mut items: Vec<Item> = Vec::new();
+        let mut q = p;
+        for i in start..length {
+            while q + 1 < firsts.len() && firsts[q + 1] <= i {
+                q += 1;
+            }
+            let place = moved.get(&i);
+            if let Some(loc) = filled.get(&i) {
+                items.push(Item::Entry(*loc));
+                continue;
+            }
+            let (unit, piece) = pieces[q];
+            let k = i - firsts[q];
+            match piece {
+                Piece::Group { .. } => {
+                    let u = unit + 1 + k;
+                    let at = self.table_start() + u * UNIT_LEN as u64;
+                    let mut loc = self
+                        .with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |b| {
+                            v2::decode_entry(u, b)
+                        })?
+                        .map_err(|reason| self.bad_entry(i, reason))?;
+                    if let Some(to) = place {
+                        (loc.chunk_id, loc.offset) = (to.chunk_id, to.offset);
+                    }
+                    items.push(Item::Entry(loc));
+                }
+                Piece::Run(run) => {
+                    let k = k as u32;
+                    let (chunk, offset) = match place {
+                        Some(to) => (to.chunk_id, to.offset),
+                        None => (run.chunk, run.offset + k * run.stride),
+                    };
+                    if let Some(Item::Seg {
+                        old,
+                        crcs,
+                        k0,
+                        count,
+                        chunk: c,
+                        offset: o,
+                    }) = items.last_mut()
+                        && *crcs == unit + 1
+                        && *k0 + *count == k
+                        && *c == chunk
+                        && u64::from(*o) + u64::from(*count) * u64::from(old.stride)
+                            == u64::from(offset)
+                    {
+                        *count += 1;
+                        continue;
+                    }
+                    items.push(Item::Seg {
+                        old: run,
+                        crcs: unit + 1,
+                        k0: k,
+                        count: 1,
+                        chunk,
+                        offset,
+                    });
+                }
+            }
+        }
+
+        let mut bytes = Vec::new();
+        let mut unit = first_unit;
+        let mut group: Vec<RecordLoc> = Vec::new();
+        let flush = |group: &mut Vec<RecordLoc>, unit: &mut u64, bytes: &mut Vec<u8>| {
+            if group.is_empty() {
+                return;
+            }
+            bytes.extend_from_slice(&runs::encode_group(*unit, group.len() as u64));
+            let mut entry = [0u8; UNIT_LEN];
+            for (m, loc) in group.iter().enumerate() {
+                v2::encode_entry(*unit + 1 + m as u64, loc, &[], &mut entry);
+                bytes.extend_from_slice(&entry);
+            }
+            *unit += group.len() as u64 + 1;
+            group.clear();
+        };
+        for item in items {
+            match item {
+                Item::Entry(loc) => group.push(loc),
+                Item::Seg {
+                    old,
+                    crcs,
+                    k0,
+                    count,
+                    chunk,
+                    offset,
+                } => {
+                    let new = Run {
+                        chunk,
+                        offset,
+                        stride: old.stride,
+                        count,
+                    };
+                    let block_crcs = self.seg_crcs(start, &old, crcs, k0, count)?;
+                    if count == 1 {
+                        group.push(new.loc(0, block_crcs[0]));
+                        continue;
+                    }
+                    flush(&mut group, &mut unit, &mut bytes);
+                    runs::encode_run_piece(unit, &new, &block_crcs, &mut bytes);
+                    unit += new.units();
+                }
+            }
+        }
+        flush(&mut group, &mut unit, &mut bytes);
+
+        let n = usize::try_from(old_end - first_unit).unwrap_or(usize::MAX);
+        let mut old = Vec::with_capacity(n);
+        self.with_bytes(FileId::Meta, start_at, n * UNIT_LEN, "read table", |b| {
+            for (k, u) in b.chunks_exact(UNIT_LEN).enumerate() {
+                old.push((first_unit + k as u64, u.to_vec()));
+            }
+        })?;
+        Ok(Some(Rewrite {
+            first: first_unit,
+            bytes,
+            old,
+        }))
+    }
+
+    /// The block CRCs of records `k0 .. k0 + count` of `run` taken as a run
+    /// of their own (one CRC for a single record: its own), computed from
+    /// their bytes once every block of `run` they lie in passed its CRC.
+    /// `entry` names the records in errors (the first record of the piece).
+    fn seg_crcs(&self, entry: u64, run: &Run, crcs: u64, k0: u32, count: u32) -> Result<Vec<u32>> {
+        let per = run.block_records();
+        let (b0, b1) = (k0 / per, (k0 + count - 1) / per);
+        let (lo, _) = run.block_range(u64::from(b0));
+        let (_, hi) = run.block_range(u64::from(b1));
+        let stride = u64::from(run.stride);
+        let file = FileId::Chunk(run.chunk);
+        let file_len = self.open(file)?.unwrap_or(0);
+        let start = u64::from(run.offset) + u64::from(lo) * stride;
+        let end = u64::from(run.offset) + u64::from(hi) * stride;
+        if end > file_len {
+            return Err(self.bad_entry(
+                entry,
+                loaderx_format::EntryFault::PastFileEnd {
+                    chunk: run.chunk,
+                    end,
+                    file_len,
+                },
+            ));
+        }
+        let mut stored = Vec::with_capacity((b1 - b0 + 1) as usize);
+        for b in b0..=b1 {
+            let unit = crcs + u64::from(b) / runs::CRCS_PER_UNIT as u64;
+            let at = self.table_start() + unit * UNIT_LEN as u64;
+            let c = self
+                .with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |bytes| {
+                    runs::decode_crcs(unit, bytes)
+                })?
+                .map_err(|reason| self.bad_entry(entry, reason))?;
+            stored.push(c[b as usize % runs::CRCS_PER_UNIT]);
+        }
+        let new_per = if count == 1 { 1 } else { per as usize };
+        self.with_bytes(file, start, (end - start) as usize, "read", |bytes| {
+            for (j, b) in (b0..=b1).enumerate() {
+                let (l, h) = run.block_range(u64::from(b));
+                let s = &bytes[((l - lo) as usize) * stride as usize..((h - lo) as usize) * stride as usize];
+                let found = v2::crc32c(s);
+                if found != stored[j] {
+                    return Err(Error::Corrupt {
+                        path: self.path(file),
+                        entry: entry,
+                        reason: format!(
+                            "block {b} of a run: checksum mismatch (stored {:#010x}, computed {found:#010x})",
+                            stored[j]
+                        ),
+                    });
+                }
+            }
+            let from = ((k0 - lo) as usize) * stride as usize;
+            let mine = &bytes[from..from + count as usize * stride as usize];
+            Ok(mine
+                .chunks(new_per * stride as usize)
+                .map(v2::crc32c)
+                .collect())
+        })?
+    }
+}
+
+impl<C: crate::Codec, S: Storage> crate::Store<C, S> {
+    /// Rewrites the run table for records `0 .. length` as
+    /// [`Files::plan_runs`] plans it, all or nothing: the units it
+    /// overwrites go to the undo log first (durable, as a delete's entries
+    /// do), then the new units, then (when the count changes) the header;
+    /// `meta.zr` is synced and the log removed. A failed write is rolled
+    /// back in place; a crash, at the next writable open.
+    pub(crate) fn rewrite_runs(
+        &mut self,
+        head: &loaderx_format::Head,
+        length: u64,
+        filled: &std::collections::BTreeMap<u64, RecordLoc>,
+        moved: &std::collections::HashMap<u64, RecordLoc>,
+    ) -> Result<()> {
+        let Some(plan) = self.files.plan_runs(head.length, length, filled, moved)? else {
+            return Ok(());
+        };
+        let log = crate::undo::Log {
+            head: *head,
+            entries: Vec::new(),
+            units: plan.old,
+        };
+        self.write_undo(&log)?;
+        let new = loaderx_format::Head { length, ..*head };
+        let applied = self
+            .files
+            .write_unit(plan.first, &plan.bytes, "write table")
+            .and_then(|()| {
+                if length == head.length {
+                    Ok(())
+                } else {
+                    self.files.write_head(&new, "write header")
+                }
+            })
+            .and_then(|()| self.files.sync(FileId::Meta));
+        self.files.reset_runs();
+        if let Err(e) = applied {
+            let undone = crate::undo::roll_back(&self.files, &log)
+                .and_then(|()| self.files.sync(FileId::Meta))
+                .and_then(|()| self.remove_undo());
+            if undone.is_err() {
+                self.poison(&e);
+            }
+            return Err(e);
+        }
+        if let Err(e) = self.remove_undo() {
+            // The log would undo this rewrite at the next open: say it failed.
+            self.poison(&e);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// [`delete`](crate::Store::delete) of a store with a run table, with
+    /// the store to ourselves and nothing pending: the same records end up
+    /// under the same indices as in a store with one entry per record
+    /// (each hole filled with the last record, in descending order), and a
+    /// run the delete cuts becomes the runs on either side of the cut.
+    pub(crate) fn delete_runs(&mut self, idxs: &[u64]) -> Result<()> {
+        let head = self.head();
+        self.check_meta_len(&head)?;
+        let len = head.length;
+        if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
+            return Err(Error::IndexOutOfRange { index: bad, len });
+        }
+        let mut targets = idxs.to_vec();
+        targets.sort_unstable_by(|a, b| b.cmp(a));
+        targets.dedup();
+        let mut filled: std::collections::BTreeMap<u64, RecordLoc> =
+            std::collections::BTreeMap::new();
+        let mut length = head.length;
+        for &idx in &targets {
+            length -= 1;
+            if idx != length {
+                let moved = match filled.get(&length) {
+                    Some(loc) => *loc,
+                    // Checked as a read checks it, CRC (its block's) included.
+                    None => {
+                        let loc = self.files.runs_loc(length, true)?;
+                        self.check_entry(length, &loc, &head)?;
+                        loc
+                    }
+                };
+                filled.insert(idx, moved);
+            }
+        }
+        filled.retain(|&slot, _| slot < length);
+        self.rewrite_runs(&head, length, &filled, &std::collections::HashMap::new())?;
+        *self
+            .committed
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            loaderx_format::Head { length, ..head };
+        self.frontier.publish_len(length);
         Ok(())
     }
 }

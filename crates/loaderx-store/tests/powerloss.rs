@@ -340,6 +340,30 @@ fn every_disk_state_of_appends_that_make_runs() {
     assert!(states > 100, "only {states} disk states");
 }
 
+/// A delete that cuts a run (the table rewritten from the cut on, through
+/// the undo log), and a compaction that moves runs through staging chunks.
+#[test]
+fn every_disk_state_of_a_delete_and_a_compaction_of_runs() {
+    exhaustively(
+        &[
+            Op::Append((FIXED..FIXED + 40).chain([1]).collect()),
+            Op::Sync,
+            Op::Delete(vec![7, 20]),
+        ],
+        Fmt::Runs { lanes: 2 },
+    );
+    sampled(
+        &[
+            Op::Append((FIXED..FIXED + 60).collect()),
+            Op::Delete(vec![0, 30]),
+            Op::Append((FIXED + 60..FIXED + 70).collect()),
+            Op::Compact,
+        ],
+        12,
+        Fmt::Runs { lanes: 2 },
+    );
+}
+
 #[test]
 fn every_disk_state_of_a_delete_and_a_compaction_in_format_v2() {
     exhaustively(

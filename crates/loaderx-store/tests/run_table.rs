@@ -308,3 +308,128 @@ fn a_ragged_store_has_no_run_table_and_nothing_is_made() {
     );
     assert!(!dir.exists());
 }
+
+fn all_records(s: &Store) -> Vec<Vec<u8>> {
+    let n = s.len();
+    let idxs: Vec<u64> = (0..n).collect();
+    let mut lens = vec![0u32; n as usize];
+    s.lengths(&idxs, &mut lens).unwrap();
+    let offs: Vec<u64> = lens
+        .iter()
+        .scan(0u64, |at, &l| {
+            let o = *at;
+            *at += u64::from(l);
+            Some(o)
+        })
+        .collect();
+    let mut out = vec![0u8; lens.iter().map(|&l| l as usize).sum()];
+    s.gather_ragged(&idxs, &mut out, &offs).unwrap();
+    offs.iter()
+        .zip(&lens)
+        .map(|(&o, &l)| out[o as usize..o as usize + l as usize].to_vec())
+        .collect()
+}
+
+/// Deletes inside runs, at their ends, of the last record and of records
+/// with entries of their own, then compactions and appends: after each,
+/// the store with a run table holds what the store with one entry per
+/// record holds, before and after reopening, and verifies.
+#[test]
+fn deletes_and_compactions_match_a_store_with_one_entry_per_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let options = || OpenOptions {
+        chunk_capacity: 8 << 10,
+        lanes: 2,
+        lane_bytes: 4096,
+        ..OpenOptions::default()
+    };
+    let schema = Schema::bytes(CodecTag::RAW);
+    let (a_dir, b_dir) = (tmp.path().join("runs"), tmp.path().join("flat"));
+    let batch = |base: u64, n: u64| {
+        let recs: Vec<Vec<u8>> = (base..base + n)
+            .map(|i| {
+                let len = if i % 97 == 13 { 3 + i % 11 } else { 16 };
+                (0..len).map(|k| (i * 31 + k * 5) as u8).collect()
+            })
+            .collect();
+        let lens: Vec<u32> = recs.iter().map(|r| r.len() as u32).collect();
+        let offs: Vec<u64> = lens
+            .iter()
+            .scan(0u64, |at, &l| {
+                let o = *at;
+                *at += u64::from(l);
+                Some(o)
+            })
+            .collect();
+        (recs.concat(), offs, lens)
+    };
+    let mut a: Store = Store::create_v2_runs(&a_dir, &schema, options()).unwrap();
+    let mut b: Store = Store::create_v2(&b_dir, &schema, options()).unwrap();
+    let (data, offs, lens) = batch(0, 2000);
+    for s in [&a, &b] {
+        s.append_ragged(&data, &offs, &lens).unwrap();
+    }
+    let steps: Vec<Vec<u64>> = vec![
+        vec![1000],
+        vec![0, 1, 2, 1998],
+        vec![1996],
+        vec![13, 110, 500, 501, 502, 777],
+        random_idxs(1980, 300, 4),
+        vec![],
+    ];
+    for (n, idxs) in steps.iter().enumerate() {
+        a.delete(idxs).unwrap();
+        b.delete(idxs).unwrap();
+        assert_eq!(all_records(&a), all_records(&b), "after delete {n}");
+        if n % 2 == 1 {
+            a.compact().unwrap();
+            b.compact().unwrap();
+            assert_eq!(all_records(&a), all_records(&b), "after compaction {n}");
+        }
+        let (data, offs, lens) = batch(10_000 * (n as u64 + 1), 150);
+        a.append_ragged(&data, &offs, &lens).unwrap();
+        b.append_ragged(&data, &offs, &lens).unwrap();
+        a.verify().unwrap();
+    }
+    a.compact().unwrap();
+    b.compact().unwrap();
+    drop((a, b));
+    let a: Store = Store::open_with(&a_dir, options()).unwrap();
+    let b: Store = Store::open_with(&b_dir, options()).unwrap();
+    assert_eq!(all_records(&a), all_records(&b));
+    a.verify().unwrap();
+    assert!(store_bytes(&a_dir) < store_bytes(&b_dir));
+}
+
+#[test]
+fn a_delete_inside_a_run_of_labels_splits_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let n = 100_000u64;
+    let mut values = labels(n, 8);
+    let mut s: Store = Store::create_v2_runs(
+        &dir,
+        &dense("<i8", vec![], CodecTag::RAW),
+        OpenOptions::default(),
+    )
+    .unwrap();
+    s.append_fixed(&values, n as usize, 8).unwrap();
+    s.sync().unwrap();
+    let before = store_bytes(&dir);
+    s.delete(&[50_000]).unwrap();
+    // The last label fills the hole.
+    values.copy_within(8 * (n as usize - 1).., 8 * 50_000);
+    values.truncate(8 * (n as usize - 1));
+    let mut out = vec![0u8; values.len()];
+    let every: Vec<u64> = (0..n - 1).collect();
+    s.gather(&every, &mut out, 8).unwrap();
+    assert_eq!(out, values);
+    // Two runs and one entry: a few units more, not an entry a record.
+    assert!(store_bytes(&dir) < before + 200, "{} > {before}", store_bytes(&dir));
+    s.compact().unwrap();
+    drop(s);
+    let s: Store = Store::open_with(&dir, OpenOptions::default()).unwrap();
+    s.gather(&every, &mut out, 8).unwrap();
+    assert_eq!(out, values);
+    s.verify().unwrap();
+}

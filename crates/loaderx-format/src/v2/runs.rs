@@ -8,13 +8,15 @@
 //! ```text
 //! group: | count: u64 | 0 × 8 | 125 | 0 × 7 | unit_crc |   then `count` record entries (§9.4)
 //! run:   | chunk | offset | stride | count | 126 | 0 × 7 | unit_crc |   then the block CRC units
-//! crcs:  | six u32 block CRCs (unused ones 0)                | unit_crc |
+//! crcs:  | four u32 block CRCs | 127 | 0 × 3 | a fifth block CRC | unit_crc |
 //! ```
 //!
 //! Every unit ends with the CRC32C of its position in the table (a `u64`)
 //! followed by its first 24 bytes, exactly as an entry's `entry_crc` is
 //! salted with its index; the entries of a group are entries of §9.4 whose
-//! salt is their unit position.
+//! salt is their unit position. Every unit, whatever its kind, has zero
+//! bytes 17..20 and its unit CRC where an entry has them, so an undo log
+//! can keep and check units as it keeps entries.
 
 use crate::{EntryFault, RecordLoc};
 
@@ -37,8 +39,14 @@ pub const TAG_RUN: u8 = 126;
 /// of records (at least one) that fits.
 pub const BLOCK_BYTES: u32 = 4096;
 
+/// The tag (byte 16) of a unit of block CRCs.
+pub const TAG_CRCS: u8 = 127;
+
 /// Block CRCs one unit holds.
-pub const CRCS_PER_UNIT: usize = 6;
+pub const CRCS_PER_UNIT: usize = 5;
+
+/// Where a CRC unit keeps its block CRCs.
+const CRC_SLOTS: [usize; CRCS_PER_UNIT] = [0, 4, 8, 12, 20];
 
 const TAG_AT: usize = 16;
 const CRC_AT: usize = UNIT_LEN - 4;
@@ -191,9 +199,10 @@ pub fn encode_run(unit: u64, run: &Run) -> [u8; UNIT_LEN] {
 #[must_use]
 pub fn encode_crcs(unit: u64, crcs: &[u32]) -> [u8; UNIT_LEN] {
     let mut b = [0u8; UNIT_LEN];
-    for (k, c) in crcs.iter().take(CRCS_PER_UNIT).enumerate() {
-        b[4 * k..4 * k + 4].copy_from_slice(&c.to_le_bytes());
+    for (&at, c) in CRC_SLOTS.iter().zip(crcs) {
+        b[at..at + 4].copy_from_slice(&c.to_le_bytes());
     }
+    b[TAG_AT] = TAG_CRCS;
     seal(unit, &mut b);
     b
 }
@@ -256,13 +265,21 @@ pub fn decode_piece(unit: u64, bytes: &[u8]) -> Result<Piece, EntryFault> {
     }
 }
 
-/// Decodes CRC unit `unit` (checking its unit CRC): its six block CRCs.
+/// Decodes CRC unit `unit` (checking its unit CRC, tag and zero bytes):
+/// its five block CRCs.
 ///
 /// # Errors
-/// [`EntryFault::EntryChecksum`].
+/// [`EntryFault::EntryChecksum`], [`EntryFault::Reserved`] or
+/// [`EntryFault::BadRun`] (not a CRC unit).
 pub fn decode_crcs(unit: u64, bytes: &[u8]) -> Result<[u32; CRCS_PER_UNIT], EntryFault> {
     let b = check(unit, bytes)?;
-    Ok(std::array::from_fn(|k| u32_at(b, 4 * k)))
+    if b[TAG_AT] != TAG_CRCS {
+        return Err(EntryFault::BadRun("a run's block CRC unit has another tag"));
+    }
+    if b[17..20].iter().any(|&x| x != 0) {
+        return Err(EntryFault::Reserved);
+    }
+    Ok(CRC_SLOTS.map(|at| u32_at(b, at)))
 }
 
 /// Whether `run` breaks a rule of §12 for the records it holds, judged as
@@ -324,6 +341,10 @@ mod tests {
         assert_eq!(run.units(), 2);
         let mut out = Vec::new();
         encode_run_piece(7, &run, &[11, 22], &mut out);
+        // Every unit passes an entry's own checks at its position.
+        for (k, u) in out.chunks(UNIT_LEN).enumerate() {
+            assert!(crate::v2::decode_entry(7 + k as u64, u).is_ok());
+        }
         assert_eq!(out.len(), 2 * UNIT_LEN);
         assert_eq!(decode_piece(7, &out[..UNIT_LEN]), Ok(Piece::Run(run)));
         assert_eq!(
@@ -360,7 +381,7 @@ mod tests {
         assert!(decode_piece(0, &encode_crcs(0, &[1, 2])).is_err());
         assert_eq!(run(5000, 3).block_records(), 1);
         assert_eq!(run(5000, 3).units(), 2);
-        assert_eq!(run(8, 7 * 512 * 6 + 1).units(), 1 + 8);
+        assert_eq!(run(8, 7 * 512 * 5 + 1).units(), 1 + 8);
     }
 
     #[test]
