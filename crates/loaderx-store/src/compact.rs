@@ -231,7 +231,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 .committed
                 .get_mut()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            return self.rewrite_runs(&head, head.length, &std::collections::BTreeMap::new(), &moved);
+            return self.rewrite_runs(
+                &head,
+                head.length,
+                &std::collections::BTreeMap::new(),
+                &moved,
+            );
         }
         for (index, loc) in entries {
             self.files.write_entry(index, loc, "write table")?;

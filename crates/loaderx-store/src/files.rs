@@ -739,6 +739,8 @@ impl<S: Storage> Files<S> {
 
     /// Calls `f` with the table entries `0..length`, decoded.
     pub(crate) fn for_each_entry(&self, length: u64, mut f: impl FnMut(RecordLoc)) -> Result<()> {
+        // In pieces, so a table of billions of entries is never one borrow.
+        const PIECE: u64 = 1 << 16;
         if self.layout.runs() {
             // Run records come with no CRC (see `runs_loc`).
             for index in 0..length {
@@ -746,8 +748,6 @@ impl<S: Storage> Files<S> {
             }
             return Ok(());
         }
-        // In pieces, so a table of billions of entries is never one borrow.
-        const PIECE: u64 = 1 << 16;
         let mut first = 0;
         while first < length {
             let n = PIECE.min(length - first);

@@ -243,7 +243,8 @@ impl<S: Storage> Files<S> {
             .with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |bytes| {
                 runs::decode_crcs(unit, bytes)
             })?
-            .map_err(|reason| self.bad_entry(index, reason))?[(b % runs::CRCS_PER_UNIT as u64) as usize];
+            .map_err(|reason| self.bad_entry(index, reason))?
+            [(b % runs::CRCS_PER_UNIT as u64) as usize];
         let (lo, hi) = run.block_range(b);
         let file = FileId::Chunk(run.chunk);
         let file_len = self.open(file)?.unwrap_or(0);
@@ -261,12 +262,13 @@ impl<S: Storage> Files<S> {
             ));
         }
         let within = ((u64::from(k - lo)) * stride) as usize;
-        let (found, own) = self.with_bytes(file, start, (end - start) as usize, "read", |bytes| {
-            (
-                v2::crc32c(bytes),
-                v2::crc32c(&bytes[within..within + run.stride as usize]),
-            )
-        })?;
+        let (found, own) =
+            self.with_bytes(file, start, (end - start) as usize, "read", |bytes| {
+                (
+                    v2::crc32c(bytes),
+                    v2::crc32c(&bytes[within..within + run.stride as usize]),
+                )
+            })?;
         if found != stored {
             return Err(Error::Corrupt {
                 path: self.path(file),
@@ -427,67 +429,7 @@ impl<S: Storage> Files<S> {
         let (first_unit, start) = (pieces[p].0, firsts[p]);
         let start_at = self.table_start() + first_unit * UNIT_LEN as u64;
 
-        let mut items: Vec<Item> = Vec::new();
-        let mut q = p;
-        for i in start..length {
-            while q + 1 < firsts.len() && firsts[q + 1] <= i {
-                q += 1;
-            }
-            let place = moved.get(&i);
-            if let Some(loc) = filled.get(&i) {
-                items.push(Item::Entry(*loc));
-                continue;
-            }
-            let (unit, piece) = pieces[q];
-            let k = i - firsts[q];
-            match piece {
-                Piece::Group { .. } => {
-                    let u = unit + 1 + k;
-                    let at = self.table_start() + u * UNIT_LEN as u64;
-                    let mut loc = self
-                        .with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |b| {
-                            v2::decode_entry(u, b)
-                        })?
-                        .map_err(|reason| self.bad_entry(i, reason))?;
-                    if let Some(to) = place {
-                        (loc.chunk_id, loc.offset) = (to.chunk_id, to.offset);
-                    }
-                    items.push(Item::Entry(loc));
-                }
-                Piece::Run(run) => {
-                    let k = k as u32;
-                    let (chunk, offset) = match place {
-                        Some(to) => (to.chunk_id, to.offset),
-                        None => (run.chunk, run.offset + k * run.stride),
-                    };
-                    if let Some(Item::Seg {
-                        old,
-                        crcs,
-                        k0,
-                        count,
-                        chunk: c,
-                        offset: o,
-                    }) = items.last_mut()
-                        && *crcs == unit + 1
-                        && *k0 + *count == k
-                        && *c == chunk
-                        && u64::from(*o) + u64::from(*count) * u64::from(old.stride)
-                            == u64::from(offset)
-                    {
-                        *count += 1;
-                        continue;
-                    }
-                    items.push(Item::Seg {
-                        old: run,
-                        crcs: unit + 1,
-                        k0: k,
-                        count: 1,
-                        chunk,
-                        offset,
-                    });
-                }
-            }
-        }
+        let items = self.plan_items(&firsts, &pieces, p, start..length, filled, moved)?;
 
         let mut bytes = Vec::new();
         let mut unit = first_unit;
@@ -549,6 +491,82 @@ impl<S: Storage> Files<S> {
         }))
     }
 
+    /// Where each record of `records` (from the start of piece `p` on)
+    /// comes from and goes to, runs kept together as long as their records
+    /// stay consecutive: see [`plan_runs`](Self::plan_runs).
+    fn plan_items(
+        &self,
+        firsts: &[u64],
+        pieces: &[(u64, Piece)],
+        p: usize,
+        records: std::ops::Range<u64>,
+        filled: &std::collections::BTreeMap<u64, RecordLoc>,
+        moved: &std::collections::HashMap<u64, RecordLoc>,
+    ) -> Result<Vec<Item>> {
+        let mut items: Vec<Item> = Vec::new();
+        let mut q = p;
+        for i in records {
+            while q + 1 < firsts.len() && firsts[q + 1] <= i {
+                q += 1;
+            }
+            let place = moved.get(&i);
+            if let Some(loc) = filled.get(&i) {
+                items.push(Item::Entry(*loc));
+                continue;
+            }
+            let (unit, piece) = pieces[q];
+            let k = i - firsts[q];
+            match piece {
+                Piece::Group { .. } => {
+                    let u = unit + 1 + k;
+                    let at = self.table_start() + u * UNIT_LEN as u64;
+                    let mut loc = self
+                        .with_bytes(FileId::Meta, at, UNIT_LEN, "read table", |b| {
+                            v2::decode_entry(u, b)
+                        })?
+                        .map_err(|reason| self.bad_entry(i, reason))?;
+                    if let Some(to) = place {
+                        (loc.chunk_id, loc.offset) = (to.chunk_id, to.offset);
+                    }
+                    items.push(Item::Entry(loc));
+                }
+                Piece::Run(run) => {
+                    let k = k as u32;
+                    let (chunk, offset) = match place {
+                        Some(to) => (to.chunk_id, to.offset),
+                        None => (run.chunk, run.offset + k * run.stride),
+                    };
+                    if let Some(Item::Seg {
+                        old,
+                        crcs,
+                        k0,
+                        count,
+                        chunk: c,
+                        offset: o,
+                    }) = items.last_mut()
+                        && *crcs == unit + 1
+                        && *k0 + *count == k
+                        && *c == chunk
+                        && u64::from(*o) + u64::from(*count) * u64::from(old.stride)
+                            == u64::from(offset)
+                    {
+                        *count += 1;
+                        continue;
+                    }
+                    items.push(Item::Seg {
+                        old: run,
+                        crcs: unit + 1,
+                        k0: k,
+                        count: 1,
+                        chunk,
+                        offset,
+                    });
+                }
+            }
+        }
+        Ok(items)
+    }
+
     /// The block CRCs of records `k0 .. k0 + count` of `run` taken as a run
     /// of their own (one CRC for a single record: its own), computed from
     /// their bytes once every block of `run` they lie in passed its CRC.
@@ -593,7 +611,7 @@ impl<S: Storage> Files<S> {
                 if found != stored[j] {
                     return Err(Error::Corrupt {
                         path: self.path(file),
-                        entry: entry,
+                        entry,
                         reason: format!(
                             "block {b} of a run: checksum mismatch (stored {:#010x}, computed {found:#010x})",
                             stored[j]
@@ -685,14 +703,13 @@ impl<C: crate::Codec, S: Storage> crate::Store<C, S> {
         for &idx in &targets {
             length -= 1;
             if idx != length {
-                let moved = match filled.get(&length) {
-                    Some(loc) => *loc,
+                let moved = if let Some(loc) = filled.get(&length) {
+                    *loc
+                } else {
                     // Checked as a read checks it, CRC (its block's) included.
-                    None => {
-                        let loc = self.files.runs_loc(length, true)?;
-                        self.check_entry(length, &loc, &head)?;
-                        loc
-                    }
+                    let loc = self.files.runs_loc(length, true)?;
+                    self.check_entry(length, &loc, &head)?;
+                    loc
                 };
                 filled.insert(idx, moved);
             }

@@ -58,9 +58,13 @@ fn record(id: u64) -> Vec<u8> {
 #[derive(Debug, Clone, Copy)]
 enum Fmt {
     V1,
-    V2 { lanes: u8 },
+    V2 {
+        lanes: u8,
+    },
     /// Format v2 with a run table.
-    Runs { lanes: u8 },
+    Runs {
+        lanes: u8,
+    },
 }
 
 fn options() -> OpenOptions {

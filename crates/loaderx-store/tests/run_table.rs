@@ -277,7 +277,7 @@ fn a_damaged_block_is_named_and_a_damaged_piece_refused() {
     flip(&dir.join("0.zr"), 5000 * 8 + 3);
     let meta = dir.join("meta.zr");
     flip(&meta, 12288 + 9);
-    let err = match Store::<loaderx_store::Deflate>::open_with(&meta.parent().unwrap(), OpenOptions::default()) {
+    let err = match Store::<loaderx_store::Deflate>::open_with(&dir, OpenOptions::default()) {
         Ok(s) => {
             let mut out = [0u8; 8];
             s.gather(&[1], &mut out, 8).unwrap_err()
@@ -300,10 +300,17 @@ fn a_ragged_store_has_no_run_table_and_nothing_is_made() {
         dictionary: None,
         codecs: Vec::new(),
     };
-    let err = Store::<loaderx_store::Deflate>::create_v2_runs(&dir, &schema, OpenOptions::default())
-        .unwrap_err();
+    let err =
+        Store::<loaderx_store::Deflate>::create_v2_runs(&dir, &schema, OpenOptions::default())
+            .unwrap_err();
     assert!(
-        matches!(err, Error::InvalidArgument { argument: "runs", .. }),
+        matches!(
+            err,
+            Error::InvalidArgument {
+                argument: "runs",
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(!dir.exists());
@@ -425,7 +432,11 @@ fn a_delete_inside_a_run_of_labels_splits_it() {
     s.gather(&every, &mut out, 8).unwrap();
     assert_eq!(out, values);
     // Two runs and one entry: a few units more, not an entry a record.
-    assert!(store_bytes(&dir) < before + 200, "{} > {before}", store_bytes(&dir));
+    assert!(
+        store_bytes(&dir) < before + 200,
+        "{} > {before}",
+        store_bytes(&dir)
+    );
     s.compact().unwrap();
     drop(s);
     let s: Store = Store::open_with(&dir, OpenOptions::default()).unwrap();

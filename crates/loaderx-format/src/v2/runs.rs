@@ -261,7 +261,9 @@ pub fn decode_piece(unit: u64, bytes: &[u8]) -> Result<Piece, EntryFault> {
             }
             Ok(Piece::Run(run))
         }
-        _ => Err(EntryFault::BadRun("a piece starts with neither a group nor a run")),
+        _ => Err(EntryFault::BadRun(
+            "a piece starts with neither a group nor a run",
+        )),
     }
 }
 
@@ -319,7 +321,9 @@ pub fn run_fault(run: &Run, head: &crate::Head, file_len: u64) -> Option<EntryFa
         return Some(EntryFault::BadRun("the run passes its lane's frontier"));
     }
     if end > file_len {
-        return Some(EntryFault::BadRun("the run passes the end of its chunk file"));
+        return Some(EntryFault::BadRun(
+            "the run passes the end of its chunk file",
+        ));
     }
     None
 }
@@ -351,10 +355,7 @@ mod tests {
             decode_piece(8, &out[..UNIT_LEN]),
             Err(EntryFault::EntryChecksum)
         );
-        assert_eq!(
-            decode_crcs(8, &out[UNIT_LEN..]).unwrap()[..3],
-            [11, 22, 0]
-        );
+        assert_eq!(decode_crcs(8, &out[UNIT_LEN..]).unwrap()[..3], [11, 22, 0]);
         let g = encode_group(0, 5);
         assert_eq!(decode_piece(0, &g), Ok(Piece::Group { count: 5 }));
         assert_eq!(Piece::Group { count: 5 }.units(), 6);
