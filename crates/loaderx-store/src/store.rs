@@ -142,6 +142,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 // head it was publishing may or may not be durable.
                 Err(std::sync::TryLockError::WouldBlock) => inherited.refuse(),
             }
+            // A run table's index being extended by a thread of the parent
+            // at the fork stays locked in this copy forever.
+            if matches!(
+                self.files.run_table().try_read(),
+                Err(std::sync::TryLockError::WouldBlock)
+            ) {
+                inherited.refuse();
+            }
         }
         if inherited.state() == crate::fork::state::REFUSED {
             return Err(lock.refused_error());
