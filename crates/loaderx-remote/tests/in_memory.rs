@@ -122,6 +122,14 @@ fn a_run_table_is_read_by_pages_and_its_blocks_checked() {
         let i = i as usize;
         assert_eq!(&dst[k * 100..(k + 1) * 100], &data[i * 100..(i + 1) * 100]);
     }
+    // A batch over many blocks, some twice.
+    let many: Vec<u64> = (0..300u64).map(|k| k * 7919 % 2000).collect();
+    let mut dst = vec![0u8; many.len() * 100];
+    store.gather(&many, &mut dst, 100).unwrap();
+    for (k, &i) in many.iter().enumerate() {
+        let i = i as usize;
+        assert_eq!(&dst[k * 100..(k + 1) * 100], &data[i * 100..(i + 1) * 100]);
+    }
     store.verify().unwrap();
     drop(store);
     // 100-byte records: 40 a block. Record 85 lies in block 2 (80..120).
@@ -141,6 +149,13 @@ fn a_run_table_is_read_by_pages_and_its_blocks_checked() {
     let err = store.gather(&[80], &mut one, 100).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Corrupt, "{err}");
     assert!(err.to_string().contains("block 2 of its run"), "{err}");
+    // In a batch, the first damaged record by position is the one named.
+    let mut two = vec![0u8; 300];
+    let err = store.gather(&[5, 119, 81], &mut two, 100).unwrap_err();
+    assert!(
+        matches!(err, loaderx_store::Error::Corrupt { entry: 119, .. }),
+        "{err}"
+    );
 }
 
 #[test]

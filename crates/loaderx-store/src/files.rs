@@ -383,6 +383,9 @@ impl<S: Storage> Files<S> {
             codec: loaderx_format::CodecTag::RAW,
             crc: 0,
         };
+        if self.layout.runs() && self.fetches() {
+            return self.fetch_runs_locs(idxs, length, self.check_blocks, out);
+        }
         if self.layout.runs() {
             for (i, &idx) in idxs.iter().enumerate() {
                 if idx >= length {

@@ -232,6 +232,152 @@ impl<S: Storage> Files<S> {
         }
     }
 
+    /// [`runs_loc`](Self::runs_loc) of each of `idxs` below `length` (a
+    /// placeholder for the others, which the caller refuses), from storage
+    /// that [`fetches`](Storage::fetches): the entry and CRC units the batch
+    /// needs in one request, then (when `check`) every block it needs in
+    /// one more, each block checked before its records' CRCs are taken.
+    /// The first record that fails, by position, with its error.
+    pub(crate) fn fetch_runs_locs(
+        &self,
+        idxs: &[u64],
+        length: u64,
+        check: bool,
+        out: &mut Vec<RecordLoc>,
+    ) -> Result<Option<(usize, Error)>> {
+        let placeholder = Run {
+            chunk: 0,
+            offset: 0,
+            stride: 0,
+            count: 0,
+        }
+        .loc(0, 0);
+        let live = idxs.iter().copied().filter(|&i| i < length).max();
+        if let Some(max) = live {
+            self.ensure_runs(max + 1)?;
+        }
+        let places: Vec<Option<Place>> = {
+            let t = self
+                .run_table()
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            idxs.iter()
+                .map(|&i| (i < length).then(|| t.place(i)))
+                .collect()
+        };
+        let unit_of = |place: &Place| match *place {
+            Place::Entry(u) => Some(u),
+            Place::Run { run, crcs, k } if check => {
+                let b = u64::from(k / run.block_records());
+                Some(crcs + b / runs::CRCS_PER_UNIT as u64)
+            }
+            Place::Run { .. } => None,
+        };
+        let start = self.table_start();
+        let units: Vec<(FileId, u64, usize)> = places
+            .iter()
+            .flatten()
+            .filter_map(unit_of)
+            .map(|u| (FileId::Meta, start + u * UNIT_LEN as u64, UNIT_LEN))
+            .collect();
+        let unit_bytes = self.fetch_many(&units, "read table")?;
+        let mut unit_bytes = unit_bytes.iter();
+        // Each record's loc, or where its block lies and its stored CRC.
+        let mut blocks: Vec<(FileId, u64, usize)> = Vec::new();
+        let mut block_at: std::collections::HashMap<(u32, u64), usize> =
+            std::collections::HashMap::new();
+        // The first record that fails here: the blocks of those before it
+        // are still checked, so the first failure by position is reported.
+        let mut failed: Option<(usize, Error)> = None;
+        let mut pending: Vec<Option<(usize, u32, u64, u64)>> = Vec::with_capacity(idxs.len());
+        for (i, place) in places.iter().enumerate() {
+            let idx = idxs[i];
+            let Some(place) = place else {
+                out.push(placeholder);
+                pending.push(None);
+                continue;
+            };
+            let bytes = unit_of(place).and_then(|_| unit_bytes.next());
+            match *place {
+                Place::Entry(u) => {
+                    match v2::decode_entry(u, bytes.map_or(&[][..], Vec::as_slice)) {
+                        Ok(loc) => out.push(loc),
+                        Err(reason) => {
+                            failed = Some((i, self.bad_entry(idx, reason)));
+                            break;
+                        }
+                    }
+                    pending.push(None);
+                }
+                Place::Run { run, k, .. } if check => {
+                    let b = u64::from(k / run.block_records());
+                    let unit = unit_of(place).unwrap_or(0);
+                    let stored = match runs::decode_crcs(unit, bytes.map_or(&[][..], Vec::as_slice))
+                    {
+                        Ok(c) => c[(b % runs::CRCS_PER_UNIT as u64) as usize],
+                        Err(reason) => {
+                            failed = Some((i, self.bad_entry(idx, reason)));
+                            break;
+                        }
+                    };
+                    let (lo, hi) = run.block_range(b);
+                    let stride = u64::from(run.stride);
+                    let from = u64::from(run.offset) + u64::from(lo) * stride;
+                    let end = u64::from(run.offset) + u64::from(hi) * stride;
+                    let file = FileId::Chunk(run.chunk);
+                    let file_len = self.open(file)?.unwrap_or(0);
+                    if end > file_len {
+                        let fault = loaderx_format::EntryFault::PastFileEnd {
+                            chunk: run.chunk,
+                            end,
+                            file_len,
+                        };
+                        failed = Some((i, self.bad_entry(idx, fault)));
+                        break;
+                    }
+                    let at = *block_at.entry((run.chunk, from)).or_insert_with(|| {
+                        blocks.push((file, from, (end - from) as usize));
+                        blocks.len() - 1
+                    });
+                    out.push(run.loc(k, 0));
+                    pending.push(Some((at, stored, u64::from(k - lo) * stride, b)));
+                }
+                Place::Run { run, k, .. } => {
+                    out.push(run.loc(k, 0));
+                    pending.push(None);
+                }
+            }
+        }
+        if blocks.is_empty() {
+            return Ok(failed);
+        }
+        let fetched = self.fetch_many(&blocks, "read")?;
+        let base = out.len() - pending.len();
+        for (i, p) in pending.iter().enumerate() {
+            let Some((at, stored, within, b)) = *p else {
+                continue;
+            };
+            let bytes = &fetched[at];
+            let found = v2::crc32c(bytes);
+            if found != stored {
+                return Ok(Some((
+                    i,
+                    Error::Corrupt {
+                        path: self.path(blocks[at].0),
+                        entry: idxs[i],
+                        reason: format!(
+                            "block {b} of its run: checksum mismatch (stored {stored:#010x}, computed {found:#010x})"
+                        ),
+                    },
+                )));
+            }
+            let loc = &mut out[base + i];
+            let within = within as usize;
+            loc.crc = v2::crc32c(&bytes[within..within + loc.phys_length as usize]);
+        }
+        Ok(failed)
+    }
+
     /// Checks the block of record `k` of `run` against its CRC, then gives
     /// the record's own CRC32C.
     fn run_record_crc(&self, index: u64, run: &Run, crcs: u64, k: u32) -> Result<u32> {
