@@ -26,6 +26,15 @@ use crate::{
     storage::{FileId, Storage},
 };
 
+/// A run of nothing: its `loc` is the placeholder of an index past the
+/// length (which the caller refuses).
+const NO_RUN: Run = Run {
+    chunk: 0,
+    offset: 0,
+    stride: 0,
+    count: 0,
+};
+
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct RunTable {
@@ -245,13 +254,7 @@ impl<S: Storage> Files<S> {
         check: bool,
         out: &mut Vec<RecordLoc>,
     ) -> Result<Option<(usize, Error)>> {
-        let placeholder = Run {
-            chunk: 0,
-            offset: 0,
-            stride: 0,
-            count: 0,
-        }
-        .loc(0, 0);
+        let placeholder = NO_RUN.loc(0, 0);
         let live = idxs.iter().copied().filter(|&i| i < length).max();
         if let Some(max) = live {
             self.ensure_runs(max + 1)?;
@@ -348,10 +351,24 @@ impl<S: Storage> Files<S> {
                 }
             }
         }
+        self.check_fetched_blocks(idxs, &pending, &blocks, out, failed)
+    }
+
+    /// The second half of [`fetch_runs_locs`](Self::fetch_runs_locs): the
+    /// blocks fetched at once, each checked, and the CRC of each record
+    /// that `pending` places in one set in `out`.
+    fn check_fetched_blocks(
+        &self,
+        idxs: &[u64],
+        pending: &[Option<(usize, u32, u64, u64)>],
+        blocks: &[(FileId, u64, usize)],
+        out: &mut [RecordLoc],
+        failed: Option<(usize, Error)>,
+    ) -> Result<Option<(usize, Error)>> {
         if blocks.is_empty() {
             return Ok(failed);
         }
-        let fetched = self.fetch_many(&blocks, "read")?;
+        let fetched = self.fetch_many(blocks, "read")?;
         let base = out.len() - pending.len();
         for (i, p) in pending.iter().enumerate() {
             let Some((at, stored, within, b)) = *p else {
