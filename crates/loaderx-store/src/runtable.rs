@@ -697,7 +697,7 @@ impl<S: Storage> Files<S> {
                     let k = k as u32;
                     let (chunk, offset) = match place {
                         Some(to) => (to.chunk_id, to.offset),
-                        None => (run.chunk, run.offset + k * run.stride),
+                        None => (run.chunk, run.loc(k, 0).offset),
                     };
                     if let Some(Item::Seg {
                         old,

@@ -92,11 +92,14 @@ impl Run {
     }
 
     /// Where record `k` of the run lies, as an entry would say it, with
-    /// `crc` as its checksum (runs keep none per record).
+    /// `crc` as its checksum (runs keep none per record). For `k < count`
+    /// of a run [`decode_piece`] accepted, the offset fits a `u32` (the run
+    /// ends by `2^32`); past that it saturates, never wraps.
     #[must_use]
     pub fn loc(&self, k: u32, crc: u32) -> RecordLoc {
+        let offset = u64::from(self.offset) + u64::from(k) * u64::from(self.stride);
         RecordLoc {
-            offset: self.offset + k * self.stride,
+            offset: u32::try_from(offset).unwrap_or(u32::MAX),
             phys_length: self.stride,
             logic_length: self.stride,
             chunk_id: self.chunk,
@@ -259,6 +262,9 @@ pub fn decode_piece(unit: u64, bytes: &[u8]) -> Result<Piece, EntryFault> {
             if run.stride == 0 || run.stride > super::MAX_RECORD_LEN_V2 {
                 return Err(EntryFault::BadRun("stride outside 1 ..= 2^31 - 1"));
             }
+            if run.end() > crate::CHUNK_CAPACITY {
+                return Err(EntryFault::BadRun("the run passes the end of a chunk"));
+            }
             Ok(Piece::Run(run))
         }
         _ => Err(EntryFault::BadRun(
@@ -378,6 +384,9 @@ mod tests {
         assert!(decode_piece(0, &encode_run(0, &run(0, 3))).is_err());
         assert!(decode_piece(0, &encode_run(0, &run(1 << 31, 3))).is_err());
         assert!(decode_piece(0, &encode_group(0, 0)).is_err());
+        // Past 2^32: refused, so `loc` of every record fits a u32.
+        assert!(decode_piece(0, &encode_run(0, &run(1 << 20, 1 << 12))).is_err());
+        assert!(decode_piece(0, &encode_run(0, &run(1 << 20, (1 << 12) - 1))).is_ok());
         // A record entry is not a piece head.
         assert!(decode_piece(0, &encode_crcs(0, &[1, 2])).is_err());
         assert_eq!(run(5000, 3).block_records(), 1);
