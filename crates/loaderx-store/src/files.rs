@@ -387,12 +387,13 @@ impl<S: Storage> Files<S> {
             return self.fetch_runs_locs(idxs, length, self.check_blocks, out);
         }
         if self.layout.runs() {
+            let mut seen = None;
             for (i, &idx) in idxs.iter().enumerate() {
                 if idx >= length {
                     out.push(PLACEHOLDER);
                     continue;
                 }
-                match self.runs_loc(idx, self.check_blocks) {
+                match self.runs_loc_seen(idx, self.check_blocks, &mut seen) {
                     Ok(loc) => out.push(loc),
                     Err(e) => return Ok(Some((i, e))),
                 }
@@ -578,7 +579,9 @@ impl<S: Storage> Files<S> {
                 self.read(FileId::Meta, self.entry_at(index), &mut buf, "read table")?;
                 Ok(RecordLoc::decode(&buf))
             }
-            Layout::V2 { runs: true, .. } => self.runs_loc(index, true),
+            // Lengths and dimensions need no block read: a scan asks for the
+            // CRC itself (`runs_loc_seen`).
+            Layout::V2 { runs: true, .. } => self.runs_loc(index, false),
             Layout::V2 { entry_len, .. } => self
                 .with_bytes(
                     FileId::Meta,

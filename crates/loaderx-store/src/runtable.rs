@@ -222,6 +222,19 @@ impl<S: Storage> Files<S> {
     /// (so the caller's check of the record passes exactly when the block
     /// is intact), else 0.
     pub(crate) fn runs_loc(&self, index: u64, check: bool) -> Result<RecordLoc> {
+        self.runs_loc_seen(index, check, &mut None)
+    }
+
+    /// [`runs_loc`](Self::runs_loc) for a loop over records: `seen` is the
+    /// last block this loop checked (CRC unit position, block), so the
+    /// records after the first of a block take only their own CRC, and a
+    /// scan checks each block once, not once per record.
+    pub(crate) fn runs_loc_seen(
+        &self,
+        index: u64,
+        check: bool,
+        seen: &mut Option<(u64, u64)>,
+    ) -> Result<RecordLoc> {
         match self.runs_place(index)? {
             Place::Entry(unit) => {
                 let at = self.table_start() + unit * UNIT_LEN as u64;
@@ -231,14 +244,43 @@ impl<S: Storage> Files<S> {
                 .map_err(|reason| self.bad_entry(index, reason))
             }
             Place::Run { run, crcs, k } => {
-                let crc = if check {
-                    self.run_record_crc(index, &run, crcs, k)?
-                } else {
+                let block = (crcs, u64::from(k / run.block_records()));
+                let crc = if !check {
                     0
+                } else if *seen == Some(block) {
+                    self.run_record_own_crc(index, &run, k)?
+                } else {
+                    let crc = self.run_record_crc(index, &run, crcs, k)?;
+                    *seen = Some(block);
+                    crc
                 };
                 Ok(run.loc(k, crc))
             }
         }
+    }
+
+    /// The CRC32C of record `k` of `run` alone (its block was checked).
+    fn run_record_own_crc(&self, index: u64, run: &Run, k: u32) -> Result<u32> {
+        let loc = run.loc(k, 0);
+        let file = FileId::Chunk(run.chunk);
+        let file_len = self.open(file)?.unwrap_or(0);
+        if loc.end() > file_len {
+            return Err(self.bad_entry(
+                index,
+                loaderx_format::EntryFault::PastFileEnd {
+                    chunk: run.chunk,
+                    end: loc.end(),
+                    file_len,
+                },
+            ));
+        }
+        self.with_bytes(
+            file,
+            u64::from(loc.offset),
+            loc.phys_length as usize,
+            "read",
+            v2::crc32c,
+        )
     }
 
     /// [`runs_loc`](Self::runs_loc) of each of `idxs` below `length` (a

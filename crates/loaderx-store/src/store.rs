@@ -689,11 +689,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .collect::<Result<_>>()?;
         let n = usize::try_from(head.length).unwrap_or(usize::MAX);
         let found = Mutex::new(Vec::new());
+        let runs = self.layout().runs();
         parallel::for_ranges(n, u64::MAX, |range| {
             let mut scratch = Vec::new();
+            // A run table: each block checked once (`runs_loc_seen`).
+            let mut seen = None;
             for i in range {
                 let i = i as u64;
-                let checked = self.entry(i, &head).and_then(|loc| {
+                let entry = if runs {
+                    self.files
+                        .runs_loc_seen(i, true, &mut seen)
+                        .and_then(|loc| self.check_entry(i, &loc, &head).map(|()| loc))
+                } else {
+                    self.entry(i, &head)
+                };
+                let checked = entry.and_then(|loc| {
                     let have = lens.get(&loc.chunk_id).copied().unwrap_or(0);
                     if loc.end() > have {
                         return Err(Error::Corrupt {
