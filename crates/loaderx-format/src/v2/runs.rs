@@ -385,8 +385,8 @@ mod tests {
         assert!(decode_piece(0, &encode_run(0, &run(1 << 31, 3))).is_err());
         assert!(decode_piece(0, &encode_group(0, 0)).is_err());
         // Past 2^32: refused, so `loc` of every record fits a u32.
-        assert!(decode_piece(0, &encode_run(0, &run(1 << 20, 1 << 12))).is_err());
-        assert!(decode_piece(0, &encode_run(0, &run(1 << 20, (1 << 12) - 1))).is_ok());
+        assert!(decode_piece(0, &encode_run(0, &run(1 << 20, (1 << 12) + 1))).is_err());
+        assert!(decode_piece(0, &encode_run(0, &run(1 << 20, 1 << 12))).is_ok());
         // A record entry is not a piece head.
         assert!(decode_piece(0, &encode_crcs(0, &[1, 2])).is_err());
         assert_eq!(run(5000, 3).block_records(), 1);
