@@ -731,14 +731,15 @@ impl<S: Storage> Files<S> {
         Ok(self.entry_at(length))
     }
 
-    /// The refusal of an operation that rewrites record entries in place,
-    /// which a run table has not.
+    /// The refusal of a write of one record entry in place, which a run
+    /// table has not (its rewrites go through `Store::rewrite_runs`): a
+    /// guard, never reached by the engine's own operations.
     pub(crate) fn no_runs(&self, op: &'static str) -> Error {
         Error::InvalidArgument {
             path: self.dir.clone(),
             argument: "runs",
             reason: format!(
-                "{op}: the store keeps a run table, which this version cannot rewrite (delete and compact are not supported on it yet)"
+                "{op}: the store keeps a run table, whose record entries are not written one at a time"
             ),
         }
     }

@@ -176,8 +176,9 @@ impl<C: Codec + Default> Store<C, FileStorage> {
     /// so small fixed-size records (labels, token blocks) cost little more
     /// than their bytes. Bytes and dense stores only. Readers older than
     /// run tables refuse the store (its header has a feature bit they do
-    /// not know). `delete` and `compact` are refused on such a store
-    /// (`Error::InvalidArgument` naming `runs`), leaving it as it was.
+    /// not know). `delete` splits the runs it cuts and `compact` keeps runs
+    /// that move together; a damaged byte fails the reads of its whole
+    /// block (up to 4 KiB of records) when CRCs are checked.
     ///
     /// # Errors
     /// As [`create_v2`](Store::create_v2), and [`Error::InvalidArgument`]

@@ -5,8 +5,9 @@
 //! The index is read from `meta.zr` as far as a head's `length` needs, the
 //! first time it is needed (opening reads the pieces below the committed
 //! length; a reader that catches up with a later commit reads on), and
-//! appends add their own pieces as they write them. It only grows: `delete`
-//! and `compact` are refused on stores with a run table. Every piece head
+//! appends add their own pieces as they write them. `delete` and `compact`
+//! rewrite the table in place (`Store::rewrite_runs`, through the undo
+//! log) and forget the index, which is then read again. Every piece head
 //! read is checked (its unit CRC, its fields), never trusted for more than
 //! the bytes `meta.zr` holds: the index takes one slot per piece read, each
 //! backed by at least one unit of the file.
