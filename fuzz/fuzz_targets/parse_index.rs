@@ -13,7 +13,11 @@
 //!   the chosen slot's `schema_len`), then the table. The slots go through
 //!   `pick_header`, the block through `Schema::decode` with the header's
 //!   checksum, and each entry below `length` that the bytes hold through
-//!   `decode_entry` and `entry_fault` (`Rules::V2`);
+//!   `decode_entry` and `entry_fault` (`Rules::V2`); a slot with the run
+//!   table feature bit makes the table a run table (§9.5), walked piece by
+//!   piece through `decode_piece`, `decode_crcs`, `decode_entry`,
+//!   `entry_fault` and `run_fault`, every accepted unit re-encoding to its
+//!   bytes;
 //! * 2 — the same, but the harness first recomputes every checksum (the
 //!   schema's in both slots, both slots', every entry's), so mutations get
 //!   past them to the checks behind;
@@ -27,6 +31,7 @@ use loaderx_format::{
     v2::{
         self, HEADER_V2_LEN, HeaderV2, MAX_RECORD_LEN_V2, Schema, UndoLogV2, decode_entry, dims_of,
         encode_entry, pick_header,
+        runs::{self, FEATURE_RUNS, Piece, UNIT_LEN},
     },
     validate_entry,
 };
@@ -116,6 +121,10 @@ fn v2_meta(image: &[u8], lens: &[u64], fixed: bool) {
         return; // the engine refuses the store: the table layout is unknown
     }
 
+    if header.features & FEATURE_RUNS != 0 {
+        run_table(table, &head, lens, all_fixed);
+        return;
+    }
     // Entries below `length` that the bytes hold: the loop is bounded by
     // the input, never by the untrusted `length`.
     let entry_len = usize::from(header.entry_len);
@@ -156,6 +165,80 @@ fn v2_meta(image: &[u8], lens: &[u64], fixed: bool) {
             let tail = head.tails[head.lane_of(loc.chunk_id)];
             assert!(loc.chunk_id != tail.chunk || loc.end() <= u64::from(tail.offset));
         }
+    }
+}
+
+/// A run table (§9.5): pieces from unit 0 on until `length` records are
+/// covered or the bytes end; bounded by the input, never by `length`.
+fn run_table(table: &[u8], head: &loaderx_format::Head, lens: &[u64], all_fixed: bool) {
+    let unit_at = |u: u64| {
+        usize::try_from(u)
+            .ok()
+            .and_then(|u| u.checked_mul(UNIT_LEN))
+            .and_then(|at| table.get(at..at.checked_add(UNIT_LEN)?))
+    };
+    let (mut unit, mut records) = (0u64, 0u64);
+    while records < head.length {
+        let Some(bytes) = unit_at(unit) else {
+            return;
+        };
+        let piece = match runs::decode_piece(unit, bytes) {
+            Ok(p) => p,
+            Err(fault) => {
+                assert!(
+                    !(all_fixed && fault == EntryFault::EntryChecksum),
+                    "unit {unit}: {fault}"
+                );
+                return;
+            }
+        };
+        assert!(piece.records() >= 1 && piece.units() >= 2);
+        match piece {
+            Piece::Group { count } => {
+                assert_eq!(&runs::encode_group(unit, count)[..], bytes);
+                // Entries the bytes hold, at most `count`.
+                let mut out = [0u8; UNIT_LEN];
+                for k in 0..count {
+                    let u = unit + 1 + k;
+                    let Some(e) = unit_at(u) else {
+                        return;
+                    };
+                    let Ok(loc) = decode_entry(u, e) else {
+                        continue;
+                    };
+                    encode_entry(u, &loc, &[], &mut out);
+                    assert_eq!(&out[..], e, "entry unit {u} does not re-encode");
+                    let file_len = lens.get(loc.chunk_id as usize).copied().unwrap_or(0);
+                    if entry_fault(&loc, head, file_len, Rules::V2).is_none() {
+                        assert!(loc.end() <= file_len);
+                    }
+                }
+            }
+            Piece::Run(run) => {
+                assert_eq!(&runs::encode_run(unit, &run)[..], bytes);
+                assert!(run.stride >= 1 && run.stride <= MAX_RECORD_LEN_V2 && run.count >= 1);
+                let file_len = lens.get(run.chunk as usize).copied().unwrap_or(0);
+                if runs::run_fault(&run, head, file_len).is_none() {
+                    // Every record of an accepted run is a valid raw record.
+                    for k in [0, run.count - 1] {
+                        let loc = run.loc(k, 0);
+                        assert_eq!(entry_fault(&loc, head, file_len, Rules::V2), None);
+                    }
+                    assert!(run.end() <= file_len);
+                }
+                for c in 0..run.units() - 1 {
+                    let u = unit + 1 + c;
+                    let Some(b) = unit_at(u) else {
+                        return;
+                    };
+                    if let Ok(crcs) = runs::decode_crcs(u, b) {
+                        assert_eq!(&runs::encode_crcs(u, &crcs)[..], b);
+                    }
+                }
+            }
+        }
+        records = records.saturating_add(piece.records());
+        unit = unit.saturating_add(piece.units());
     }
 }
 

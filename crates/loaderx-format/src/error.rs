@@ -118,6 +118,8 @@ pub enum EntryFault {
         /// The header's `tail_offset`.
         tail_offset: u32,
     },
+    /// A run-table piece (format v2, §9.5) breaks a rule: what it breaks.
+    BadRun(&'static str),
     /// The bytes end past the chunk file's real end.
     PastFileEnd {
         /// The entry's `chunk_id`.
@@ -180,6 +182,7 @@ impl fmt::Display for EntryFault {
                 "entry checksum mismatch (the table entry is damaged or was never written)",
             ),
             EntryFault::Reserved => f.write_str("reserved entry bytes are not zero"),
+            EntryFault::BadRun(why) => write!(f, "run table: {why}"),
             EntryFault::Dims { expected, found } => write!(
                 f,
                 "dimensions give {expected} bytes but the record is {found} bytes"

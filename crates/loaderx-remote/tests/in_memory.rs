@@ -16,14 +16,28 @@ fn uploaded(
     codec: CodecTag,
     options: RemoteOptions,
 ) -> (Arc<InMemory>, Vec<u8>, RemoteStorage) {
+    uploaded_as(n, codec, options, false)
+}
+
+/// [`uploaded`], with a run table when `runs`.
+fn uploaded_as(
+    n: u32,
+    codec: CodecTag,
+    options: RemoteOptions,
+    runs: bool,
+) -> (Arc<InMemory>, Vec<u8>, RemoteStorage) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let data: Vec<u8> = (0..n * 100)
         .map(|k| ((k / 100 + k % 100) % 251) as u8)
         .collect();
     {
-        let store: Store =
-            Store::create_v2(&path, &Schema::bytes(codec), OpenOptions::default()).unwrap();
+        let schema = Schema::bytes(codec);
+        let store: Store = if runs {
+            Store::create_v2_runs(&path, &schema, OpenOptions::default()).unwrap()
+        } else {
+            Store::create_v2(&path, &schema, OpenOptions::default()).unwrap()
+        };
         store.append_fixed(&data, n as usize, 100).unwrap();
         store.close().unwrap();
     }
@@ -86,6 +100,62 @@ fn a_gather_reads_the_records_asked_for_raw_and_compressed() {
         assert_eq!(lens, [100, 100, 100]);
         store.verify().unwrap();
     }
+}
+
+/// A store with a run table, read by pages: every record's block is
+/// fetched and checked against its CRC before the record is copied out,
+/// and a damaged byte fails the records of its block only.
+#[test]
+fn a_run_table_is_read_by_pages_and_its_blocks_checked() {
+    let options = RemoteOptions {
+        table_page_bytes: 4096,
+        coalesce_bytes: 0,
+        ..RemoteOptions::default()
+    };
+    let (mem, data, storage) = uploaded_as(2000, CodecTag::RAW, options.clone(), true);
+    let store = open(storage);
+    assert_eq!(store.len(), 2000);
+    let idxs: Vec<u64> = vec![1999, 3, 1000, 3, 0, 517, 1234];
+    let mut dst = vec![0u8; idxs.len() * 100];
+    store.gather(&idxs, &mut dst, 100).unwrap();
+    for (k, &i) in idxs.iter().enumerate() {
+        let i = i as usize;
+        assert_eq!(&dst[k * 100..(k + 1) * 100], &data[i * 100..(i + 1) * 100]);
+    }
+    // A batch over many blocks, some twice.
+    let many: Vec<u64> = (0..300u64).map(|k| k * 7919 % 2000).collect();
+    let mut dst = vec![0u8; many.len() * 100];
+    store.gather(&many, &mut dst, 100).unwrap();
+    for (k, &i) in many.iter().enumerate() {
+        let i = i as usize;
+        assert_eq!(&dst[k * 100..(k + 1) * 100], &data[i * 100..(i + 1) * 100]);
+    }
+    store.verify().unwrap();
+    drop(store);
+    // 100-byte records: 40 a block. Record 85 lies in block 2 (80..120).
+    let chunk = Path::from("pre/0.zr");
+    let rt = tokio_rt();
+    let mut bytes = rt
+        .block_on(async { mem.get(&chunk).await.unwrap().bytes().await.unwrap() })
+        .to_vec();
+    bytes[85 * 100 + 5] ^= 1;
+    rt.block_on(mem.put(&chunk, PutPayload::from(bytes)))
+        .unwrap();
+    let storage = RemoteStorage::with_store(mem.clone(), "pre", "memory:///pre", options).unwrap();
+    let store = open(storage);
+    let mut one = vec![0u8; 100];
+    store.gather(&[79], &mut one, 100).unwrap();
+    store.gather(&[120], &mut one, 100).unwrap();
+    let err = store.gather(&[80], &mut one, 100).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Corrupt, "{err}");
+    assert!(err.to_string().contains("block 2 of its run"), "{err}");
+    // In a batch, the first damaged record by position is the one named.
+    let mut two = vec![0u8; 300];
+    let err = store.gather(&[5, 119, 81], &mut two, 100).unwrap_err();
+    assert!(
+        matches!(err, loaderx_store::Error::Corrupt { entry: 119, .. }),
+        "{err}"
+    );
 }
 
 #[test]

@@ -471,8 +471,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         // The table must stay inside the extent `meta.zr` is mapped over
         // (a v1 table, at most 256 MiB, always does).
-        if self.files.table_end(first + n as u64) > crate::storage::META_EXTENT {
-            let fit = (crate::storage::META_EXTENT - self.files.table_end(0))
+        // A run table's appends take at most two units a record (a piece
+        // head for each, in the worst case).
+        let need = if self.layout().runs() {
+            self.files.table_end(first)? + 2 * (n as u64 + 1) * self.files.entry_len() as u64
+        } else {
+            self.files.table_end(first + n as u64)?
+        };
+        if need > crate::storage::META_EXTENT {
+            let fit = (crate::storage::META_EXTENT - self.files.table_end(0)?)
                 / self.files.entry_len() as u64;
             return Err(self.full(n, "record (the table's mapped extent)", fit));
         }
@@ -561,6 +568,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // commit (`sync`), after the bytes and entries are durable.
         // Encoded (a checksum each) and written in parallel parts: for small
         // records this is most of an append's work.
+        if self.layout().runs() {
+            self.files.write_runs(head.length, &locs, &payload)?;
+            return Ok(after);
+        }
         let entry_len = self.files.entry_len();
         let count = end - start;
         parallel::for_ranges(count, count as u64 * ENTRY_COST, |range| {

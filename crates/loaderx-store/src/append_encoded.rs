@@ -73,6 +73,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let (locs, after, new_chunks) = self.place(&head, &encoded, &layout, n)?;
         self.create_chunks(new_chunks)?;
         self.write_payloads(&locs, &|i| records[i].bytes, None, None)?;
+        if self.layout().runs() {
+            self.files
+                .write_runs(head.length, &locs, &|i| records[i].bytes)?;
+            self.frontier.publish(&after);
+            return Ok(head.length);
+        }
         let entry_len = self.files.entry_len();
         let mut table = Vec::new();
         table

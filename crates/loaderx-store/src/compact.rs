@@ -57,8 +57,18 @@ impl<C: Codec, S: Storage> Store<C, S> {
         order.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
             bytes: (n as u64).saturating_mul(std::mem::size_of::<(u64, RecordLoc)>() as u64),
         })?;
+        let runs = self.layout().runs();
         for i in 0..head.length {
-            order.push((i, self.entry(i, &head)?));
+            let loc = if runs {
+                // A run record's block is checked when the table is
+                // rewritten with it (`plan_runs`), once per block.
+                let loc = self.files.runs_loc(i, false)?;
+                self.check_entry(i, &loc, &head)?;
+                loc
+            } else {
+                self.entry(i, &head)?
+            };
+            order.push((i, loc));
         }
         // Lane by lane, in physical order: each lane is packed on its own.
         order.sort_unstable_by_key(|(_, loc)| (lane(loc), loc.position()));
@@ -208,8 +218,26 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Ok(())
     }
 
-    /// Rewrites the table entries of the given records.
-    fn point_entries<'a>(&self, entries: impl Iterator<Item = (u64, &'a RecordLoc)>) -> Result<()> {
+    /// Rewrites the table entries of the given records (a run table: all
+    /// at once, through the undo log, see `runtable.rs`).
+    fn point_entries<'a>(
+        &mut self,
+        entries: impl Iterator<Item = (u64, &'a RecordLoc)>,
+    ) -> Result<()> {
+        if self.layout().runs() {
+            let moved: std::collections::HashMap<u64, RecordLoc> =
+                entries.map(|(i, loc)| (i, *loc)).collect();
+            let head = *self
+                .committed
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            return self.rewrite_runs(
+                &head,
+                head.length,
+                &std::collections::BTreeMap::new(),
+                &moved,
+            );
+        }
         for (index, loc) in entries {
             self.files.write_entry(index, loc, "write table")?;
         }

@@ -48,6 +48,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 return Err(Error::IndexOutOfRange { index: bad, len });
             }
         }
+        if self.layout().runs() {
+            return self.exclusively(|store| store.delete_runs(idxs));
+        }
         self.exclusively(|store| store.delete_exclusive(idxs))
     }
 
@@ -87,6 +90,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         let log = undo::Log {
             head,
             entries: originals,
+            units: Vec::new(),
         };
         self.write_undo(&log)?;
 

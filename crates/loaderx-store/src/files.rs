@@ -38,6 +38,11 @@ pub(crate) struct Files<S> {
     layout: Layout,
     /// Sequence number of the last v2 header written.
     sequence: AtomicU64,
+    /// The index of a run table's pieces (`runtable.rs`; empty otherwise).
+    run_table: std::sync::RwLock<crate::runtable::RunTable>,
+    /// Whether gathers check run records' block CRCs (the handle's
+    /// `check_raw`): set once at open.
+    check_blocks: bool,
 }
 
 impl<S: Storage> Files<S> {
@@ -48,7 +53,19 @@ impl<S: Storage> Files<S> {
             dir,
             layout: Layout::V1,
             sequence: AtomicU64::new(0),
+            run_table: std::sync::RwLock::default(),
+            check_blocks: false,
         }
+    }
+
+    /// The index of a run table's pieces.
+    pub(crate) fn run_table(&self) -> &std::sync::RwLock<crate::runtable::RunTable> {
+        &self.run_table
+    }
+
+    /// Sets whether gathers check run records' block CRCs.
+    pub(crate) fn set_check_blocks(&mut self, check: bool) {
+        self.check_blocks = check;
     }
 
     /// Sets the layout found at open (and the v2 header sequence read).
@@ -337,6 +354,11 @@ impl<S: Storage> Files<S> {
                     schema_len,
                     schema_crc,
                     entry_len: entry_len as u16,
+                    features: if self.layout.runs() {
+                        v2::runs::FEATURE_RUNS
+                    } else {
+                        0
+                    },
                 };
                 self.write(FileId::Meta, header.slot_offset(), &header.encode(), op)?;
                 self.sequence.store(header.sequence, Ordering::Release);
@@ -372,6 +394,23 @@ impl<S: Storage> Files<S> {
             codec: loaderx_format::CodecTag::RAW,
             crc: 0,
         };
+        if self.layout.runs() && self.fetches() {
+            return self.fetch_runs_locs(idxs, length, self.check_blocks, out);
+        }
+        if self.layout.runs() {
+            let mut seen = None;
+            for (i, &idx) in idxs.iter().enumerate() {
+                if idx >= length {
+                    out.push(PLACEHOLDER);
+                    continue;
+                }
+                match self.runs_loc_seen(idx, self.check_blocks, &mut seen) {
+                    Ok(loc) => out.push(loc),
+                    Err(e) => return Ok(Some((i, e))),
+                }
+            }
+            return Ok(None);
+        }
         let in_range = idxs.iter().copied().filter(|&i| i < length);
         let (Layout::V2 { entry_len, .. }, Some(max)) = (self.layout, in_range.max()) else {
             for (i, &idx) in idxs.iter().enumerate() {
@@ -477,6 +516,15 @@ impl<S: Storage> Files<S> {
         range: std::ops::Range<u64>,
         out: &mut Vec<RecordLoc>,
     ) -> Result<Option<Error>> {
+        if self.layout.runs() {
+            for index in range {
+                match self.runs_loc(index, false) {
+                    Ok(loc) => out.push(loc),
+                    Err(e) => return Ok(Some(e)),
+                }
+            }
+            return Ok(None);
+        }
         let Layout::V2 { entry_len, .. } = self.layout else {
             for index in range {
                 match self.read_entry(index) {
@@ -542,6 +590,9 @@ impl<S: Storage> Files<S> {
                 self.read(FileId::Meta, self.entry_at(index), &mut buf, "read table")?;
                 Ok(RecordLoc::decode(&buf))
             }
+            // Lengths and dimensions need no block read: a scan asks for the
+            // CRC itself (`runs_loc_seen`).
+            Layout::V2 { runs: true, .. } => self.runs_loc(index, false),
             Layout::V2 { entry_len, .. } => self
                 .with_bytes(
                     FileId::Meta,
@@ -581,6 +632,9 @@ impl<S: Storage> Files<S> {
 
     /// The dimensions entry `index` carries, into `out` (`entry_dims()` long).
     pub(crate) fn read_dims(&self, index: u64, out: &mut [u32]) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
         self.with_bytes(
             FileId::Meta,
             self.entry_at(index),
@@ -603,6 +657,9 @@ impl<S: Storage> Files<S> {
 
     /// Writes `entry` as table entry `index`.
     pub(crate) fn write_full(&self, index: u64, entry: &Entry, op: &'static str) -> Result<()> {
+        if self.layout.runs() {
+            return Err(self.no_runs(op));
+        }
         let mut buf = Vec::with_capacity(self.entry_len());
         self.encode_entry(
             index,
@@ -627,6 +684,9 @@ impl<S: Storage> Files<S> {
 
     /// Writes already-encoded entries as table entries `first..`, in one write.
     pub(crate) fn write_entries(&self, first: u64, encoded: &[u8]) -> Result<()> {
+        if self.layout.runs() {
+            return Err(self.no_runs("write table"));
+        }
         debug_assert_eq!(encoded.len() % self.entry_len(), 0);
         self.write(FileId::Meta, self.entry_at(first), encoded, "write table")
     }
@@ -673,15 +733,39 @@ impl<S: Storage> Files<S> {
         v2::pick_header(&a, &b).map_err(|e| Error::format(self.path(FileId::Meta), e))
     }
 
-    /// Bytes of `meta.zr` a table of `length` entries reaches.
-    pub(crate) fn table_end(&self, length: u64) -> u64 {
-        self.entry_at(length)
+    /// Bytes of `meta.zr` a table of `length` entries reaches (a run
+    /// table: read as far as that, see `runtable.rs`).
+    pub(crate) fn table_end(&self, length: u64) -> Result<u64> {
+        if self.layout.runs() {
+            return self.runs_table_end(length);
+        }
+        Ok(self.entry_at(length))
+    }
+
+    /// The refusal of a write of one record entry in place, which a run
+    /// table has not (its rewrites go through `Store::rewrite_runs`): a
+    /// guard, never reached by the engine's own operations.
+    pub(crate) fn no_runs(&self, op: &'static str) -> Error {
+        Error::InvalidArgument {
+            path: self.dir.clone(),
+            argument: "runs",
+            reason: format!(
+                "{op}: the store keeps a run table, whose record entries are not written one at a time"
+            ),
+        }
     }
 
     /// Calls `f` with the table entries `0..length`, decoded.
     pub(crate) fn for_each_entry(&self, length: u64, mut f: impl FnMut(RecordLoc)) -> Result<()> {
         // In pieces, so a table of billions of entries is never one borrow.
         const PIECE: u64 = 1 << 16;
+        if self.layout.runs() {
+            // Run records come with no CRC (see `runs_loc`).
+            for index in 0..length {
+                f(self.runs_loc(index, false)?);
+            }
+            return Ok(());
+        }
         let mut first = 0;
         while first < length {
             let n = PIECE.min(length - first);

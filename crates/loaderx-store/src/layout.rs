@@ -27,6 +27,10 @@ pub(crate) enum Layout {
     /// `entry_len` bytes from `table` on, each carrying `ndim` dimensions
     /// and its record's CRC32C.
     V2 {
+        /// The table is a run table (`docs/FORMAT.md`, §9.5): pieces of
+        /// 28-byte units, found through `Files`' index of them, not an
+        /// array indexed by record.
+        runs: bool,
         table: u64,
         entry_len: usize,
         ndim: usize,
@@ -104,6 +108,12 @@ impl Layout {
         }
     }
 
+    /// Whether the table is a run table (format v2, §9.5).
+    #[inline]
+    pub(crate) fn runs(self) -> bool {
+        matches!(self, Layout::V2 { runs: true, .. })
+    }
+
     /// Dimensions each table entry carries (ragged v2 stores).
     #[inline]
     pub(crate) fn entry_dims(self) -> usize {
@@ -168,6 +178,7 @@ mod tests {
     #[test]
     fn each_version_answers_its_own_rules() {
         let v2 = Layout::V2 {
+            runs: false,
             table: 8192,
             entry_len: v2::entry_len(1),
             ndim: 1,

@@ -94,6 +94,7 @@ mod open;
 #[allow(unsafe_code)] // the pool and `SharedDst`: see the module's invariant
 mod parallel;
 mod runs;
+mod runtable;
 mod scan_fetched;
 mod slots;
 pub mod storage;

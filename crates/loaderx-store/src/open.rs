@@ -170,6 +170,26 @@ impl<C: Codec + Default> Store<C, FileStorage> {
     ) -> Result<Self> {
         Self::create_v2_path_in(path, schema, options, |files| files)
     }
+
+    /// [`create_v2`](Store::create_v2), with a run table (`docs/FORMAT.md`,
+    /// §9.5): appends describe each run of raw records of one size once,
+    /// so small fixed-size records (labels, token blocks) cost little more
+    /// than their bytes. Bytes and dense stores only. Readers older than
+    /// run tables refuse the store (its header has a feature bit they do
+    /// not know). `delete` splits the runs it cuts and `compact` keeps runs
+    /// that move together; a damaged byte fails the reads of its whole
+    /// block (up to 4 KiB of records) when CRCs are checked.
+    ///
+    /// # Errors
+    /// As [`create_v2`](Store::create_v2), and [`Error::InvalidArgument`]
+    /// naming `runs` for a ragged schema.
+    pub fn create_v2_runs(
+        path: impl AsRef<Path>,
+        schema: &Schema,
+        options: OpenOptions,
+    ) -> Result<Self> {
+        Self::create_v2_path_features(path, schema, options, |files| files, v2::runs::FEATURE_RUNS)
+    }
 }
 
 impl<C: Codec + Default, S: Storage> Store<C, S> {
@@ -230,7 +250,24 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
         options: OpenOptions,
         wrap: impl FnOnce(FileStorage) -> S,
     ) -> Result<Self> {
+        Self::create_v2_path_features(path, schema, options, wrap, 0)
+    }
+
+    fn create_v2_path_features(
+        path: impl AsRef<Path>,
+        schema: &Schema,
+        options: OpenOptions,
+        wrap: impl FnOnce(FileStorage) -> S,
+        features: u8,
+    ) -> Result<Self> {
         let path = path.as_ref();
+        if features & v2::runs::FEATURE_RUNS != 0 && schema.entry_dims() != 0 {
+            return Err(Error::InvalidArgument {
+                path: path.to_owned(),
+                argument: "runs",
+                reason: "a run table is for bytes and dense stores; a ragged store keeps one entry per record".into(),
+            });
+        }
         if options.read_only {
             return Err(Error::ReadOnly {
                 path: path.to_owned(),
@@ -265,7 +302,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             )),
             options,
             Some(path),
-            Some(schema),
+            Some((schema, features)),
         )
     }
 }
@@ -291,7 +328,20 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
     /// # Errors
     /// As [`create_v2`](Store::create_v2).
     pub fn create_v2_in(storage: S, schema: &Schema, options: OpenOptions) -> Result<Self> {
-        Self::open_locked(storage, options, None, Some(schema))
+        Self::open_locked(storage, options, None, Some((schema, 0)))
+    }
+
+    /// [`create_v2_runs`](Store::create_v2_runs) on `storage`.
+    ///
+    /// # Errors
+    /// As [`create_v2_runs`](Store::create_v2_runs).
+    pub fn create_v2_runs_in(storage: S, schema: &Schema, options: OpenOptions) -> Result<Self> {
+        Self::open_locked(
+            storage,
+            options,
+            None,
+            Some((schema, v2::runs::FEATURE_RUNS)),
+        )
     }
 
     /// Opens (or creates) the store, taking the locks between handles on
@@ -300,7 +350,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
         storage: S,
         options: OpenOptions,
         lock_dir: Option<&Path>,
-        new: Option<&Schema>,
+        new: Option<(&Schema, u8)>,
     ) -> Result<Self> {
         let mut files = Files::new(storage);
         let read_only = options.read_only || files.is_read_only();
@@ -313,13 +363,13 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
                 ),
             });
         }
-        if let Some(schema) = new {
+        if let Some((schema, features)) = new {
             let schema = &with_codec_table(schema, &options.codecs)
                 .and_then(|s| check_codecs(&s, &options.codecs).map(|()| s))
                 .map_err(|e| e.at(files.dir()))?;
             // Atomic on its own: no lock needed (and none can be taken on a
             // file that does not exist yet).
-            if files.exists(FileId::Meta)? || !create_v2(&files, schema, options.lanes)? {
+            if files.exists(FileId::Meta)? || !create_v2(&files, schema, options.lanes, features)? {
                 return Err(Error::Exists {
                     path: files.dir().to_owned(),
                 });
@@ -370,6 +420,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
         // ones kept raw (that did not shrink) included: who chose a
         // compressed codec gets its checks on all of them.
         let check_raw = options.check_raw || schema.as_ref().is_some_and(Schema::compresses);
+        files.set_check_blocks(check_raw);
         Ok(Store {
             files,
             capacity: options.chunk_capacity,
@@ -615,12 +666,24 @@ fn check_creation(path: &Path, schema: &Schema, lanes: u8) -> Result<()> {
 /// Creates an empty format v2 store: chunks `0..lanes`, then `meta.zr`
 /// (header slot 0, the schema block) published atomically. Whether this
 /// call created it (`false`: another creator got there first).
-fn create_v2<S: Storage>(files: &Files<S>, schema: &Schema, lanes: u8) -> Result<bool> {
+fn create_v2<S: Storage>(
+    files: &Files<S>,
+    schema: &Schema,
+    lanes: u8,
+    features: u8,
+) -> Result<bool> {
     let refuse = |reason: String| Error::NotAStore {
         path: files.dir().to_owned(),
         reason,
     };
     check_creation(files.dir(), schema, lanes)?;
+    if features & v2::runs::FEATURE_RUNS != 0 && schema.entry_dims() != 0 {
+        return Err(Error::InvalidArgument {
+            path: files.dir().to_owned(),
+            argument: "runs",
+            reason: "a run table is for bytes and dense stores; a ragged store keeps one entry per record".into(),
+        });
+    }
     for id in files.chunk_ids()? {
         if files.open(FileId::Chunk(id))?.unwrap_or(0) > 0 {
             if files.exists(FileId::Meta)? {
@@ -644,6 +707,7 @@ fn create_v2<S: Storage>(files: &Files<S>, schema: &Schema, lanes: u8) -> Result
         schema_len,
         schema_crc: v2::crc32c(&block),
         entry_len: v2::entry_len(schema.entry_dims()) as u16,
+        features,
     };
     let table = v2::table_offset(schema_len);
     let mut image = vec![0u8; table as usize];
@@ -703,8 +767,17 @@ fn read_layout<S: Storage>(files: &mut Files<S>) -> Result<Option<Schema>> {
             ),
         });
     }
+    let runs = header.features & v2::runs::FEATURE_RUNS != 0;
+    if runs && ndim != 0 {
+        return Err(Error::NotAStore {
+            path: meta,
+            reason: "a run table in a ragged store (run tables are for bytes and dense stores)"
+                .into(),
+        });
+    }
     files.set_layout(
         Layout::V2 {
+            runs,
             table,
             entry_len: usize::from(header.entry_len),
             ndim,
@@ -757,7 +830,7 @@ fn read_head<S: Storage>(files: &mut Files<S>, meta_len: u64) -> Result<Head> {
             header.head
         }
     };
-    let need = files.table_end(head.length);
+    let need = files.table_end(head.length)?;
     // A writer in another process may have committed since `meta_len` was
     // measured; it writes a commit's entries before its header, so the
     // length measured after reading the header covers what it says. (Seen

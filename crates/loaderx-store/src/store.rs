@@ -142,6 +142,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 // head it was publishing may or may not be durable.
                 Err(std::sync::TryLockError::WouldBlock) => inherited.refuse(),
             }
+            // A run table's index being extended by a thread of the parent
+            // at the fork stays locked in this copy forever.
+            if matches!(
+                self.files.run_table().try_read(),
+                Err(std::sync::TryLockError::WouldBlock)
+            ) {
+                inherited.refuse();
+            }
         }
         if inherited.state() == crate::fork::state::REFUSED {
             return Err(lock.refused_error());
@@ -271,7 +279,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Checks that `meta.zr` still holds the table `header` describes: a file
     /// truncated behind our back must give an error, not a SIGBUS.
     pub(crate) fn check_meta_len(&self, head: &Head) -> Result<()> {
-        let need = self.files.table_end(head.length);
+        let need = self.files.table_end(head.length)?;
         let have = self.files.current_len(FileId::Meta)?;
         if have < need {
             return Err(Error::format(
@@ -684,11 +692,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         let n = usize::try_from(head.length).unwrap_or(usize::MAX);
         let found = Mutex::new(Vec::new());
+        let runs = self.layout().runs();
         parallel::for_ranges(n, u64::MAX, |range| {
             let mut scratch = Vec::new();
+            // A run table: each block checked once (`runs_loc_seen`).
+            let mut seen = None;
             for i in range {
                 let i = i as u64;
-                let checked = self.entry(i, &head).and_then(|loc| {
+                let entry = if runs {
+                    self.files
+                        .runs_loc_seen(i, true, &mut seen)
+                        .and_then(|loc| self.check_entry(i, &loc, &head).map(|()| loc))
+                } else {
+                    self.entry(i, &head)
+                };
+                let checked = entry.and_then(|loc| {
                     self.check_chunk_end(i, &loc, &lens)?;
                     // A table entry may claim up to 2 GiB for a record of
                     // a few stored bytes: the allocation may fail, never abort.

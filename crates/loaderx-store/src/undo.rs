@@ -27,11 +27,20 @@ use crate::{
 pub(crate) struct Log {
     pub(crate) head: Head,
     pub(crate) entries: Vec<(u64, Entry)>,
+    /// A run table's units it will rewrite, `(unit, old bytes)` (format v2,
+    /// §9.5; `entries` is then empty).
+    pub(crate) units: Vec<(u64, Vec<u8>)>,
 }
 
 impl Log {
     fn encode<S: Storage>(&self, files: &Files<S>) -> Vec<u8> {
         match files.layout() {
+            Layout::V2 { runs: true, .. } => UndoLogV2 {
+                length: self.head.length,
+                entry_len: v2::runs::UNIT_LEN as u16,
+                entries: self.units.clone(),
+            }
+            .encode(),
             Layout::V1 => UndoLog {
                 header: self.head.to_v1().expect("a v1 store's head fits format v1"),
                 entries: self
@@ -78,7 +87,30 @@ impl Log {
                         )
                     })
                     .collect(),
+                units: Vec::new(),
             }),
+            Layout::V2 { runs: true, .. } => {
+                let units = files.runs_units_in_file()?;
+                let Some(log) = UndoLogV2::decode_units(bytes, units) else {
+                    return Ok(None);
+                };
+                // A unit that fails its own checks at its position is not
+                // one this log took from the table: the log is torn.
+                if log
+                    .entries
+                    .iter()
+                    .any(|(unit, b)| v2::decode_entry(*unit, b).is_err())
+                {
+                    return Ok(None);
+                }
+                let mut head = files.read_head_v2()?;
+                head.length = log.length;
+                Some(Log {
+                    head,
+                    entries: Vec::new(),
+                    units: log.entries,
+                })
+            }
             Layout::V2 {
                 entry_len, ndim, ..
             } => {
@@ -98,7 +130,11 @@ impl Log {
                     v2::dims_of(&b, &mut dims[..ndim]);
                     entries.push((slot, Entry { loc, dims }));
                 }
-                Some(Log { head, entries })
+                Some(Log {
+                    head,
+                    entries,
+                    units: Vec::new(),
+                })
             }
         })
     }
@@ -138,6 +174,10 @@ pub(crate) fn roll_back<S: Storage>(files: &Files<S>, log: &Log) -> Result<()> {
     for (slot, entry) in &log.entries {
         files.write_full(*slot, entry, "roll back table")?;
     }
+    for (unit, bytes) in &log.units {
+        files.write_unit(*unit, bytes, "roll back table")?;
+    }
+    files.reset_runs();
     files.write_head(&log.head, "roll back header")
 }
 

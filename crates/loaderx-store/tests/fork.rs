@@ -293,3 +293,42 @@ fn a_forked_child_does_not_inherit_pending_appends() {
         "the parent committed its append"
     );
 }
+
+/// A forked child reads a store with a run table through its copy of the
+/// parent's index of pieces: the parent's committed runs, not its pending
+/// ones.
+#[test]
+fn a_forked_child_reads_a_run_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store: Store<Raw> =
+        Store::create_v2_runs(&path, &Schema::bytes(CodecTag::RAW), OpenOptions::default())
+            .unwrap();
+    let labels: Vec<u8> = (0..5000u64).flat_map(|i| (i * 3).to_le_bytes()).collect();
+    store.append_fixed(&labels, 5000, 8).unwrap();
+    store.sync().unwrap();
+    store.append_fixed(&labels[..80], 10, 8).unwrap();
+    let child = fork(|| {
+        let mut code = 0;
+        if store.len() != 5000 {
+            code |= 1;
+        }
+        let mut out = vec![0u8; 3 * 8];
+        if store.gather(&[4999, 0, 2500], &mut out, 8).is_err()
+            || out[..8] != (4999u64 * 3).to_le_bytes()
+            || out[16..] != (2500u64 * 3).to_le_bytes()
+        {
+            code |= 2;
+        }
+        if store.verify().is_err() {
+            code |= 4;
+        }
+        code
+    });
+    assert_eq!(
+        wait(child, Duration::from_secs(20)),
+        Some(0),
+        "child: len is the commit (1), records read (2), verify (4); None: it hung"
+    );
+    assert_eq!(store.len(), 5010);
+}

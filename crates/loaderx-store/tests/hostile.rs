@@ -184,8 +184,22 @@ fn base_stores(root: &Path) -> Vec<Image> {
     } else {
         CodecTag::FLATE
     });
+    // A run table (format v2 §9.5): the table mutations below then hit
+    // run heads, block CRC units and group entries.
+    let runs = Schema {
+        kind: Kind::Dense,
+        dtype: Dtype::from_name("<i8").unwrap(),
+        shape: vec![20],
+        ndim: 1,
+        codec: CodecTag::RAW,
+        dictionary: None,
+        codecs: Vec::new(),
+    };
     let mut out = Vec::new();
-    for (k, (schema, lanes)) in [(bytes, 1u8), (dense, 3), (ragged, 2)].iter().enumerate() {
+    for (k, (schema, lanes)) in [(bytes, 1u8), (dense, 3), (ragged, 2), (runs, 2)]
+        .iter()
+        .enumerate()
+    {
         let dir = root.join(format!("base{k}"));
         let options = OpenOptions {
             chunk_capacity: 2048,
@@ -193,7 +207,11 @@ fn base_stores(root: &Path) -> Vec<Image> {
             lane_bytes: 0,
             ..OpenOptions::default()
         };
-        let store: Store<Deflate> = Store::create_v2(&dir, schema, options).unwrap();
+        let store: Store<Deflate> = if k == 3 {
+            Store::create_v2_runs(&dir, schema, options).unwrap()
+        } else {
+            Store::create_v2(&dir, schema, options).unwrap()
+        };
         for round in 0..2u64 {
             let ids = round * 12..round * 12 + 12;
             match schema.kind {

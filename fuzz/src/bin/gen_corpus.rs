@@ -102,6 +102,16 @@ fn v2_image(
     lanes: u8,
     append: impl Fn(&Store<Deflate, MemStorage>),
 ) -> (Vec<u8>, Vec<u8>, u16, Vec<u8>) {
+    v2_image_as(schema, lanes, false, append)
+}
+
+/// [`v2_image`], with a run table (§9.5) when `runs`.
+fn v2_image_as(
+    schema: &Schema,
+    lanes: u8,
+    runs: bool,
+    append: impl Fn(&Store<Deflate, MemStorage>),
+) -> (Vec<u8>, Vec<u8>, u16, Vec<u8>) {
     let storage = MemStorage::new();
     let options = OpenOptions {
         chunk_capacity: 4096,
@@ -111,8 +121,11 @@ fn v2_image(
         lane_bytes: 0,
         ..OpenOptions::default()
     };
-    let store: Store<Deflate, MemStorage> =
-        Store::create_v2_in(storage.clone(), schema, options).unwrap();
+    let store: Store<Deflate, MemStorage> = if runs {
+        Store::create_v2_runs_in(storage.clone(), schema, options).unwrap()
+    } else {
+        Store::create_v2_in(storage.clone(), schema, options).unwrap()
+    };
     // Two commits, so both header slots are valid (sequences 1 and 2).
     append(&store);
     store.sync().unwrap();
@@ -126,8 +139,12 @@ fn v2_image(
     .unwrap();
     assert_eq!(header.sequence, 2);
     let table_at = v2::table_offset(header.schema_len) as usize;
-    let table =
-        &meta[table_at..table_at + header.head.length as usize * usize::from(header.entry_len)];
+    // A run table's units are not one per record: all of them.
+    let table = if runs {
+        &meta[table_at..]
+    } else {
+        &meta[table_at..table_at + header.head.length as usize * usize::from(header.entry_len)]
+    };
     let chunks: Vec<u32> = header.head.chunks().collect();
     let n = chunks.iter().max().map_or(0, |&c| c + 1);
     assert!(n < 8, "the target takes at most 7 chunk lengths");
@@ -153,6 +170,7 @@ fn v2_image(
     for (i, bytes) in table
         .chunks_exact(usize::from(header.entry_len))
         .enumerate()
+        .filter(|_| !runs)
     {
         let loc = v2::decode_entry(i as u64, bytes).unwrap();
         let fault = entry_fault(&loc, &header.head, lens[loc.chunk_id as usize], Rules::V2);
@@ -219,6 +237,19 @@ fn parse_index_v2_seeds(dir: &Path) {
             .unwrap();
             s.append_fixed_with(CodecId::Raw, &src[..900], 3, 300)
                 .unwrap();
+        }),
+    ));
+    images.push((
+        "v2_runs",
+        v2_image_as(&Schema::bytes(CodecTag::LZ4), 2, true, |s| {
+            // Runs of 8-byte records (kept raw: they do not shrink) over
+            // two lanes, around records that compress (a group).
+            let src: Vec<u8> = (0..60u64)
+                .flat_map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes())
+                .collect();
+            s.append_fixed(&src, 60, 8).unwrap();
+            s.append_fixed(&[0u8; 600], 3, 200).unwrap();
+            s.append_fixed(&src[..160], 20, 8).unwrap();
         }),
     ));
     images.push((

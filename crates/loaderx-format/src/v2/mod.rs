@@ -16,6 +16,7 @@
 mod checksum;
 mod entry;
 mod header;
+pub mod runs;
 mod schema;
 mod undo;
 

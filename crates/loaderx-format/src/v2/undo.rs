@@ -49,6 +49,19 @@ impl UndoLogV2 {
     /// bit, a slot outside the old table, another entry size).
     #[must_use]
     pub fn decode(bytes: &[u8], entry_len: u16) -> Option<UndoLogV2> {
+        Self::decode_bounded(bytes, entry_len, None)
+    }
+
+    /// [`decode`](Self::decode) for a store with a run table (§9.5), whose
+    /// log keeps table *units* (28 bytes each) by unit position: a unit's
+    /// position is bounded by `units`, the units `meta.zr` holds, not by
+    /// the record count.
+    #[must_use]
+    pub fn decode_units(bytes: &[u8], units: u64) -> Option<UndoLogV2> {
+        Self::decode_bounded(bytes, super::runs::UNIT_LEN as u16, Some(units))
+    }
+
+    fn decode_bounded(bytes: &[u8], entry_len: u16, units: Option<u64>) -> Option<UndoLogV2> {
         let (body, crc) = bytes.split_last_chunk::<4>()?;
         if super::crc32c(body) != u32::from_le_bytes(*crc) {
             return None;
@@ -67,7 +80,8 @@ impl UndoLogV2 {
         let length = u64::from_le_bytes(*length);
         let count = u64::from_le_bytes(*count);
         let pair = 8 + u64::from(entry_len);
-        if count > length || pairs.len() as u64 != count.checked_mul(pair)? {
+        let bound = units.unwrap_or(length);
+        if count > bound || pairs.len() as u64 != count.checked_mul(pair)? {
             return None;
         }
         let entries = pairs
@@ -75,7 +89,7 @@ impl UndoLogV2 {
             .map(|p| {
                 let (slot, entry) = p.split_first_chunk::<8>()?;
                 let slot = u64::from_le_bytes(*slot);
-                (slot < length).then(|| (slot, entry.to_vec()))
+                (slot < bound).then(|| (slot, entry.to_vec()))
             })
             .collect::<Option<Vec<_>>>()?;
         Some(UndoLogV2 {
@@ -106,5 +120,15 @@ mod tests {
         let mut bad = log;
         bad.entries[1].0 = 9;
         assert_eq!(UndoLogV2::decode(&bad.encode(), 3), None);
+        // A run table's log is bounded by units, not records.
+        let units = UndoLogV2 {
+            length: 1,
+            entry_len: 28,
+            entries: vec![(0, vec![7; 28]), (5, vec![8; 28])],
+        };
+        let b = units.encode();
+        assert_eq!(UndoLogV2::decode(&b, 28), None);
+        assert_eq!(UndoLogV2::decode_units(&b, 6), Some(units));
+        assert_eq!(UndoLogV2::decode_units(&b, 5), None);
     }
 }
