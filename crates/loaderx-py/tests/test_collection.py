@@ -248,9 +248,10 @@ def test_convert_num_proc_writes_a_collection_in_order(tmp_path):
     col2 = lc.open(tmp_path / "c2")
     assert len(col2.parts) == 2
     np.testing.assert_array_equal(col2["label"][::-1], np.arange(23)[::-1])
-    np.save(tmp_path / "x.npy", np.arange(3))
+    # A source without a parallel converter (.npz) is refused, and nothing written.
+    np.savez(tmp_path / "x.npz", a=np.arange(3))
     bad = subprocess.run(
-        [str(script), "convert", str(tmp_path / "x.npy"), str(tmp_path / "c3"), "--parts", "2"],
+        [str(script), "convert", str(tmp_path / "x.npz"), str(tmp_path / "c3"), "--parts", "2"],
         capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode != 0 and "--parts" in bad.stderr, bad.stderr
