@@ -54,8 +54,9 @@ fn writable_scheme(root: &RemoteStorage) -> Result<()> {
         return Err(Error::InvalidArgument {
             path: url.into(),
             argument: "url",
-            reason: "an http(s):// URL is read-only; write to s3://, gs://, az://, abfs:// or file://"
-                .into(),
+            reason:
+                "an http(s):// URL is read-only; write to s3://, gs://, az://, abfs:// or file://"
+                    .into(),
         });
     }
     Ok(())
@@ -98,11 +99,14 @@ fn files_under(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
                 op: "list",
                 source,
             })?;
-            let name = entry.file_name().into_string().map_err(|name| Error::InvalidArgument {
-                path: entry.path(),
-                argument: "local",
-                reason: format!("{name:?} is not UTF-8, so it cannot name an object"),
-            })?;
+            let name = entry
+                .file_name()
+                .into_string()
+                .map_err(|name| Error::InvalidArgument {
+                    path: entry.path(),
+                    argument: "local",
+                    reason: format!("{name:?} is not UTF-8, so it cannot name an object"),
+                })?;
             let named = if rel.is_empty() {
                 name
             } else {
@@ -216,12 +220,10 @@ pub fn publish_tree(
     let total = files.len() + marks.len();
     let mut marks = marks.into_iter();
     let mut next = files.into_iter().map(|(n, p)| (n, Some(p))).peekable();
-    while let Some((name, path)) = next.next_if(|(n, _)| rank(n) < 2).or_else(|| {
-        marks
-            .next()
-            .map(|n| (n, None))
-            .or_else(|| next.next())
-    }) {
+    while let Some((name, path)) = next
+        .next_if(|(n, _)| rank(n) < 2)
+        .or_else(|| marks.next().map(|n| (n, None)).or_else(|| next.next()))
+    {
         let location = name
             .split('/')
             .fold(prefix.clone(), |at, part| at.join(part));
