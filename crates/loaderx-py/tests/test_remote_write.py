@@ -322,3 +322,28 @@ def test_cli_convert_to_a_url(s3: Any, tmp_path: Path, capsys: Any) -> None:
     # Storage options with a local output are refused.
     assert main(["convert", str(src), str(tmp_path / "local"), "-q", *opts]) == 1
     assert not os.path.exists(tmp_path / "local")
+
+
+def test_an_image_folder_to_a_url_keeps_its_plain_files(s3: Any, tmp_path: Path) -> None:
+    image = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(5)
+    made = []
+    for label, cls in enumerate(["cat", "dog"]):
+        (tmp_path / "imgs" / cls).mkdir(parents=True)
+        for i in range(3):
+            path = tmp_path / "imgs" / cls / f"{i}.png"
+            image.fromarray(rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(path)
+            made.append((path, label))
+    opts = options(s3.endpoint)
+    url = f"s3://{BUCKET}/images"
+    counts = loaderx.convert.convert_image_folder(
+        tmp_path / "imgs", url, codec="raw", storage_options=opts
+    )
+    assert counts == {"label": 6, "image": 6}
+    objects = keys(s3, "images")
+    assert objects["images/classes.txt"].split() == [b"cat", b"dog"]
+    with loaderx.Ragged.open(f"{url}/image", storage_options=opts) as r:
+        for i, (path, _) in enumerate(made):
+            assert r[i].tobytes() == path.read_bytes()
+    with loaderx.Dense.open(f"{url}/label", storage_options=opts) as d:
+        np.testing.assert_array_equal(d[:], [m[1] for m in made])

@@ -46,10 +46,17 @@ fn a_tree_of_stores_publishes_whole_and_is_not_replaced() {
         .iter()
         .position(|o| o.ends_with("meta.zr"))
         .unwrap();
-    assert!(pushed.objects[first_meta..].iter().all(|o| o.ends_with("meta.zr")));
+    assert!(
+        pushed.objects[first_meta..]
+            .iter()
+            .all(|o| o.ends_with("meta.zr"))
+    );
     assert!(pushed.objects.contains(&"classes.txt".to_owned()));
     assert_eq!(read(&format!("{url}/a")), (0..50).collect::<Vec<_>>());
-    assert_eq!(read(&format!("{url}/split/b")), (100..150).collect::<Vec<_>>());
+    assert_eq!(
+        read(&format!("{url}/split/b")),
+        (100..150).collect::<Vec<_>>()
+    );
     assert_eq!(
         std::fs::read(bucket.join("prefix/classes.txt")).unwrap(),
         b"cat\ndog\n"

@@ -378,12 +378,12 @@ class _Container(_Closing):
                 _staging.publish(local, url, options, staging)
                 _staging.discard(staging)
 
-    def __exit__(self, exc_type: Any, *exc_info: object) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         """Closes the handle; a writer created at a URL that leaves the
         ``with`` block by an exception publishes nothing and removes its
         staging directory instead."""
         publish = getattr(self, "_publish_to", None)
-        if exc_type is not None and publish is not None:
+        if exc_info and exc_info[0] is not None and publish is not None:
             self._discard()
             return
         self.close()
