@@ -190,6 +190,22 @@ def test_an_exception_in_with_publishes_nothing(s3: Any, tmp_path: Path) -> None
         np.testing.assert_array_equal(d[:], np.ones((3, 2), np.int32))
 
 
+def test_a_writer_dropped_without_close_publishes(s3: Any, tmp_path: Path) -> None:
+    import gc
+
+    opts = options(s3.endpoint)
+    url = f"s3://{BUCKET}/dropped"
+    w = loaderx.Dense.create(
+        url, np.int64, (), codec="raw", storage_options=opts, staging_dir=tmp_path
+    )
+    w.append(np.arange(7, dtype=np.int64))
+    del w
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+    with loaderx.Dense.open(url, storage_options=opts) as d:
+        np.testing.assert_array_equal(d[:], np.arange(7))
+
+
 def test_a_failed_publish_names_the_url_publishes_nothing_and_keeps_the_store(
     proxy: FaultProxy, s3: Any, tmp_path: Path
 ) -> None:
@@ -281,7 +297,9 @@ def test_a_failed_conversion_publishes_nothing(s3: Any, tmp_path: Path) -> None:
     src.write_bytes(b"\x93NUMPY not really")
     url = f"s3://{BUCKET}/bad"
     with pytest.raises(Exception):
-        loaderx.convert.convert_npy(src, url, codec="raw", storage_options=opts, staging_dir=tmp_path)
+        loaderx.convert.convert_npy(
+            src, url, codec="raw", storage_options=opts, staging_dir=tmp_path
+        )
     assert keys(s3, "bad") == {}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npy"]
 
@@ -297,7 +315,9 @@ def test_a_failed_converter_upload_names_the_url(
     staging.mkdir()
     proxy.arm("503", None, method="PUT")
     with pytest.raises(ZrecordError) as e:
-        loaderx.convert.convert_npy(src, url, codec="raw", storage_options=opts, staging_dir=staging)
+        loaderx.convert.convert_npy(
+            src, url, codec="raw", storage_options=opts, staging_dir=staging
+        )
     message = str(e.value)
     assert url in message and "no store was published" in message
     assert "conv-faulted/meta.zr" not in keys(s3, "conv-faulted")

@@ -272,7 +272,8 @@ class _Container(_Closing):
         local = os.path.join(staging, "store")
         try:
             store = _native.Store.create_typed(
-                local, cls._KIND, _native.dtype_name(found), list(shape), ndim, codec, dictionary, lanes
+                local, cls._KIND, _native.dtype_name(found), list(shape), ndim, codec, dictionary,
+                lanes,
             )
         except BaseException:
             _staging.discard(staging)
