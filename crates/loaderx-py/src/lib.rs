@@ -68,6 +68,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     loaderx_remote::set_interrupt_check(errors::interrupted);
     m.add_class::<store::Store>()?;
     m.add_function(wrap_pyfunction!(store::push, m)?)?;
+    m.add_function(wrap_pyfunction!(store::first_object, m)?)?;
+    m.add_function(wrap_pyfunction!(store::publish, m)?)?;
     m.add_class::<sampler::Sampler>()?;
     m.add_class::<loader::Loader>()?;
     m.add_class::<collection::Collection>()?;

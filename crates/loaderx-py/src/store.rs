@@ -1269,3 +1269,62 @@ pub(crate) fn push(
             err => store_error(py, err),
         })
 }
+
+/// The first object under `url`'s prefix (its name relative to it), or
+/// `None` when the prefix holds nothing: what `Dense.create(url)` and the
+/// converters check before writing. `ValueError` for a URL or option not
+/// understood (an `http(s)://` URL is read-only).
+#[pyfunction]
+#[pyo3(signature = (url, storage_options = None))]
+pub(crate) fn first_object(
+    py: Python<'_>,
+    url: String,
+    storage_options: Option<Vec<(String, String)>>,
+) -> PyResult<Option<String>> {
+    let options = storage_options.unwrap_or_default();
+    py.detach(|| loaderx_remote::first_object(&url, &options))
+        .map_err(|err| remote_error(py, &url, "write to", err))
+}
+
+/// Uploads everything under the local directory `local` to `url` (data
+/// objects, then every `meta.zr`, then every part's `.complete`, then
+/// every manifest), with the GIL released: the objects written and the
+/// bytes. `FileExistsError` when a store or collection is already where
+/// one would go; `ValueError` for a URL or option not understood;
+/// `ZrecordError` naming the URL (and what was published) for a failed
+/// upload.
+#[pyfunction]
+#[pyo3(signature = (local, url, storage_options = None))]
+pub(crate) fn publish(
+    py: Python<'_>,
+    local: PathBuf,
+    url: String,
+    storage_options: Option<Vec<(String, String)>>,
+) -> PyResult<(Vec<String>, u64)> {
+    non_empty(&local)?;
+    let options = storage_options.unwrap_or_default();
+    py.detach(|| loaderx_remote::publish_tree(&local, &url, &options))
+        .map(|pushed| (pushed.objects, pushed.bytes))
+        .map_err(|err| remote_error(py, &url, "publish to", err))
+}
+
+/// A remote write's error as Python raises it: `FileExistsError` for
+/// something already there, `ValueError` for a bad URL or option, the
+/// store's error otherwise.
+fn remote_error(py: Python<'_>, url: &str, what: &str, err: loaderx_store::Error) -> PyErr {
+    match err {
+        loaderx_store::Error::Exists { path } => PyFileExistsError::new_err(format!(
+            "{} already exists under {url}: refusing to replace what readers may be reading",
+            path.display()
+        )),
+        loaderx_store::Error::InvalidArgument {
+            path,
+            argument,
+            reason,
+        } => PyValueError::new_err(format!(
+            "cannot {what} {}: {argument}: {reason}",
+            path.display()
+        )),
+        err => store_error(py, err),
+    }
+}

@@ -351,9 +351,12 @@ def test_push_uploads_a_store_that_then_reads_back(s3: Any, tmp_path: Path) -> N
     # A URL holding a store is not replaced under its readers.
     with pytest.raises(FileExistsError):
         loaderx.push(path, url, storage_options=options(s3.endpoint))
-    # Nor is a directory that is not a store pushed.
-    with pytest.raises(ZrecordError):
-        loaderx.push(tmp_path, f"s3://{BUCKET}/not-a-store", storage_options=options(s3.endpoint))
+    # Nor is a directory that holds no store pushed.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("not a store")
+    with pytest.raises(ZrecordError, match="holds no store"):
+        loaderx.push(plain, f"s3://{BUCKET}/not-a-store", storage_options=options(s3.endpoint))
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="not-a-store/")
 
 

@@ -19,6 +19,7 @@
 mod cache;
 pub mod collection;
 mod options;
+mod publish;
 mod push;
 mod remote;
 
@@ -34,6 +35,7 @@ pub use collection::{
     upload_part,
 };
 pub use options::RemoteOptions;
+pub use publish::{first_object, publish_tree};
 pub use push::{Pushed, push};
 pub use remote::{RemoteStorage, set_interrupt_check};
 

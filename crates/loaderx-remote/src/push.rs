@@ -27,7 +27,8 @@ pub struct Pushed {
 
 /// Uploads the closed store at `local` to `url` (a local collection, one
 /// with a manifest, goes as [`push_collection`](crate::push_collection)
-/// does): every chunk file by
+/// does; a directory of stores, such as a converter's output, as
+/// [`publish_tree`](crate::publish_tree) does): every chunk file by
 /// multipart upload first, then `meta.zr`, so a reader that opens the
 /// URL meanwhile finds either no store or a whole one. The store must be
 /// format v2 (what remote readers accept) with no delete left unfinished,
@@ -45,6 +46,9 @@ pub struct Pushed {
 pub fn push(local: &Path, url: &str, storage_options: &[(String, String)]) -> Result<Pushed> {
     if local.join(MANIFEST_FILE).is_file() {
         return crate::collection::push_collection(local, url, storage_options);
+    }
+    if local.is_dir() && !local.join("meta.zr").exists() {
+        return crate::publish::publish_tree(local, url, storage_options);
     }
     check_store(local)?;
     let remote = RemoteStorage::open(url, storage_options)?;
@@ -113,54 +117,8 @@ pub(crate) fn upload_store(
     for (id, path) in chunks {
         let name = loaderx_format::chunk_file_name(id);
         let object_url = format!("{}/{name}", url.trim_end_matches('/'));
-        let io = |e: std::io::Error| Error::Io {
-            path: object_url.clone().into(),
-            op: "upload",
-            source: e,
-        };
-        let mut file = std::fs::File::open(&path).map_err(|e| Error::Io {
-            path: path.clone(),
-            op: "open",
-            source: e,
-        })?;
         let location = prefix.clone().join(name.as_str());
-        let upload = {
-            let client = client.clone();
-            let location = location.clone();
-            wait_for(&object_url, None, async move {
-                client.put_multipart(&location).await
-            })
-            .map_err(io)?
-        };
-        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-        let mut buf = vec![0u8; PART_BYTES];
-        loop {
-            let n = read_full(&mut file, &mut buf).map_err(|e| Error::Io {
-                path: path.clone(),
-                op: "read",
-                source: e,
-            })?;
-            if n == 0 {
-                break;
-            }
-            writer.write(&buf[..n]);
-            pushed.bytes += n as u64;
-            // Bounded: at most PARTS_IN_FLIGHT parts held in memory.
-            let (w, result) = {
-                let mut w = writer;
-                let got = wait_for(&object_url, None, async move {
-                    let r = w.wait_for_capacity(PARTS_IN_FLIGHT).await;
-                    r.map(|()| w)
-                });
-                match got {
-                    Ok(w) => (Some(w), Ok(())),
-                    Err(e) => (None, Err(e)),
-                }
-            };
-            result.map_err(io)?;
-            writer = w.expect("kept when waiting succeeded");
-        }
-        wait_for(&object_url, None, async move { writer.finish().await }).map_err(io)?;
+        pushed.bytes += upload_file(&path, &client, &location, &object_url)?;
         pushed.objects.push(name);
     }
     let meta_url = format!("{}/meta.zr", url.trim_end_matches('/'));
@@ -176,6 +134,74 @@ pub(crate) fn upload_store(
     })?;
     pushed.objects.push("meta.zr".into());
     Ok(pushed)
+}
+
+/// Uploads the local file `path` as the object `location` (`object_url`
+/// names it in errors): by multipart upload (parts of [`PART_BYTES`], at
+/// most [`PARTS_IN_FLIGHT`] in flight) when it is larger than one part,
+/// else by one request. Returns the bytes uploaded.
+pub(crate) fn upload_file(
+    path: &Path,
+    client: &Arc<dyn ObjectStore>,
+    location: &ObjectPath,
+    object_url: &str,
+) -> Result<u64> {
+    let io = |e: std::io::Error| Error::Io {
+        path: object_url.into(),
+        op: "upload",
+        source: e,
+    };
+    let read_error = |e: std::io::Error| Error::Io {
+        path: path.to_owned(),
+        op: "read",
+        source: e,
+    };
+    let mut file = std::fs::File::open(path).map_err(|e| Error::Io {
+        path: path.to_owned(),
+        op: "open",
+        source: e,
+    })?;
+    let len = file.metadata().map_err(read_error)?.len();
+    if len <= PART_BYTES as u64 {
+        let mut bytes = Vec::with_capacity(len as usize);
+        file.read_to_end(&mut bytes).map_err(read_error)?;
+        let n = bytes.len() as u64;
+        let client = client.clone();
+        let location = location.clone();
+        wait_for(object_url, None, async move {
+            client.put(&location, PutPayload::from(bytes)).await
+        })
+        .map_err(io)?;
+        return Ok(n);
+    }
+    let upload = {
+        let client = client.clone();
+        let location = location.clone();
+        wait_for(object_url, None, async move {
+            client.put_multipart(&location).await
+        })
+        .map_err(io)?
+    };
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+    let mut buf = vec![0u8; PART_BYTES];
+    let mut sent = 0u64;
+    loop {
+        let n = read_full(&mut file, &mut buf).map_err(read_error)?;
+        if n == 0 {
+            break;
+        }
+        writer.write(&buf[..n]);
+        sent += n as u64;
+        // Bounded: at most PARTS_IN_FLIGHT parts held in memory.
+        let mut w = writer;
+        writer = wait_for(object_url, None, async move {
+            let r = w.wait_for_capacity(PARTS_IN_FLIGHT).await;
+            r.map(|()| w)
+        })
+        .map_err(io)?;
+    }
+    wait_for(object_url, None, async move { writer.finish().await }).map_err(io)?;
+    Ok(sent)
 }
 
 /// Reads until `buf` is full or the file ends; the bytes read.

@@ -468,6 +468,21 @@ impl RemoteStorage {
     /// concurrently, every request conditional on the recorded ETag;
     /// returns one buffer per range, in order.
     fn fetch(&self, ranges: &[(FileId, Range<u64>)]) -> Result<Vec<Bytes>, (FileId, io::Error)> {
+        if ranges.iter().any(|(_, r)| r.end <= r.start) {
+            // Empty records need no request (and S3 refuses an empty range).
+            let wanted: Vec<usize> = (0..ranges.len())
+                .filter(|&i| ranges[i].1.end > ranges[i].1.start)
+                .collect();
+            let mut out = vec![Bytes::new(); ranges.len()];
+            if !wanted.is_empty() {
+                let sub: Vec<(FileId, Range<u64>)> =
+                    wanted.iter().map(|&i| ranges[i].clone()).collect();
+                for (i, bytes) in wanted.into_iter().zip(self.fetch(&sub)?) {
+                    out[i] = bytes;
+                }
+            }
+            return Ok(out);
+        }
         let Some(cache) = &self.cache else {
             return self.fetch_network(ranges);
         };

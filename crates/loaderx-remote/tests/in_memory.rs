@@ -301,11 +301,14 @@ fn push_uploads_chunks_then_meta_and_refuses_to_replace_a_store() {
     assert_eq!(&dst[100..], &data[..100]);
     let err = loaderx_remote::push(&path, &url, &[]).unwrap_err();
     assert!(matches!(err, loaderx_store::Error::Exists { .. }), "{err}");
-    // Not a store: nothing uploaded.
+    // A directory holding no store: nothing uploaded.
     let empty = dir.path().join("bucket").join("none");
     std::fs::create_dir_all(&empty).unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::write(plain.join("notes.txt"), "not a store").unwrap();
     let err =
-        loaderx_remote::push(dir.path(), &format!("file://{}", empty.display()), &[]).unwrap_err();
+        loaderx_remote::push(&plain, &format!("file://{}", empty.display()), &[]).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NotAStore, "{err}");
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
 }

@@ -53,6 +53,10 @@ def _report_unraised(handle: object, exc: BaseException) -> None:
     """Says on stderr that a write made behind an append failed when no
     call was left to raise it (the writer was never closed explicitly):
     the records of that append are not in the store."""
+    if getattr(exc, "staged", None):
+        # A writer created at a URL whose publish at exit failed.
+        sys.stderr.write(f"loaderx: {type(exc).__name__}: {exc}\n")
+        return
     notes = getattr(exc, "__notes__", None) or []
     if any(_BEHIND_NOTE in note for note in notes):
         where = getattr(handle, "path", "?")

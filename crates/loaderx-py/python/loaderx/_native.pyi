@@ -323,6 +323,12 @@ class Loader:
 def push(
     local: str, url: str, storage_options: list[tuple[str, str]] | None = None
 ) -> tuple[list[str], int]: ...
+def first_object(
+    url: str, storage_options: list[tuple[str, str]] | None = None
+) -> str | None: ...
+def publish(
+    local: str, url: str, storage_options: list[tuple[str, str]] | None = None
+) -> tuple[list[str], int]: ...
 
 
 @final

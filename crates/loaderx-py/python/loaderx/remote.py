@@ -26,10 +26,18 @@ def push(
     its manifest, last: a reader opening `url` meanwhile finds no
     collection or the whole one.
 
+    Any other directory holding stores (a converter's output: a store per
+    column, collections, ``classes.txt``) is uploaded whole: every data
+    object, then every ``meta.zr``, then part marks and manifests. This
+    also finishes a publish of ``Dense.create(url)`` or a converter that
+    failed (their error names the staged copy).
+
     ``FileExistsError`` when `url` already holds a store (or a
-    collection); ``ValueError`` for a URL or option not understood;
-    ``ZrecordError`` when `local` is not a v2 store or a collection, or an
-    upload fails (nothing is published then)."""
+    collection, or for a directory a ``meta.zr`` or manifest where one
+    would go); ``ValueError`` for a URL or option not understood;
+    ``ZrecordError`` when `local` is not a v2 store or a collection and
+    holds none, or an upload fails (no store whose ``meta.zr`` had not
+    gone up is published then)."""
     from .containers.base import _options
 
     path = os.fspath(local)

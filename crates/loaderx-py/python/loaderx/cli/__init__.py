@@ -45,6 +45,17 @@ def _progress(args: argparse.Namespace, label: str, unit: str = "records") -> Pr
     )
 
 
+def _url_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``storage_options`` and ``staging_dir`` of a convert to a URL (none
+    for a local output, which refuses them)."""
+    out: dict[str, Any] = {}
+    if args.storage_option:
+        out["storage_options"] = storage_options(args.storage_option)
+    if args.staging_dir is not None:
+        out["staging_dir"] = args.staging_dir
+    return out
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from .. import convert
 
@@ -65,6 +76,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         progress=progress,
         keep_encoded=args.keep_encoded,
         parts=args.parts,
+        **_url_options(args),
     )
     elapsed = progress.finish()
     records = max(counts.values()) if counts else 0
@@ -311,7 +323,12 @@ def parser() -> argparse.ArgumentParser:
         help=f"convert {', '.join(shown[:-1])} or {shown[-1]}",
     )
     p.add_argument("src", type=Path, help="the source file or directory")
-    p.add_argument("dst", type=Path, help="the output (must not exist)")
+    # A string, not a Path: a Path collapses the `//` of a URL.
+    p.add_argument(
+        "dst",
+        help="the output (must not exist); a URL (s3://bucket/prefix, ...) with nothing under "
+        "it: converted locally, then published",
+    )
     p.add_argument(
         "--parts",
         type=int,
@@ -343,6 +360,13 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds between progress updates (default 0.1 on a terminal, 5 otherwise)",
     )
+    p.add_argument(
+        "--staging-dir",
+        default=None,
+        help="for a URL output: where it is converted before it is published (default "
+        "LOADERX_STAGING_DIR, else the system's temporary directory)",
+    )
+    _storage_option(p)
     _common(p)
     p.set_defaults(run=cmd_convert)
 
@@ -370,7 +394,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "push", help="upload a closed v2 store (meta.zr last) or a collection (manifest last)"
     )
-    p.add_argument("local", type=Path, help="the store or collection directory")
+    p.add_argument(
+        "local",
+        type=Path,
+        help="the store or collection directory, or a directory of them (a converted output)",
+    )
     p.add_argument("url", help="where to put it: s3://bucket/prefix, gs://, az://, file://")
     _storage_option(p)
     _common(p)

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import _native
+from .. import _native, _staging
 from .. import zrecord as _settings
 from .._handles import _OPEN, _Closing
 from ..dtypes import from_store_name
@@ -131,6 +131,9 @@ class _Container(_Closing):
         self._editable = editable
         self._check_raw = False
         self._storage_options: dict[str, str] | None = None
+        #: A writer created at a URL: ``(url, options, staging dir, staged
+        #: store)``, published at close.
+        self._publish_to: tuple[str, list[tuple[str, str]] | None, str, str] | None = None
         #: Whether records are encoded images (codec ``jpeg`` or ``png``).
         self.is_image: bool = self.codec in IMAGE_CODECS
         #: JPEG quality of appended arrays (``jpeg`` stores).
@@ -204,6 +207,8 @@ class _Container(_Closing):
         codec: Any,
         dict_bytes: Any,
         data_shards: Any,
+        storage_options: dict[str, Any] | None = None,
+        staging_dir: str | os.PathLike[str] | None = None,
     ) -> _T:
         shown = os.fspath(path)
         if not isinstance(shown, str):
@@ -212,6 +217,19 @@ class _Container(_Closing):
         found = _dtype(dtype)
         dictionary = _dictionary(codec, dict_bytes)
         lanes = _shards(data_shards)
+        options = _options(storage_options)
+        if _is_url(shown):
+            return cls._create_staged(
+                shown, options, staging_dir, found, shape, ndim, codec, dictionary, lanes
+            )
+        if options:
+            raise ValueError(
+                f"{shown} is a local path: storage_options apply to stores created at a URL"
+            )
+        if staging_dir is not None:
+            raise ValueError(
+                f"{shown} is a local path: staging_dir applies to stores created at a URL"
+            )
         if (
             os.path.isdir(shown)
             and not os.path.exists(os.path.join(shown, "meta.zr"))
@@ -233,6 +251,36 @@ class _Container(_Closing):
             _remove_empty(made)
             raise
         return cls._make(store, shown, False, True, False)
+
+    @classmethod
+    def _create_staged(
+        cls: type[_T],
+        url: str,
+        options: list[tuple[str, str]] | None,
+        staging_dir: str | os.PathLike[str] | None,
+        found: np.dtype,
+        shape: tuple[int, ...],
+        ndim: int,
+        codec: str,
+        dictionary: Any,
+        lanes: int,
+    ) -> _T:
+        """A writer for a new store at `url`: written in a local staging
+        directory, published at :meth:`close`."""
+        _staging.check_free(url, options, f"a new {cls.__name__} store")
+        staging = _staging.make_staging(staging_dir)
+        local = os.path.join(staging, "store")
+        try:
+            store = _native.Store.create_typed(
+                local, cls._KIND, _native.dtype_name(found), list(shape), ndim, codec, dictionary,
+                lanes,
+            )
+        except BaseException:
+            _staging.discard(staging)
+            raise
+        made = cls._make(store, url, False, True, False)
+        made._publish_to = (url, options, staging, local)
+        return made
 
     # --- the handle -------------------------------------------------------------------
 
@@ -309,11 +357,50 @@ class _Container(_Closing):
     def close(self) -> None:
         """Publish what was appended and release the store. Idempotent;
         waits for the calls in flight. An append on another thread that
-        races with it is either stored or raises :class:`ClosedError`."""
+        races with it is either stored or raises :class:`ClosedError`.
+
+        A writer created at a URL publishes the staged store there now
+        (chunks first, ``meta.zr`` last) and removes the staging directory;
+        if the upload fails, the error names the URL and the staged store
+        is kept (the error says where, and how to push it)."""
         store = getattr(self, "_store", None)
         if store is not None:
             self._store = None
-            store.close()
+            publish = getattr(self, "_publish_to", None)
+            self._publish_to = None
+            try:
+                store.close()
+            except BaseException:
+                if publish is not None:
+                    _staging.discard(publish[2])
+                raise
+            if publish is not None:
+                url, options, staging, local = publish
+                _staging.publish(local, url, options, staging)
+                _staging.discard(staging)
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Closes the handle; a writer created at a URL that leaves the
+        ``with`` block by an exception publishes nothing and removes its
+        staging directory instead."""
+        publish = getattr(self, "_publish_to", None)
+        if exc_info and exc_info[0] is not None and publish is not None:
+            self._discard()
+            return
+        self.close()
+
+    def _discard(self) -> None:
+        """Releases a writer created at a URL without publishing it."""
+        store = getattr(self, "_store", None)
+        publish = self._publish_to
+        self._store = None
+        self._publish_to = None
+        try:
+            if store is not None:
+                store.close()
+        finally:
+            if publish is not None:
+                _staging.discard(publish[2])
 
     def sync(self) -> None:
         """Make everything appended so far durable and visible to handles

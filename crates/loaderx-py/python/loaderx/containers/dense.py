@@ -49,6 +49,8 @@ class Dense(_Container):
         dict_bytes: bytes | None = None,
         data_shards: int = 4,
         quality: int = DEFAULT_QUALITY,
+        storage_options: dict[str, Any] | None = None,
+        staging_dir: str | os.PathLike[str] | None = None,
     ) -> Dense:
         """A writer for a new store at `path`, a new or empty directory
         (:class:`ContainerExistsError`, a ``FileExistsError``, for a store
@@ -60,10 +62,26 @@ class Dense(_Container):
         `dtype` is ``uint8`` and `item_shape` ``(H, W, 3)`` or ``(3, H, W)``;
         appended arrays are encoded (on the store's threads) and reads decode
         them back into that layout. :meth:`append_encoded` stores JPEG/PNG
-        files as they are."""
+        files as they are.
+
+        `path` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+        ``abfs://``, ``file://``) whose prefix holds nothing yet
+        (:class:`ContainerExistsError` otherwise, before anything is
+        written): the store is written in a local staging directory
+        (`staging_dir`, else ``LOADERX_STAGING_DIR``, else the system's
+        temporary directory) and published there by :meth:`close`, chunks
+        first and ``meta.zr`` last, so readers of the URL find no store or
+        the whole one. `storage_options` as for :meth:`open`. A ``with``
+        block left by an exception publishes nothing (the staging directory
+        is removed); a failed upload raises an error naming the URL and
+        keeps the staged store, saying where (``loaderx push LOCAL URL``
+        publishes it)."""
         _codec(codec)
         q = _quality(quality)
-        made = cls._create(path, dtype, _shape(item_shape), 0, codec, dict_bytes, data_shards)
+        made = cls._create(
+            path, dtype, _shape(item_shape), 0, codec, dict_bytes, data_shards, storage_options,
+            staging_dir,
+        )
         made.quality = q
         return made
 

@@ -45,6 +45,8 @@ class Ragged(_Container):
         dict_bytes: bytes | None = None,
         data_shards: int = 4,
         quality: int = DEFAULT_QUALITY,
+        storage_options: dict[str, Any] | None = None,
+        staging_dir: str | os.PathLike[str] | None = None,
     ) -> Ragged:
         """A writer for a new store at `path`, a new or empty directory
         (:class:`ContainerExistsError`, a ``FileExistsError``, for a store
@@ -52,11 +54,17 @@ class Ragged(_Container):
 
         Images of varying size: codec ``"jpeg"`` (at `quality`) or ``"png"``,
         ``uint8``, ``ndim=3``; each record an ``(h, w, 3)`` RGB array, or a
-        file added as it is with :meth:`append_encoded`."""
+        file added as it is with :meth:`append_encoded`.
+
+        `path` may be a URL whose prefix holds nothing yet: the store is
+        staged locally and published at :meth:`close`, as
+        :meth:`Dense.create` describes (`storage_options`, `staging_dir`)."""
         _codec(codec)
         q = _quality(quality)
         rank = _ndim(ndim)
-        made = cls._create(path, dtype, (), rank, codec, dict_bytes, data_shards)
+        made = cls._create(
+            path, dtype, (), rank, codec, dict_bytes, data_shards, storage_options, staging_dir
+        )
         made.quality = q
         return made
 

@@ -29,7 +29,7 @@ from .arrow import convert_arrow, convert_parquet
 from .hf import convert, huggingface
 from .images import convert_image_folder, convert_webdataset
 from .numpy import convert_npy, convert_npz
-from .output import BATCH_BYTES, PathLike, Progress
+from .output import BATCH_BYTES, PathLike, Progress, url_output
 
 
 def _saved_dataset(src: PathLike, output: PathLike, **options: Any) -> dict[str, int]:
@@ -99,6 +99,7 @@ def source_kind(src: PathLike) -> str:
     return "images"
 
 
+@url_output
 def convert_path(
     src: PathLike,
     output: PathLike,

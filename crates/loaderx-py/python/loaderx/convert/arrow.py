@@ -23,6 +23,7 @@ from .output import (
     _run,
     _storable,
     shard_range,
+    url_output,
 )
 
 
@@ -144,6 +145,7 @@ def _convert_batches(
             progress(row, total)
 
 
+@url_output
 def convert_parquet(
     src: PathLike,
     output: PathLike,
@@ -209,6 +211,7 @@ def convert_parquet(
     return _run(output, codec, body)
 
 
+@url_output
 def convert_arrow(
     src: PathLike,
     output: PathLike,

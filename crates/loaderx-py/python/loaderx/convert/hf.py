@@ -20,6 +20,7 @@ from .output import (
     _rows_per_batch,
     _run,
     _storable,
+    url_output,
 )
 
 
@@ -228,6 +229,7 @@ def _with_features(ds: Any, where: str) -> Any:
     return resolved
 
 
+@url_output
 def convert(
     dataset: Any,
     output: PathLike,

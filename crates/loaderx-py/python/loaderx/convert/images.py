@@ -22,6 +22,7 @@ from .output import (
     _rows_per_batch,
     _run,
     shard_range,
+    url_output,
 )
 
 
@@ -44,6 +45,7 @@ def _image_files(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
     return classes, files
 
 
+@url_output
 def convert_image_folder(
     src: PathLike,
     output: PathLike,
@@ -192,6 +194,7 @@ def _split_name(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), ext
 
 
+@url_output
 def convert_webdataset(
     src: PathLike,
     output: PathLike,

@@ -23,6 +23,7 @@ from .output import (
     _run,
     _storable,
     shard_range,
+    url_output,
 )
 
 
@@ -64,6 +65,7 @@ def _check_array(array: np.ndarray, where: str) -> np.dtype:
     return _storable(array.dtype, where)
 
 
+@url_output
 def convert_npy(
     src: PathLike,
     output: PathLike,
@@ -193,6 +195,7 @@ def _npz_members(path: str) -> list[_NpzMember]:
     return [_NpzMember(path, info) for info in infos]
 
 
+@url_output
 def convert_npz(
     src: PathLike,
     output: PathLike,

@@ -5,6 +5,8 @@ by file, and letting go of memory-mapped source pages."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 import secrets
 import shutil
@@ -13,7 +15,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Union, cast
+from typing import Any, Callable, TypeVar, Union, cast
 
 import numpy as np
 
@@ -154,6 +156,72 @@ class _DictTrained:
 
     def close(self) -> None:
         self._open([]).close()
+
+
+# --- an output at a URL: staged locally, published at the end ------------------------------
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def url_output(convert: _F) -> _F:
+    """Lets the converter `convert` (``convert(src, output, *, ...)``)
+    write to a URL: it takes ``storage_options`` and ``staging_dir`` too.
+    For a URL `output`, the URL's prefix must hold nothing (checked before
+    converting: :class:`~loaderx.errors.ContainerExistsError`); the whole
+    output is converted into a local staging directory, then published to
+    the URL (every data object, then every store's ``meta.zr``, then
+    collection marks and manifests) and the staging directory removed. A
+    conversion that fails publishes nothing; a failed upload raises an
+    error naming the URL and what was published, and keeps the staged
+    output (the error says where, and how to push it)."""
+
+    @functools.wraps(convert)
+    def converting(
+        src: Any,
+        output: PathLike,
+        *args: Any,
+        storage_options: dict[str, Any] | None = None,
+        staging_dir: PathLike | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        from .. import _staging
+        from ..containers.base import _is_url, _options
+
+        shown = _staging.shown(output)
+        options = _options(storage_options)
+        if not _is_url(shown):
+            if options or staging_dir is not None:
+                raise ValueError(
+                    f"{shown} is a local path: storage_options and staging_dir apply to an "
+                    f"output at a URL"
+                )
+            return convert(src, output, *args, **kwargs)
+        _staging.check_free(shown, options, "a converted output")
+        staging = _staging.make_staging(staging_dir)
+        local = os.path.join(staging, "output")
+        try:
+            counts = convert(src, local, *args, **kwargs)
+        except BaseException:
+            _staging.discard(staging)
+            raise
+        _staging.publish(local, shown, options, staging)
+        _staging.discard(staging)
+        return counts
+
+    signature = inspect.signature(convert)
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in (
+            ("storage_options", "dict[str, Any] | None"),
+            ("staging_dir", "PathLike | None"),
+        )
+    ]
+    params = list(signature.parameters.values())
+    converting.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params + extra
+    )
+    return cast(_F, converting)
 
 
 # --- the output: a temporary sibling renamed into place ------------------------------------
