@@ -1254,20 +1254,7 @@ pub(crate) fn push(
     let options = storage_options.unwrap_or_default();
     py.detach(|| loaderx_remote::push(&local, &url, &options))
         .map(|pushed| (pushed.objects, pushed.bytes))
-        .map_err(|err| match err {
-            loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(format!(
-                "{url} already holds a store or a collection: push refuses to replace one under its readers"
-            )),
-            loaderx_store::Error::InvalidArgument {
-                path,
-                argument,
-                reason,
-            } => PyValueError::new_err(format!(
-                "cannot push to {}: {argument}: {reason}",
-                path.display()
-            )),
-            err => store_error(py, err),
-        })
+        .map_err(|err| remote_error(py, &url, "push to", err))
 }
 
 /// The first object under `url`'s prefix (its name relative to it), or

@@ -20,26 +20,14 @@ from loaderx.errors import ContainerExistsError, ZrecordError
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
 boto3 = pytest.importorskip("boto3")
 
-from remote_servers import FaultProxy, free_port  # noqa: E402
+from remote_servers import FaultProxy, s3_options, start_s3  # noqa: E402
 
 BUCKET = "written"
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Any]:
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    client.endpoint = endpoint  # type: ignore[attr-defined]
+    server, client = start_s3(BUCKET)
     yield client
     server.stop()
 
@@ -52,14 +40,7 @@ def proxy(s3: Any) -> Iterator[FaultProxy]:
 
 
 def options(endpoint: str, **ours: Any) -> dict[str, Any]:
-    return {
-        "aws_endpoint": endpoint,
-        "aws_access_key_id": "test",
-        "aws_secret_access_key": "test",
-        "aws_region": "us-east-1",
-        "aws_allow_http": True,
-        **ours,
-    }
+    return s3_options(endpoint, **ours)
 
 
 def keys(client: Any, prefix: str) -> dict[str, bytes]:
