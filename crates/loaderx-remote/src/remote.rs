@@ -30,6 +30,9 @@ use crate::{
     options::RemoteOptions,
 };
 
+/// The table's bytes and the records' bytes of one request for both.
+type Split = (Vec<Vec<u8>>, Vec<Bytes>);
+
 /// What a handle recorded of one object when it first saw it.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -803,6 +806,23 @@ impl RemoteStorage {
             .collect()
     }
 
+    /// The table's ranges of `ranges` (from its pages) and the records'
+    /// (as they arrived), each in the order given.
+    fn fetch_split(&self, ranges: &[(FileId, u64, usize)]) -> Result<Split, (FileId, io::Error)> {
+        let span = |&(_, offset, len): &(FileId, u64, usize)| offset..offset + len as u64;
+        let table: Vec<Range<u64>> = ranges
+            .iter()
+            .filter(|r| r.0 == FileId::Meta)
+            .map(span)
+            .collect();
+        let records: Vec<(FileId, Range<u64>)> = ranges
+            .iter()
+            .filter(|r| r.0 != FileId::Meta)
+            .map(|r| (r.0, span(r)))
+            .collect();
+        Ok((self.table(&table)?, self.fetch(&records)?))
+    }
+
     fn head(&self, file: FileId) -> io::Result<Option<Seen>> {
         if let Some(listed) = &self.listed {
             return Ok(listed.get(&file.file_name()).cloned());
@@ -1112,13 +1132,25 @@ impl Storage for RemoteStorage {
         Ok(f(&got.pop().unwrap_or_default()))
     }
 
+    /// The bytes as they arrived (records) or as the table's pages hold
+    /// them: no copy of a record's bytes.
     fn with_many_bytes<R>(
         &self,
         ranges: &[(FileId, u64, usize)],
         f: impl FnOnce(&[&[u8]]) -> R,
     ) -> Result<R, (FileId, io::Error)> {
-        let got = self.fetch_many(ranges)?;
-        let slices: Vec<&[u8]> = got.iter().map(Vec::as_slice).collect();
+        let (table, records) = self.fetch_split(ranges)?;
+        let (mut table, mut records) = (table.iter(), records.iter());
+        let slices: Vec<&[u8]> = ranges
+            .iter()
+            .map(|r| {
+                if r.0 == FileId::Meta {
+                    table.next().map_or(&[][..], Vec::as_slice)
+                } else {
+                    records.next().map_or(&[][..], |b| &b[..])
+                }
+            })
+            .collect();
         Ok(f(&slices))
     }
 
@@ -1196,19 +1228,8 @@ impl Storage for RemoteStorage {
         &self,
         ranges: &[(FileId, u64, usize)],
     ) -> Result<Vec<Vec<u8>>, (FileId, io::Error)> {
-        let span = |&(_, offset, len): &(FileId, u64, usize)| offset..offset + len as u64;
-        let table: Vec<Range<u64>> = ranges
-            .iter()
-            .filter(|r| r.0 == FileId::Meta)
-            .map(span)
-            .collect();
-        let mut table = self.table(&table)?.into_iter();
-        let records: Vec<(FileId, Range<u64>)> = ranges
-            .iter()
-            .filter(|r| r.0 != FileId::Meta)
-            .map(|r| (r.0, span(r)))
-            .collect();
-        let mut records = self.fetch(&records)?.into_iter();
+        let (table, records) = self.fetch_split(ranges)?;
+        let (mut table, mut records) = (table.into_iter(), records.into_iter());
         Ok(ranges
             .iter()
             .map(|r| {

@@ -385,20 +385,22 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 )
             })
             .collect();
-        let fetched = self.files.fetch_many(&ranges, "read")?;
         let shared = SharedDst::new(dst);
-        parallel::for_ranges(idxs.len(), work, |range| {
-            for i in range {
-                let (at, loc) = &locs[i];
-                // SAFETY: as in `gather_placed`: `at + logic_length` lies
-                // inside the destination, distinct records' ranges do not
-                // overlap, and each index belongs to one range handed to
-                // one worker.
-                let out = unsafe { shared.range_mut(*at, loc.logic_length as usize) };
-                self.decode_fetched(idxs[i], loc, &fetched[i], out)?;
-            }
-            Ok(())
-        })
+        // The bytes as the storage holds them (no copy of a record).
+        self.files.with_many_bytes(&ranges, "read", |fetched| {
+            parallel::for_ranges(idxs.len(), work, |range| {
+                for i in range {
+                    let (at, loc) = &locs[i];
+                    // SAFETY: as in `gather_placed`: `at + logic_length` lies
+                    // inside the destination, distinct records' ranges do not
+                    // overlap, and each index belongs to one range handed to
+                    // one worker.
+                    let out = unsafe { shared.range_mut(*at, loc.logic_length as usize) };
+                    self.decode_fetched(idxs[i], loc, fetched[i], out)?;
+                }
+                Ok(())
+            })
+        })?
     }
 
     /// The entries of `idxs` into `decoded`: from the handle's index of

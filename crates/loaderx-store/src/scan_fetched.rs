@@ -121,20 +121,23 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     )
                 })
                 .collect();
-            let fetched = self.files.fetch_many(&ranges, "read")?;
-            for ((index, loc), stored) in batch.iter().zip(&fetched) {
-                // A table entry may claim up to 2 GiB for a record of a
-                // few stored bytes: the allocation may fail, never abort.
-                let need = loc.logic_length as usize;
-                scratch.clear();
-                scratch
-                    .try_reserve_exact(need)
-                    .map_err(|_| Error::OutOfMemory { bytes: need as u64 })?;
-                scratch.resize(need, 0);
-                if let Err(e) = self.decode_from(*index, loc, &mut scratch, true, Some(stored)) {
-                    damaged(*index, e)?;
+            self.files.with_many_bytes(&ranges, "read", |fetched| {
+                for ((index, loc), stored) in batch.iter().zip(fetched) {
+                    // A table entry may claim up to 2 GiB for a record of a
+                    // few stored bytes: the allocation may fail, never abort.
+                    let need = loc.logic_length as usize;
+                    scratch.clear();
+                    scratch
+                        .try_reserve_exact(need)
+                        .map_err(|_| Error::OutOfMemory { bytes: need as u64 })?;
+                    scratch.resize(need, 0);
+                    if let Err(e) = self.decode_from(*index, loc, &mut scratch, true, Some(stored))
+                    {
+                        damaged(*index, e)?;
+                    }
                 }
-            }
+                Ok(())
+            })??;
         }
         Ok(())
     }
