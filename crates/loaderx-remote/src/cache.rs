@@ -11,8 +11,10 @@
 //! modification time; when the directory grows past its bound, the
 //! process holding `.evict.lock` (taken without waiting: one evicts, the
 //! others go on) removes the least recently used blocks until it is back
-//! under. Files stay across restarts. Every record read through the cache
-//! is still checked against its CRC32C.
+//! under. Files stay across restarts. A temporary file left by a process
+//! that died while writing a block is removed by the next eviction once it
+//! is older than [`STALE_TMP`]. Every record read through the cache is
+//! still checked against its CRC32C.
 
 use std::{
     fs,
@@ -21,6 +23,10 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
     time::SystemTime,
 };
+
+/// Age past which a block's temporary file is one a dead writer left (a
+/// live one renames it within a block's write).
+const STALE_TMP: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// A cache directory and its bound.
 #[derive(Debug)]
@@ -124,12 +130,22 @@ impl BlockCache {
         }
         let mut blocks: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
         let mut total = 0u64;
+        let now = SystemTime::now();
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;
-            if !entry.file_name().to_string_lossy().ends_with(".blk") {
+            let file_name = entry.file_name();
+            let file_name = file_name.to_string_lossy();
+            let Ok(md) = entry.metadata() else { continue };
+            if file_name.starts_with(".tmp-") {
+                let age = md.modified().ok().and_then(|m| now.duration_since(m).ok());
+                if age.is_some_and(|a| a > STALE_TMP) {
+                    let _ = fs::remove_file(entry.path());
+                }
                 continue;
             }
-            let Ok(md) = entry.metadata() else { continue };
+            if !file_name.ends_with(".blk") {
+                continue;
+            }
             total += md.len();
             blocks.push((
                 md.modified().unwrap_or(SystemTime::UNIX_EPOCH),

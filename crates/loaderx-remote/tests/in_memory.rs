@@ -371,6 +371,20 @@ fn the_block_cache_stays_under_its_bound() {
         cache_bytes: 16384,
         ..RemoteOptions::default()
     };
+    // What a process killed while writing blocks leaves: temporary files,
+    // an old one (its writer is gone) and a fresh one (maybe still written).
+    let stale = cache.path().join(".tmp-999999-1");
+    let fresh = cache.path().join(".tmp-999999-2");
+    for tmp in [&stale, &fresh] {
+        std::fs::write(tmp, vec![7u8; 4096]).unwrap();
+    }
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(an_hour_ago)
+        .unwrap();
     let (_mem, data, storage) = uploaded(1000, CodecTag::RAW, options);
     let store = open(storage);
     let mut dst = vec![0u8; 100];
@@ -386,6 +400,11 @@ fn the_block_cache_stays_under_its_bound() {
         .sum();
     // At most the bound, plus what was written since the last eviction.
     assert!(held <= 16384 + 4096, "{held}");
+    assert!(!stale.exists(), "a dead writer's temporary file is removed");
+    assert!(
+        fresh.exists(),
+        "a live writer's temporary file is left alone"
+    );
 }
 
 fn remote(store: &Store<Deflate, AnyStorage>) -> &RemoteStorage {
