@@ -296,6 +296,18 @@ impl<S: Storage> Files<S> {
         Ok(t.place(index))
     }
 
+    /// The records `first .. end` of the checksum block holding record
+    /// `index` when it is a record of a run, else `None`.
+    pub(crate) fn run_block_of(&self, index: u64) -> Result<Option<(u64, u64)>> {
+        Ok(match self.runs_place(index)? {
+            Place::Run { run, k, .. } => {
+                let (lo, hi) = run.block_range(u64::from(k / run.block_records()));
+                Some((index - u64::from(k - lo), index + u64::from(hi - k)))
+            }
+            Place::Entry(_) => None,
+        })
+    }
+
     /// Record `index` by the run table. A run record's `crc` is its own
     /// CRC32C when `check` is set, computed once its block's CRC matched
     /// (so the caller's check of the record passes exactly when the block
@@ -367,13 +379,17 @@ impl<S: Storage> Files<S> {
     /// that [`fetches`](Storage::fetches): the entry and CRC units the batch
     /// needs in one request, then (when `check`) every block it needs in
     /// one more, each block checked before its records' CRCs are taken.
-    /// The first record that fails, by position, with its error.
+    /// The first record that fails, by position, with its error. The
+    /// blocks fetched and found intact are left in `kept` as `(file,
+    /// offset, bytes)`, so a gather takes its records' bytes from them
+    /// instead of asking for them again.
     pub(crate) fn fetch_runs_locs(
         &self,
         idxs: &[u64],
         length: u64,
         check: bool,
         out: &mut Vec<RecordLoc>,
+        kept: &mut Vec<(FileId, u64, Vec<u8>)>,
     ) -> Result<Option<(usize, Error)>> {
         let placeholder = NO_RUN.loc(0, 0);
         let live = idxs.iter().copied().filter(|&i| i < length).max();
@@ -459,6 +475,13 @@ impl<S: Storage> Files<S> {
                         failed = Some((i, self.bad_entry(idx, fault)));
                         break;
                     }
+                    if hi - lo == 1 {
+                        // The block is the record: its CRC is the record's
+                        // own, checked as the record is read.
+                        out.push(run.loc(k, stored));
+                        pending.push(None);
+                        continue;
+                    }
                     let at = *block_at.entry((run.chunk, from)).or_insert_with(|| {
                         blocks.push((file, from, (end - from) as usize));
                         blocks.len() - 1
@@ -472,7 +495,49 @@ impl<S: Storage> Files<S> {
                 }
             }
         }
-        self.check_fetched_blocks(idxs, &pending, &blocks, out, failed)
+        self.check_fetched_blocks(idxs, &pending, &blocks, out, failed, kept)
+    }
+
+    /// The ranges to read ahead for a gather of `idxs` (below `length`) in
+    /// a store with a run table, from storage that
+    /// [`fetches`](Storage::fetches): each record's stored range, or, for a
+    /// record of a run when blocks are checked, its block's (which the
+    /// gather fetches to check, and takes the record from). Reads only the
+    /// table units of records with entries of their own; an entry that
+    /// fails to decode ends the list (the gather reports it).
+    pub(crate) fn runs_ahead_ranges(
+        &self,
+        idxs: &[u64],
+        length: u64,
+        check: bool,
+    ) -> Result<Vec<(FileId, u64, usize)>> {
+        let mut locs = Vec::with_capacity(idxs.len());
+        let fault = self.fetch_runs_locs(idxs, length, false, &mut locs, &mut Vec::new())?;
+        let good = fault.map_or(locs.len(), |(at, _)| at);
+        let t = self
+            .run_table()
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ranges: Vec<(FileId, u64, usize)> = Vec::with_capacity(good);
+        for (&idx, loc) in idxs.iter().zip(&locs[..good]) {
+            if idx >= length || loc.phys_length == 0 {
+                continue;
+            }
+            let file = FileId::Chunk(loc.chunk_id);
+            match t.place(idx) {
+                Place::Run { run, k, .. } if check => {
+                    let (lo, hi) = run.block_range(u64::from(k / run.block_records()));
+                    let stride = u64::from(run.stride);
+                    let from = u64::from(run.offset) + u64::from(lo) * stride;
+                    let range = (file, from, (u64::from(hi - lo) * stride) as usize);
+                    if ranges.last() != Some(&range) {
+                        ranges.push(range);
+                    }
+                }
+                _ => ranges.push((file, u64::from(loc.offset), loc.phys_length as usize)),
+            }
+        }
+        Ok(ranges)
     }
 
     /// The second half of [`fetch_runs_locs`](Self::fetch_runs_locs): the
@@ -485,6 +550,7 @@ impl<S: Storage> Files<S> {
         blocks: &[(FileId, u64, usize)],
         out: &mut [RecordLoc],
         failed: Option<(usize, Error)>,
+        kept: &mut Vec<(FileId, u64, Vec<u8>)>,
     ) -> Result<Option<(usize, Error)>> {
         if blocks.is_empty() {
             return Ok(failed);
@@ -513,6 +579,12 @@ impl<S: Storage> Files<S> {
             let within = within as usize;
             loc.crc = v2::crc32c(&bytes[within..within + loc.phys_length as usize]);
         }
+        kept.extend(
+            blocks
+                .iter()
+                .zip(fetched)
+                .map(|(&(file, offset, _), bytes)| (file, offset, bytes)),
+        );
         Ok(failed)
     }
 
@@ -544,6 +616,13 @@ impl<S: Storage> Files<S> {
                     file_len,
                 },
             ));
+        }
+        if hi - lo == 1 {
+            // A block of one record (records of 4 KiB or more): its CRC is
+            // the record's own, which the caller checks as it reads the
+            // record (a large one with a positioned read, never through
+            // the map), so the block is not read twice.
+            return Ok(stored);
         }
         let within = ((u64::from(k - lo)) * stride) as usize;
         let (found, own) =
