@@ -66,26 +66,25 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     } else {
                         None
                     };
-                    let end = match (&e, block) {
-                        (Error::Corrupt { path, reason, .. }, Some((_, end))) => {
+                    if let (Error::Corrupt { path, reason, .. }, Some((_, end))) = (&e, block) {
+                        let (path, reason) = (path.clone(), reason.clone());
+                        damaged(index, e)?;
+                        for entry in index + 1..end {
                             let (path, reason) = (path.clone(), reason.clone());
-                            damaged(index, e)?;
-                            for entry in index + 1..end {
-                                let (path, reason) = (path.clone(), reason.clone());
-                                damaged(entry, Error::Corrupt {
+                            damaged(
+                                entry,
+                                Error::Corrupt {
                                     path,
                                     entry,
                                     reason,
-                                })?;
-                            }
-                            end
+                                },
+                            )?;
                         }
-                        _ => {
-                            damaged(index, e)?;
-                            index + 1
-                        }
-                    };
-                    end
+                        end
+                    } else {
+                        damaged(index, e)?;
+                        index + 1
+                    }
                 }
                 None => idxs.last().map_or(head.length, |&last| last + 1),
             };
