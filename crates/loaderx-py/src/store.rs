@@ -363,15 +363,27 @@ impl Store {
     /// Creates a format v2 store of `schema` at `path` (GIL released);
     /// `FileExistsError` when `path` already holds a store, `ValueError`
     /// naming the argument that breaks a rule.
+    ///
+    /// Bytes and dense stores get a run table (`docs/FORMAT.md` §9.5), so
+    /// small fixed-size records cost little more than their bytes; ragged
+    /// stores (which a run table cannot describe) and image stores (whose
+    /// records are compressed files, never runs) keep one entry per record.
     fn create_v2(
         py: Python<'_>,
         path: &std::path::Path,
         schema: &loaderx_store::format::v2::Schema,
         options: OpenOptions,
     ) -> PyResult<Store> {
+        use loaderx_store::format::v2::Kind;
+        let runs = schema.kind != Kind::Ragged && !schema.codec.is_image();
         let engine = py
             .detach(|| {
-                Engine::create_v2_path_in(path, schema, options, loaderx_remote::AnyStorage::Local)
+                let local = loaderx_remote::AnyStorage::Local;
+                if runs {
+                    Engine::create_v2_runs_path_in(path, schema, options, local)
+                } else {
+                    Engine::create_v2_path_in(path, schema, options, local)
+                }
             })
             .map_err(|err| match err {
                 loaderx_store::Error::Exists { .. } => PyFileExistsError::new_err(err.to_string()),

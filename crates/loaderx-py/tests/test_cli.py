@@ -96,21 +96,25 @@ def test_convert_refuses_an_existing_output_and_bad_sources(tmp_path: Path, imag
 
 
 def test_verify_reports_the_damaged_record(tmp_path: Path) -> None:
-    records = np.repeat((np.arange(10, dtype=np.uint8) + 100)[:, None], 64, axis=1)
+    # 200 records of 64 bytes, kept as a run checksummed 64 records (4 KiB)
+    # at a time: damage to record 70 damages block 1, records 64 ..= 127.
+    records = np.repeat((np.arange(200) % 251).astype(np.uint8)[:, None], 64, axis=1)
     with Dense.create(tmp_path / "s", "uint8", (64,), codec="raw", data_shards=1) as w:
         w.append(records)
     data = tmp_path / "s" / "0.zr"
     raw = bytearray(data.read_bytes())
-    at = raw.find(bytes([107]) * 64)  # record 7's bytes
-    assert at >= 0 and raw.find(bytes([107]) * 64, at + 1) == -1
+    at = raw.find(bytes([70]) * 64)  # record 70's bytes
+    assert at >= 0 and raw.find(bytes([70]) * 64, at + 1) == -1
     raw[at + 5] ^= 0x01
     data.write_bytes(bytes(raw))
     bad = loaderx("verify", tmp_path / "s")
     assert bad.returncode == 1
-    assert "1 of 10 records damaged" in bad.stdout
-    assert "record 7:" in bad.stdout and "record 6:" not in bad.stdout
+    assert "64 of 200 records damaged" in bad.stdout
+    assert "record 64:" in bad.stdout and "record 127:" in bad.stdout
+    assert "record 63:" not in bad.stdout and "record 128:" not in bad.stdout
+    assert "block 1 of its run (records 64 ..= 127)" in bad.stdout
     report = json.loads(loaderx("verify", tmp_path / "s", "--json").stdout)
-    assert [i for i, _ in report["damaged"]] == [7]
+    assert [i for i, _ in report["damaged"]] == list(range(64, 128))
 
 
 def test_info_compact_after_deletes_and_a_tree_of_stores(tmp_path: Path) -> None:

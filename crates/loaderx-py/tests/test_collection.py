@@ -206,8 +206,9 @@ def test_cli_info_and_verify_take_a_collection(committed):
     ok = run("verify", committed)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "['t']: ok (20 records)" in ok.stdout
-    # Damage the last byte of part 2's label chunk: verify names the
-    # global record and exits 1.
+    # Damage the last byte of part 2's label chunk (global records 6 ..= 12):
+    # its seven labels are one run, checksummed as one block, so verify
+    # names every record of the block, by global index, and exits 1.
     chunk = Path(committed, "part-00002", "y", "0.zr")
     data = bytearray(chunk.read_bytes())
     data[-1] ^= 0xFF
@@ -216,7 +217,10 @@ def test_cli_info_and_verify_take_a_collection(committed):
     assert bad.returncode == 1
     report = {r["path"]: r for r in json.loads(bad.stdout)}
     damaged = report[f"{committed}['y']"]["damaged"]
-    assert [i for i, _ in damaged] == [12]
+    assert [i for i, _ in damaged] == list(range(6, 13))
+    assert all("block 0 of its run (records 0 ..= 6)" in why for _, why in damaged)
+    # The other parts' labels are whole.
+    assert all(r["damaged"] == [] for p, r in report.items() if p != f"{committed}['y']")
 
 
 def test_convert_num_proc_writes_a_collection_in_order(tmp_path):

@@ -267,19 +267,21 @@ def test_the_dataloader_requests_its_next_batches_ahead(
     proxy: FaultProxy, dense: Any, lookahead: int
 ) -> None:
     url, data = dense
-    # Sequential batches of 8 neighbouring rows: one request per batch.
+    # Sequential batches of 64 neighbouring rows: the store keeps them as a
+    # run checksummed in blocks of 64 rows (4 KiB), so each batch is one
+    # block, read (and checked) with one request.
     reader = opened(proxy, url, coalesce_bytes=0)
     loader = loaderx.DataLoader(
         {"x": reader},
         transform_workers=1,
-        batch_size=8,
+        batch_size=64,
         prefetch_size=1,
         mode=0,
         seed=0,
         lookahead=lookahead,
     )
     try:
-        np.testing.assert_array_equal(next(loader)["x"], data[0:8])
+        np.testing.assert_array_equal(next(loader)["x"], data[0:64])
         # The window holds one batch: without lookahead the loader asks for
         # batch 1 and no more; with it, batches 1..5 are requested while the
         # consumer holds batch 0.
@@ -291,7 +293,7 @@ def test_the_dataloader_requests_its_next_batches_ahead(
         assert chunk_gets(proxy) == expected, proxy.ranged_gets
         # The batches read ahead are the right ones, read once.
         for k in range(1, 6):
-            np.testing.assert_array_equal(next(loader)["x"], data[8 * k : 8 * (k + 1)])
+            np.testing.assert_array_equal(next(loader)["x"], data[64 * k : 64 * (k + 1)])
         assert chunk_gets(proxy) <= 7 + lookahead
     finally:
         loader.close()
@@ -316,9 +318,16 @@ def test_verify_and_damaged_read_in_batches_not_a_request_per_record(
     with opened(proxy, url) as d:
         before = chunk_gets(proxy)
         found = d.damaged()
-        assert [i for i, _ in found] == [1234], found
-        with pytest.raises(ZrecordError, match="1234"):
+        # A run's records are checksummed 64 at a time (4 KiB blocks):
+        # record 1234 is in block 19, records 1216 ..= 1279.
+        assert [i for i, _ in found] == list(range(1216, 1280)), found
+        assert all("block 19 of its run" in why for _, why in found)
+        with pytest.raises(ZrecordError, match="entry 1216: block 19"):
             d.verify()
+        # The blocks around it read.
+        np.testing.assert_array_equal(d[[1215, 1280]], data[[1215, 1280]])
+        with pytest.raises(ZrecordError, match="block 19"):
+            d[1234]
         # 3000 records of 64 bytes: a few requests, not one per record.
         assert chunk_gets(proxy) - before <= 10, proxy.ranged_gets
 

@@ -903,10 +903,13 @@ def flip_byte(path: Path, needle: bytes | None = None) -> None:
 
 
 def test_damaged_raw_record_is_named_by_verify(tmp_path: Path) -> None:
+    # A dense store keeps raw records of one size as a run, checksummed a
+    # block at a time: 64-byte records make blocks of 64 records (4 KiB),
+    # so a damaged byte in record 70 damages block 1, records 64 ..= 127.
     path = tmp_path / "d"
-    data = np.zeros((10, 64), np.uint8)
+    data = np.zeros((200, 64), np.uint8)
     marker = bytes(range(7, 71))
-    data[6] = np.frombuffer(marker, np.uint8)
+    data[70] = np.frombuffer(marker, np.uint8)
     write_dense(path, data, codec="raw", data_shards=1)
     with Dense.open(path) as ds:
         ds.verify()
@@ -914,24 +917,42 @@ def test_damaged_raw_record_is_named_by_verify(tmp_path: Path) -> None:
     flip_byte(path, marker)
     with Dense.open(path) as ds:
         damaged = ds.damaged()
-        assert [i for i, _ in damaged] == [6]
-        assert damaged[0][1]
+        assert [i for i, _ in damaged] == list(range(64, 128))
+        assert all("block 1 of its run (records 64 ..= 127)" in why for _, why in damaged)
         with pytest.raises(ZrecordError) as err:
             ds.verify()
-        assert err.value.code == -7 and "6" in str(err.value)
+        assert err.value.code == -7 and "entry 64" in str(err.value)
         # Raw records are read without a second pass unless asked for.
-        np.testing.assert_array_equal(ds[[5, 7]], data[[5, 7]])
-        assert ds[6].tobytes() != marker
+        np.testing.assert_array_equal(ds[[63, 69, 71, 128]], data[[63, 69, 71, 128]])
+        assert ds[70].tobytes() != marker
     with Dense.open(path, check_raw=True) as ds:
         with pytest.raises(ZrecordError) as err:
-            ds[[5, 6]]
-        assert err.value.code == -7 and "6" in str(err.value)
-        np.testing.assert_array_equal(ds[[5, 7]], data[[5, 7]])
+            ds[[5, 100]]
+        assert err.value.code == -7 and "entry 100" in str(err.value)
+        # The blocks on either side still read.
+        np.testing.assert_array_equal(ds[[5, 63, 128, 199]], data[[5, 63, 128, 199]])
         # A pickled reader keeps checking.
         clone = pickle.loads(pickle.dumps(ds))
         with pytest.raises(ZrecordError):
-            clone[6]
+            clone[64]
+        np.testing.assert_array_equal(clone[63], data[63])
         clone.close()
+
+
+def test_a_million_int64_labels_cost_their_bytes(tmp_path: Path) -> None:
+    # New dense stores get a run table: 1,000,000 labels appended at once
+    # take little more than their 8,000,000 bytes (not an entry each).
+    path = tmp_path / "labels"
+    labels = np.arange(1_000_000, dtype=np.int64) * 7 - 3
+    with Dense.create(path, np.int64, (), codec="raw") as w:
+        w.append(labels)
+    on_disk = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    assert on_disk <= 1.05 * labels.nbytes, on_disk
+    with Dense.open(path, check_raw=True) as ds:
+        assert len(ds) == len(labels)
+        np.testing.assert_array_equal(ds[np.arange(len(labels))], labels)
+        np.testing.assert_array_equal(ds[[999_999, 0, 4096]], labels[[999_999, 0, 4096]])
+        ds.verify()
 
 
 @pytest.mark.parametrize("codec", ["zstd", "flate"])

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use loaderx_format::{CodecTag, Head, RecordLoc, Tail, v2::Kind};
 
 use crate::{
-    Codec, CodecId, Error, Result, Store, parallel,
+    Codec, CodecId, Error, Result, Store, parallel, runtable,
     storage::{FileId, Storage},
 };
 
@@ -508,8 +508,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // Raw records of a v2 store get their checksums as they are written,
         // in the same pass over the source (a memory-mapped input read
         // from disk is read once, by the writing threads, overlapping I/O
-        // with the copies), not in a pass of their own before.
-        let crc_on_write = checksums && codec == CodecId::Raw;
+        // with the copies), not in a pass of their own before. In a run
+        // table every record does: which records become runs is known only
+        // once they are placed, and each gets only the checksum the table
+        // keeps (a block CRC for a run's records, its own for the others).
+        let runs = self.layout().runs();
+        let crc_on_write = checksums && (codec == CodecId::Raw || runs);
         // The handle's arena, reused from window to window, unless this
         // window is one record larger than a window: that one gets an arena
         // of its own, freed with it.
@@ -549,6 +553,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
             Layout::Fixed { item_len, .. } if codec == CodecId::Raw => Some(item_len),
             _ => None,
         };
+        let spans = if runs {
+            runtable::plan_spans(&locs)
+        } else {
+            Vec::new()
+        };
+        // With `crc_on_write`, `crcs[b]` is the CRC of the checksum block
+        // that starts at record `b` (a record of its own outside runs).
         let crcs: Vec<AtomicU32> = if crc_on_write {
             (0..locs.len()).map(|_| AtomicU32::new(0)).collect()
         } else {
@@ -558,18 +569,23 @@ impl<C: Codec, S: Storage> Store<C, S> {
             &locs,
             &payload,
             contiguous.map(|item| (sub_src, item)),
-            crc_on_write.then_some(&crcs[..]),
+            crc_on_write.then_some((&crcs[..], &spans[..])),
         )?;
-        for (loc, crc) in locs.iter_mut().zip(crcs) {
-            loc.crc = crc.into_inner();
+        if crc_on_write {
+            for (loc, crc) in locs.iter_mut().zip(&crcs) {
+                loc.crc = crc.load(Ordering::Relaxed);
+            }
         }
 
         // Entries next; the header that counts them is written by the next
         // commit (`sync`), after the bytes and entries are durable.
         // Encoded (a checksum each) and written in parallel parts: for small
         // records this is most of an append's work.
-        if self.layout().runs() {
-            self.files.write_runs(head.length, &locs, &payload)?;
+        if runs {
+            // Checksums off: the block CRCs are not checked either.
+            self.files.write_runs(head.length, &locs, &spans, &|b, _| {
+                crcs.get(b).map_or(0, |c| c.load(Ordering::Relaxed))
+            })?;
             return Ok(after);
         }
         let entry_len = self.files.entry_len();
@@ -660,33 +676,40 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Writes every record's payload at its placed location, in pieces of up
-    /// to [`WRITE_PIECE`] contiguous bytes, in parallel; with `crcs`, stores
-    /// the CRC32C of record `i`'s payload in `crcs[i]` on the way, while
-    /// its bytes are at hand (each piece's records just before its write).
+    /// to [`WRITE_PIECE`] contiguous bytes (or one checksum block), in
+    /// parallel. With `checksums = (crcs, spans)`, stores the CRC32C of
+    /// each checksum block's payload in `crcs[b]`, `b` its first record, on
+    /// the way, while its bytes are at hand (each piece's records just
+    /// before its write): the blocks of the runs in `spans`, and every
+    /// other record a block of its own (every record when `spans` is
+    /// empty). Pieces never split a block.
     pub(crate) fn write_payloads<'p>(
         &self,
         locs: &[RecordLoc],
         payload: &(dyn Fn(usize) -> &'p [u8] + Sync),
         contiguous: Option<(&[u8], usize)>,
-        crcs: Option<&[AtomicU32]>,
+        checksums: Option<(&[AtomicU32], &[runtable::Span])>,
     ) -> Result<()> {
-        let checksum = |i: usize, bytes: &[u8]| {
-            if let Some(crcs) = crcs {
-                crcs[i].store(loaderx_format::v2::crc32c(bytes), Ordering::Relaxed);
+        let spans = checksums.map_or(&[][..], |(_, spans)| spans);
+        let checksum = |b: usize, bytes: &[u8]| {
+            if let Some((crcs, _)) = checksums {
+                crcs[b].store(loaderx_format::v2::crc32c(bytes), Ordering::Relaxed);
             }
         };
-        // Pieces: maximal runs of consecutive records in one chunk, capped in size.
+        // Pieces: maximal runs of consecutive records in one chunk, capped
+        // in size, cut between checksum blocks (a block lies in one chunk).
         let mut pieces: Vec<(usize, usize)> = Vec::new();
         let mut start = 0;
         let mut bytes = 0usize;
-        for (i, loc) in locs.iter().enumerate() {
-            let new_chunk = i > start && loc.chunk_id != locs[start].chunk_id;
-            if new_chunk || (i > start && bytes + loc.phys_length as usize > WRITE_PIECE) {
-                pieces.push((start, i));
-                start = i;
+        for (a, b) in runtable::blocks_from(spans, locs, 0) {
+            let len: usize = locs[a..b].iter().map(|l| l.phys_length as usize).sum();
+            let new_chunk = a > start && locs[a].chunk_id != locs[start].chunk_id;
+            if new_chunk || (a > start && bytes + len > WRITE_PIECE) {
+                pieces.push((start, a));
+                start = a;
                 bytes = 0;
             }
-            bytes += loc.phys_length as usize;
+            bytes += len;
         }
         pieces.push((start, locs.len()));
         // Interleaved by file (each chunk's first piece, then each one's
@@ -711,19 +734,24 @@ impl<C: Codec, S: Storage> Store<C, S> {
         parallel::for_io_items(order.len(), total, |buf: &mut Vec<u8>, k| {
             let (a, b) = order[k].2;
             let loc = &locs[a];
+            let blocks = runtable::blocks_from(spans, locs, a).take_while(|&(s, _)| s < b);
             if let Some((src, item)) = contiguous {
-                for i in a..b {
-                    checksum(i, &src[i * item..(i + 1) * item]);
+                if checksums.is_some() {
+                    for (s, e) in blocks {
+                        checksum(s, &src[s * item..e * item]);
+                    }
                 }
                 return self.write_chunk(loc.chunk_id, loc.offset, &src[a * item..b * item]);
             }
             buf.clear();
-            for i in a..b {
+            for (s, e) in blocks {
                 // Checksummed as copied, so the CRC is of the bytes written
                 // even if the source changes meanwhile.
                 let at = buf.len();
-                buf.extend_from_slice(payload(i));
-                checksum(i, &buf[at..]);
+                for i in s..e {
+                    buf.extend_from_slice(payload(i));
+                }
+                checksum(s, &buf[at..]);
             }
             self.write_chunk(loc.chunk_id, loc.offset, buf)
         })

@@ -3,12 +3,14 @@
 //! image file kept as its JPEG bytes, say). Same placement, durability and
 //! all-or-nothing publication as every other append (`append.rs`).
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use loaderx_format::CodecTag;
 
 use crate::{
     Codec, Error, Result, Store,
     append::{Encoded, Layout, split_mut},
-    parallel,
+    parallel, runtable,
     storage::Storage,
 };
 
@@ -56,7 +58,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 crc: 0,
             })
             .collect();
-        if format.checksums() {
+        // A run table's records get their checksums as they are written,
+        // only those it keeps (`append_window`).
+        let runs = format.runs();
+        if format.checksums() && !runs {
             parallel::for_each_part(split_mut(&mut encoded), total, |(first, part)| {
                 for (k, e) in part.iter_mut().enumerate() {
                     e.crc = loaderx_format::v2::crc32c(records[first + k].bytes);
@@ -70,15 +75,31 @@ impl<C: Codec, S: Storage> Store<C, S> {
             lens: &logic,
         };
         let (_writer, head) = self.begin_append(n, format.max_records())?;
-        let (locs, after, new_chunks) = self.place(&head, &encoded, &layout, n)?;
+        let (mut locs, after, new_chunks) = self.place(&head, &encoded, &layout, n)?;
         self.create_chunks(new_chunks)?;
-        self.write_payloads(&locs, &|i| records[i].bytes, None, None)?;
-        if self.layout().runs() {
-            self.files
-                .write_runs(head.length, &locs, &|i| records[i].bytes)?;
+        if runs {
+            let spans = runtable::plan_spans(&locs);
+            let crcs: Vec<AtomicU32> = if format.checksums() {
+                (0..n).map(|_| AtomicU32::new(0)).collect()
+            } else {
+                Vec::new()
+            };
+            self.write_payloads(
+                &locs,
+                &|i| records[i].bytes,
+                None,
+                format.checksums().then_some((&crcs[..], &spans[..])),
+            )?;
+            for (loc, crc) in locs.iter_mut().zip(&crcs) {
+                loc.crc = crc.load(Ordering::Relaxed);
+            }
+            self.files.write_runs(head.length, &locs, &spans, &|b, _| {
+                crcs.get(b).map_or(0, |c| c.load(Ordering::Relaxed))
+            })?;
             self.frontier.publish(&after);
             return Ok(head.length);
         }
+        self.write_payloads(&locs, &|i| records[i].bytes, None, None)?;
         let entry_len = self.files.entry_len();
         let mut table = Vec::new();
         table

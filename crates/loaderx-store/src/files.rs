@@ -184,6 +184,11 @@ impl<S: Storage> Files<S> {
         self.storage.forget_prefetched();
     }
 
+    /// Whether runs' blocks are checked when their records are read.
+    pub(crate) fn checks_blocks(&self) -> bool {
+        self.check_blocks
+    }
+
     /// Reads each of `ranges` into a buffer of its own
     /// ([`Storage::fetch_many`]).
     pub(crate) fn fetch_many(
@@ -386,6 +391,19 @@ impl<S: Storage> Files<S> {
         length: u64,
         out: &mut Vec<RecordLoc>,
     ) -> Result<Option<(usize, Error)>> {
+        self.read_entries_keeping(idxs, length, out, &mut Vec::new())
+    }
+
+    /// [`read_entries`](Self::read_entries), leaving in `kept` the blocks of
+    /// runs it fetched to check (a run table's store read by requests), as
+    /// [`fetch_runs_locs`](Self::fetch_runs_locs) does.
+    pub(crate) fn read_entries_keeping(
+        &self,
+        idxs: &[u64],
+        length: u64,
+        out: &mut Vec<RecordLoc>,
+        kept: &mut Vec<(FileId, u64, Vec<u8>)>,
+    ) -> Result<Option<(usize, Error)>> {
         const PLACEHOLDER: RecordLoc = RecordLoc {
             offset: 0,
             phys_length: 0,
@@ -395,7 +413,7 @@ impl<S: Storage> Files<S> {
             crc: 0,
         };
         if self.layout.runs() && self.fetches() {
-            return self.fetch_runs_locs(idxs, length, self.check_blocks, out);
+            return self.fetch_runs_locs(idxs, length, self.check_blocks, out, kept);
         }
         if self.layout.runs() {
             let mut seen = None;

@@ -295,7 +295,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
         decoded
             .try_reserve_exact(idxs.len())
             .map_err(|_| oom(idxs.len() * std::mem::size_of::<RecordLoc>()))?;
-        let (indexed, mut fault) = self.batch_entries(idxs, &head, raw_checked, &mut decoded)?;
+        // Blocks of runs a store read by requests fetched to check them.
+        let mut blocks = Vec::new();
+        let (indexed, mut fault) =
+            self.batch_entries(idxs, &head, raw_checked, &mut decoded, &mut blocks)?;
         let copy_reads_at = parallel::copy_reads_at();
         let mut all_mapped_raw = !raw_checked;
         let mut stored = 0u64;
@@ -326,7 +329,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.check_chunks_still_hold(idxs, &locs)?;
         if self.files.fetches() {
-            return self.decode_fetched_batch(idxs, &locs, dst, work);
+            return self.decode_fetched_batch(idxs, &locs, dst, work, &blocks);
         }
         let prefetch = idxs.len() >= PREFETCH_AT_LEAST && stored <= PREFETCH_RECORDS_UP_TO;
         if prefetch && !all_mapped_raw {
@@ -365,18 +368,37 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
 impl<C: Codec, S: Storage> Store<C, S> {
     /// The rest of a gather from storage that [`fetches`](Storage::fetches):
-    /// the records' exact stored ranges handed over at once, then each
-    /// decoded from its bytes into its validated place (in parallel for
-    /// batches worth it), checked as any record is.
+    /// the records' exact stored ranges handed over at once (but those that
+    /// lie in one of `blocks`, the run blocks the table read fetched and
+    /// checked, taken from there), then each decoded from its bytes into
+    /// its validated place (in parallel for batches worth it), checked as
+    /// any record is.
     fn decode_fetched_batch(
         &self,
         idxs: &[u64],
         locs: &[(usize, RecordLoc)],
         dst: &mut [u8],
         work: u64,
+        blocks: &[(FileId, u64, Vec<u8>)],
     ) -> Result<()> {
+        let by_start: std::collections::BTreeMap<(FileId, u64), &[u8]> = blocks
+            .iter()
+            .map(|(file, offset, bytes)| ((*file, *offset), bytes.as_slice()))
+            .collect();
+        let in_block = |l: &RecordLoc| -> Option<&[u8]> {
+            let (file, at, len) = (
+                FileId::Chunk(l.chunk_id),
+                u64::from(l.offset),
+                u64::from(l.phys_length),
+            );
+            let (&(f, from), bytes) = by_start.range(..=(file, at)).next_back()?;
+            let within = at - from;
+            (f == file && within + len <= bytes.len() as u64)
+                .then(|| &bytes[within as usize..(within + len) as usize])
+        };
         let ranges: Vec<(FileId, u64, usize)> = locs
             .iter()
+            .filter(|(_, l)| in_block(l).is_none())
             .map(|(_, l)| {
                 (
                     FileId::Chunk(l.chunk_id),
@@ -387,7 +409,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .collect();
         let shared = SharedDst::new(dst);
         // The bytes as the storage holds them (no copy of a record).
-        self.files.with_many_bytes(&ranges, "read", |fetched| {
+        self.files.with_many_bytes(&ranges, "read", |asked| {
+            let mut asked = asked.iter();
+            let bytes: Vec<&[u8]> = locs
+                .iter()
+                .map(|(_, l)| {
+                    in_block(l).unwrap_or_else(|| asked.next().copied().unwrap_or_default())
+                })
+                .collect();
             parallel::for_ranges(idxs.len(), work, |range| {
                 for i in range {
                     let (at, loc) = &locs[i];
@@ -396,7 +425,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     // overlap, and each index belongs to one range handed to
                     // one worker.
                     let out = unsafe { shared.range_mut(*at, loc.logic_length as usize) };
-                    self.decode_fetched(idxs[i], loc, fetched[i], out)?;
+                    self.decode_fetched(idxs[i], loc, bytes[i], out)?;
                 }
                 Ok(())
             })
@@ -413,6 +442,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         head: &Head,
         raw_checked: bool,
         decoded: &mut Vec<RecordLoc>,
+        blocks: &mut Vec<(FileId, u64, Vec<u8>)>,
     ) -> Result<(bool, Option<(usize, Error)>)> {
         // `try_read`: a gather never waits for the index (another thread
         // may be extending it, or, in a forked child, a thread of the parent
@@ -426,7 +456,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
             return Ok((true, None));
         }
         self.check_meta_len(head)?;
-        Ok((false, self.files.read_entries(idxs, head.length, decoded)?))
+        Ok((
+            false,
+            self.files
+                .read_entries_keeping(idxs, head.length, decoded, blocks)?,
+        ))
     }
 
     /// Gathers a batch of small raw records the handle's index covers

@@ -21,6 +21,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
         self.check_usable()?;
         let head = self.head();
         self.check_meta_len(&head)?;
+        if self.layout().runs() {
+            // A run's records are read with their block when blocks are
+            // checked: read the blocks ahead, not the records.
+            let ranges =
+                self.files
+                    .runs_ahead_ranges(idxs, head.length, self.files.checks_blocks())?;
+            self.files.prefetch(&ranges);
+            return Ok(());
+        }
         let mut entries = Vec::new();
         entries
             .try_reserve_exact(idxs.len())

@@ -253,6 +253,21 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
         Self::create_v2_path_features(path, schema, options, wrap, 0)
     }
 
+    /// [`create_v2_runs`](Store::create_v2_runs) on the directory `path`,
+    /// its [`FileStorage`] wrapped by `wrap`, as in
+    /// [`open_path_in`](Store::open_path_in).
+    ///
+    /// # Errors
+    /// As [`create_v2_runs`](Store::create_v2_runs).
+    pub fn create_v2_runs_path_in(
+        path: impl AsRef<Path>,
+        schema: &Schema,
+        options: OpenOptions,
+        wrap: impl FnOnce(FileStorage) -> S,
+    ) -> Result<Self> {
+        Self::create_v2_path_features(path, schema, options, wrap, v2::runs::FEATURE_RUNS)
+    }
+
     fn create_v2_path_features(
         path: impl AsRef<Path>,
         schema: &Schema,

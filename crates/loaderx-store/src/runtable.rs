@@ -96,6 +96,84 @@ fn follows(a: &RecordLoc, b: &RecordLoc) -> bool {
         && u64::from(a.offset) + u64::from(a.logic_length) == u64::from(b.offset)
 }
 
+/// Records `start .. end` of an append (indices into its records), which
+/// become one piece of the run table: a run when `run`, else a group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) run: bool,
+}
+
+/// The pieces the placed records `locs` of an append become (§9.5,
+/// "Writing"): each maximal stretch of two or more raw records of one
+/// size lying one after the other in one chunk is a run (cut at `u32::MAX`
+/// records); the records between runs, groups.
+pub(crate) fn plan_spans(locs: &[RecordLoc]) -> Vec<Span> {
+    let n = locs.len();
+    let starts_run = |i: usize| i + 1 < n && follows(&locs[i], &locs[i + 1]);
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < n {
+        if starts_run(i) {
+            let mut j = i + 1;
+            while j < n && follows(&locs[j - 1], &locs[j]) && j - i < u32::MAX as usize {
+                j += 1;
+            }
+            spans.push(Span {
+                start: i,
+                end: j,
+                run: true,
+            });
+            i = j;
+        } else {
+            let mut e = i + 1;
+            while e < n && !starts_run(e) {
+                e += 1;
+            }
+            spans.push(Span {
+                start: i,
+                end: e,
+                run: false,
+            });
+            i = e;
+        }
+    }
+    spans
+}
+
+/// The checksum blocks of an append's records, in order, as `(start, end)`
+/// record ranges from record `from` (a block's first record) on: the
+/// blocks of each run in `spans` (§9.5, "Blocks"), and every other record
+/// a block of its own (all of them when `spans` is empty: a store without
+/// a run table keeps a CRC per record).
+pub(crate) fn blocks_from<'a>(
+    spans: &'a [Span],
+    locs: &'a [RecordLoc],
+    from: usize,
+) -> impl Iterator<Item = (usize, usize)> + 'a {
+    let mut s = spans.partition_point(|sp| sp.end <= from);
+    let mut i = from;
+    std::iter::from_fn(move || {
+        if i >= locs.len() {
+            return None;
+        }
+        while s < spans.len() && spans[s].end <= i {
+            s += 1;
+        }
+        let end = match spans.get(s) {
+            Some(sp) if sp.run => {
+                let per = (runs::BLOCK_BYTES / locs[sp.start].logic_length.max(1)).max(1);
+                (i + per as usize).min(sp.end)
+            }
+            _ => i + 1,
+        };
+        let block = (i, end);
+        i = end;
+        Some(block)
+    })
+}
+
 impl<S: Storage> Files<S> {
     fn table_start(&self) -> u64 {
         match self.layout() {
@@ -218,6 +296,18 @@ impl<S: Storage> Files<S> {
         Ok(t.place(index))
     }
 
+    /// The records `first .. end` of the checksum block holding record
+    /// `index` when it is a record of a run, else `None`.
+    pub(crate) fn run_block_of(&self, index: u64) -> Result<Option<(u64, u64)>> {
+        Ok(match self.runs_place(index)? {
+            Place::Run { run, k, .. } => {
+                let (lo, hi) = run.block_range(u64::from(k / run.block_records()));
+                Some((index - u64::from(k - lo), index + u64::from(hi - k)))
+            }
+            Place::Entry(_) => None,
+        })
+    }
+
     /// Record `index` by the run table. A run record's `crc` is its own
     /// CRC32C when `check` is set, computed once its block's CRC matched
     /// (so the caller's check of the record passes exactly when the block
@@ -289,13 +379,17 @@ impl<S: Storage> Files<S> {
     /// that [`fetches`](Storage::fetches): the entry and CRC units the batch
     /// needs in one request, then (when `check`) every block it needs in
     /// one more, each block checked before its records' CRCs are taken.
-    /// The first record that fails, by position, with its error.
+    /// The first record that fails, by position, with its error. The
+    /// blocks fetched and found intact are left in `kept` as `(file,
+    /// offset, bytes)`, so a gather takes its records' bytes from them
+    /// instead of asking for them again.
     pub(crate) fn fetch_runs_locs(
         &self,
         idxs: &[u64],
         length: u64,
         check: bool,
         out: &mut Vec<RecordLoc>,
+        kept: &mut Vec<(FileId, u64, Vec<u8>)>,
     ) -> Result<Option<(usize, Error)>> {
         let placeholder = NO_RUN.loc(0, 0);
         let live = idxs.iter().copied().filter(|&i| i < length).max();
@@ -381,6 +475,13 @@ impl<S: Storage> Files<S> {
                         failed = Some((i, self.bad_entry(idx, fault)));
                         break;
                     }
+                    if hi - lo == 1 {
+                        // The block is the record: its CRC is the record's
+                        // own, checked as the record is read.
+                        out.push(run.loc(k, stored));
+                        pending.push(None);
+                        continue;
+                    }
                     let at = *block_at.entry((run.chunk, from)).or_insert_with(|| {
                         blocks.push((file, from, (end - from) as usize));
                         blocks.len() - 1
@@ -394,7 +495,49 @@ impl<S: Storage> Files<S> {
                 }
             }
         }
-        self.check_fetched_blocks(idxs, &pending, &blocks, out, failed)
+        self.check_fetched_blocks(idxs, &pending, &blocks, out, failed, kept)
+    }
+
+    /// The ranges to read ahead for a gather of `idxs` (below `length`) in
+    /// a store with a run table, from storage that
+    /// [`fetches`](Storage::fetches): each record's stored range, or, for a
+    /// record of a run when blocks are checked, its block's (which the
+    /// gather fetches to check, and takes the record from). Reads only the
+    /// table units of records with entries of their own; an entry that
+    /// fails to decode ends the list (the gather reports it).
+    pub(crate) fn runs_ahead_ranges(
+        &self,
+        idxs: &[u64],
+        length: u64,
+        check: bool,
+    ) -> Result<Vec<(FileId, u64, usize)>> {
+        let mut locs = Vec::with_capacity(idxs.len());
+        let fault = self.fetch_runs_locs(idxs, length, false, &mut locs, &mut Vec::new())?;
+        let good = fault.map_or(locs.len(), |(at, _)| at);
+        let t = self
+            .run_table()
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ranges: Vec<(FileId, u64, usize)> = Vec::with_capacity(good);
+        for (&idx, loc) in idxs.iter().zip(&locs[..good]) {
+            if idx >= length || loc.phys_length == 0 {
+                continue;
+            }
+            let file = FileId::Chunk(loc.chunk_id);
+            match t.place(idx) {
+                Place::Run { run, k, .. } if check => {
+                    let (lo, hi) = run.block_range(u64::from(k / run.block_records()));
+                    let stride = u64::from(run.stride);
+                    let from = u64::from(run.offset) + u64::from(lo) * stride;
+                    let range = (file, from, (u64::from(hi - lo) * stride) as usize);
+                    if ranges.last() != Some(&range) {
+                        ranges.push(range);
+                    }
+                }
+                _ => ranges.push((file, u64::from(loc.offset), loc.phys_length as usize)),
+            }
+        }
+        Ok(ranges)
     }
 
     /// The second half of [`fetch_runs_locs`](Self::fetch_runs_locs): the
@@ -407,6 +550,7 @@ impl<S: Storage> Files<S> {
         blocks: &[(FileId, u64, usize)],
         out: &mut [RecordLoc],
         failed: Option<(usize, Error)>,
+        kept: &mut Vec<(FileId, u64, Vec<u8>)>,
     ) -> Result<Option<(usize, Error)>> {
         if blocks.is_empty() {
             return Ok(failed);
@@ -435,6 +579,12 @@ impl<S: Storage> Files<S> {
             let within = within as usize;
             loc.crc = v2::crc32c(&bytes[within..within + loc.phys_length as usize]);
         }
+        kept.extend(
+            blocks
+                .iter()
+                .zip(fetched)
+                .map(|(&(file, offset, _), bytes)| (file, offset, bytes)),
+        );
         Ok(failed)
     }
 
@@ -467,6 +617,13 @@ impl<S: Storage> Files<S> {
                 },
             ));
         }
+        if hi - lo == 1 {
+            // A block of one record (records of 4 KiB or more): its CRC is
+            // the record's own, which the caller checks as it reads the
+            // record (a large one with a positioned read, never through
+            // the map), so the block is not read twice.
+            return Ok(stored);
+        }
         let within = ((u64::from(k - lo)) * stride) as usize;
         let (found, own) =
             self.with_bytes(file, start, (end - start) as usize, "read", |bytes| {
@@ -490,31 +647,25 @@ impl<S: Storage> Files<S> {
     }
 
     /// Writes the table pieces of appended records `first ..` (`locs`,
-    /// placed; `payload(i)` the stored bytes of record `i`) after the
-    /// pieces the index holds, and adds them to it. Runs of two or more
-    /// raw records of one size lying one after the other in a chunk
-    /// become run pieces (their block CRCs computed from `payload`); the
-    /// records between them, groups of entries. The caller holds the
-    /// append lock.
-    pub(crate) fn write_runs<'p>(
+    /// placed, cut into `spans` by [`plan_spans`]) after the pieces the
+    /// index holds, and adds them to it: a run span becomes a run piece,
+    /// `block_crc(start, end)` giving the CRC of its block of records
+    /// `start .. end`; a group span, a group of entries carrying each
+    /// record's own `loc.crc`. The caller holds the append lock.
+    pub(crate) fn write_runs(
         &self,
         first: u64,
         locs: &[RecordLoc],
-        payload: &(dyn Fn(usize) -> &'p [u8] + Sync),
+        spans: &[Span],
+        block_crc: &(dyn Fn(usize, usize) -> u32 + Sync),
     ) -> Result<()> {
-        let n = locs.len();
         let start_unit = self.runs_units();
         let mut unit = start_unit;
         let mut out: Vec<u8> = Vec::new();
         let mut pieces: Vec<(u64, u64, Piece)> = Vec::new();
-        let starts_run = |i: usize| i + 1 < n && follows(&locs[i], &locs[i + 1]);
-        let mut i = 0;
-        while i < n {
-            if starts_run(i) {
-                let mut j = i + 1;
-                while j < n && follows(&locs[j - 1], &locs[j]) && j - i < u32::MAX as usize {
-                    j += 1;
-                }
+        for span in spans {
+            let (i, j) = (span.start, span.end);
+            if span.run {
                 let run = Run {
                     chunk: locs[i].chunk_id,
                     offset: locs[i].offset,
@@ -524,31 +675,21 @@ impl<S: Storage> Files<S> {
                 let per = run.block_records() as usize;
                 let crcs: Vec<u32> = (i..j)
                     .step_by(per)
-                    .map(|b| {
-                        (b..(b + per).min(j))
-                            .fold(0u32, |crc, r| v2::crc32c_append(crc, payload(r)))
-                    })
+                    .map(|b| block_crc(b, (b + per).min(j)))
                     .collect();
                 runs::encode_run_piece(unit, &run, &crcs, &mut out);
                 pieces.push((first + i as u64, unit, Piece::Run(run)));
                 unit += run.units();
-                i = j;
             } else {
-                let g = i;
-                let mut e = i + 1;
-                while e < n && !starts_run(e) {
-                    e += 1;
-                }
-                let count = (e - g) as u64;
+                let count = (j - i) as u64;
                 out.extend_from_slice(&runs::encode_group(unit, count));
                 let mut entry = [0u8; UNIT_LEN];
-                for (m, loc) in locs[g..e].iter().enumerate() {
+                for (m, loc) in locs[i..j].iter().enumerate() {
                     v2::encode_entry(unit + 1 + m as u64, loc, &[], &mut entry);
                     out.extend_from_slice(&entry);
                 }
-                pieces.push((first + g as u64, unit, Piece::Group { count }));
+                pieces.push((first + i as u64, unit, Piece::Group { count }));
                 unit += count + 1;
-                i = e;
             }
         }
         let at = self.table_start() + start_unit * UNIT_LEN as u64;

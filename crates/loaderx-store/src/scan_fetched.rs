@@ -56,10 +56,35 @@ impl<C: Codec, S: Storage> Store<C, S> {
             }
             self.check_fetched(&sound, &mut damaged)?;
             start = match fault {
-                // Past the damaged entry, one at a time from there.
+                // Past the damaged entry, one at a time from there; past
+                // the whole block for a record of a run (its block could
+                // not be checked: every record of it is damaged alike).
                 Some((at, e)) => {
-                    damaged(idxs[at], e)?;
-                    idxs[at] + 1
+                    let index = idxs[at];
+                    let block = if self.layout().runs() && self.files.checks_blocks() {
+                        self.files.run_block_of(index)?
+                    } else {
+                        None
+                    };
+                    if let (Error::Corrupt { path, reason, .. }, Some((_, end))) = (&e, block) {
+                        let (path, reason) = (path.clone(), reason.clone());
+                        damaged(index, e)?;
+                        for entry in index + 1..end {
+                            let (path, reason) = (path.clone(), reason.clone());
+                            damaged(
+                                entry,
+                                Error::Corrupt {
+                                    path,
+                                    entry,
+                                    reason,
+                                },
+                            )?;
+                        }
+                        end
+                    } else {
+                        damaged(index, e)?;
+                        index + 1
+                    }
                 }
                 None => idxs.last().map_or(head.length, |&last| last + 1),
             };

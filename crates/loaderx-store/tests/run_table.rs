@@ -287,6 +287,87 @@ fn a_damaged_block_is_named_and_a_damaged_piece_refused() {
     assert!(err.to_string().contains("meta.zr"), "{err}");
 }
 
+/// Appends write their bytes in pieces of a few MiB and compute each
+/// block CRC from the bytes as they write them: with 24-byte records a
+/// block (170 records, 4080 bytes) does not divide a piece, runs cross
+/// chunks and lanes, and groups sit between runs; every block's CRC must
+/// still be that of its records, from a dense append (written from the
+/// caller's array) and a bytes append (copied record by record).
+#[test]
+fn block_crcs_are_those_of_the_records_whatever_the_write_pieces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 300_000usize;
+    let data = labels(3 * n as u64, 7);
+    let options = || OpenOptions {
+        chunk_capacity: 3 << 20,
+        lanes: 2,
+        check_raw: true,
+        ..OpenOptions::default()
+    };
+    let dense_dir = tmp.path().join("dense");
+    {
+        let s: Store = Store::create_v2_runs(
+            &dense_dir,
+            &dense("|u1", vec![24], CodecTag::RAW),
+            options(),
+        )
+        .unwrap();
+        s.append_fixed(&data, n, 24).unwrap();
+    }
+    // Bytes records: 24 bytes each but every 1000th, 5 bytes (a group).
+    let lens: Vec<u32> = (0..n)
+        .map(|i| if i % 1000 == 999 { 5 } else { 24 })
+        .collect();
+    let offsets: Vec<u64> = (0..n as u64).map(|i| i * 24).collect();
+    let bytes_dir = tmp.path().join("bytes");
+    {
+        let s: Store =
+            Store::create_v2_runs(&bytes_dir, &Schema::bytes(CodecTag::RAW), options()).unwrap();
+        s.append_ragged(&data, &offsets, &lens).unwrap();
+    }
+    for dir in [&dense_dir, &bytes_dir] {
+        let s: Store = Store::open_with(dir, options()).unwrap();
+        assert_eq!(s.len(), n as u64);
+        s.verify().unwrap();
+        assert!(s.damaged().unwrap().is_empty());
+        // Read with every block checked (`check_raw`).
+        for (i, got) in all_records(&s).iter().enumerate() {
+            let at = i * 24;
+            let len = if dir == &dense_dir {
+                24
+            } else {
+                lens[i] as usize
+            };
+            assert_eq!(got[..], data[at..at + len], "record {i}");
+        }
+    }
+    // A flipped byte of one record fails its block, and only that block.
+    let s: Store = Store::open_with(&dense_dir, options()).unwrap();
+    let mut out = vec![0u8; 24];
+    s.gather(&[200_000], &mut out, 24).unwrap();
+    drop(s);
+    let chunk = fs::read_dir(&dense_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.extension().is_some_and(|e| e == "zr")
+                && p.file_name().unwrap() != "meta.zr"
+                && fs::read(p).unwrap().windows(24).any(|w| w == out)
+        })
+        .unwrap();
+    let at = fs::read(&chunk)
+        .unwrap()
+        .windows(24)
+        .position(|w| w == out)
+        .unwrap();
+    flip(&chunk, at as u64 + 5);
+    let s: Store = Store::open_with(&dense_dir, options()).unwrap();
+    let damaged: Vec<u64> = s.damaged().unwrap().into_iter().map(|(i, _)| i).collect();
+    assert!(damaged.contains(&200_000), "{damaged:?}");
+    assert!(damaged.len() <= 170, "{} records", damaged.len());
+    assert!(damaged.windows(2).all(|w| w[1] == w[0] + 1), "{damaged:?}");
+}
+
 #[test]
 fn a_ragged_store_has_no_run_table_and_nothing_is_made() {
     let tmp = tempfile::tempdir().unwrap();
