@@ -43,6 +43,14 @@ def images_npy(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return tmp_path / "a.npy", a
 
 
+def test_convert_counts_the_records_of_every_part(tmp_path: Path, images_npy) -> None:
+    src, a = images_npy
+    done = loaderx("convert", src, tmp_path / "parts", "--codec", "raw", "--parts", "3")
+    assert done.returncode == 0, done.stderr
+    # Three parts of 666 or 667 records: the sum, not the largest part.
+    assert "converted 2,000 records" in done.stdout, done.stdout
+
+
 def test_convert_info_verify(tmp_path: Path, images_npy) -> None:
     src, a = images_npy
     done = loaderx("convert", src, tmp_path / "out", "--codec", "lz4")

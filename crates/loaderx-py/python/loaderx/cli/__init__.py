@@ -79,7 +79,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
         **_url_options(args),
     )
     elapsed = progress.finish()
-    records = max(counts.values()) if counts else 0
+    # Stores in one directory hold the same records (the columns of one
+    # split or part); directories hold different ones.
+    by_dir: dict[str, int] = {}
+    for name, n in counts.items():
+        folder = os.path.dirname(name)
+        by_dir[folder] = max(n, by_dir.get(folder, 0))
+    records = sum(by_dir.values())
     if args.json:
         result = {"output": str(args.dst), "stores": counts, "seconds": elapsed}
         json.dump(result, sys.stdout)
