@@ -235,7 +235,7 @@ fn delete_under(root: &RemoteStorage, sub: &str) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::Collection`] for a bad part or column name or a part with no
-/// column; errors of [`push`](crate::push) for a column store.
+/// column; errors of [`push`](crate::push()) for a column store.
 pub fn upload_part(
     local: &Path,
     url: &str,

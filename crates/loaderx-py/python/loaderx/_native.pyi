@@ -11,6 +11,8 @@ __all__ = [
     "OutputPool",
     "Store",
     "push",
+    "first_object",
+    "publish",
     "Sampler",
     "Loader",
     "Collection",

@@ -110,6 +110,8 @@ def convert_path(
     progress: Progress | None = None,
     keep_encoded: bool = False,
     parts: int = 1,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """Convert whatever `src` is (see :func:`source_kind`) into `output`
     (`size` and `keep_encoded`: image folders, see

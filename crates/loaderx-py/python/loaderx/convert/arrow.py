@@ -155,6 +155,8 @@ def convert_parquet(
     progress: Progress | None = None,
     num_proc: int = 1,
     shard: tuple[int, int] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """A Parquet file as one store per column (``output/<column>``), read
     batch by batch: numbers and fixed-size lists become ``Dense``, lists
@@ -219,6 +221,8 @@ def convert_arrow(
     codec: str,
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """An Arrow IPC file (or stream) as one store per column, read record
     batch by record batch."""

@@ -238,6 +238,8 @@ def convert(
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
     num_proc: int = 1,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """Write a Hugging Face ``Dataset`` or ``DatasetDict`` (or their
     streaming kinds, ``IterableDataset`` and ``IterableDatasetDict``) as

@@ -8,6 +8,7 @@ import re
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,8 @@ def convert_image_folder(
     keep_encoded: bool = False,
     num_proc: int = 1,
     shard: tuple[int, int] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """An image folder ``root/<class>/*.jpg|png`` as ``output/label``
     (``Dense`` int64, classes numbered in sorted name order, listed in
@@ -202,6 +205,8 @@ def convert_webdataset(
     codec: str,
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """WebDataset tar shards (one ``.tar`` or a directory of them, in name
     order) as one ``Ragged`` uint8 store per extension (``output/<ext>``,

@@ -75,6 +75,8 @@ def convert_npy(
     progress: Progress | None = None,
     num_proc: int = 1,
     shard: tuple[int, int] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """A ``.npy`` file (memory-mapped) as one ``Dense`` store at `output`:
     one record per slice along axis 0.
@@ -203,6 +205,8 @@ def convert_npz(
     codec: str,
     batch_bytes: int = BATCH_BYTES,
     progress: Progress | None = None,
+    storage_options: dict[str, Any] | None = None,
+    staging_dir: PathLike | None = None,
 ) -> dict[str, int]:
     """An ``.npz`` archive as one ``Dense`` store per array
     (``output/<name>``); all arrays must have the same length along axis

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
 import secrets
 import shutil
@@ -209,18 +208,6 @@ def url_output(convert: _F) -> _F:
         _staging.discard(staging)
         return counts
 
-    signature = inspect.signature(convert)
-    extra = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-        for name, kind in (
-            ("storage_options", "dict[str, Any] | None"),
-            ("staging_dir", "PathLike | None"),
-        )
-    ]
-    params = list(signature.parameters.values())
-    converting.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=params + extra
-    )
     return cast(_F, converting)
 
 
