@@ -122,6 +122,9 @@ fn v2_meta(image: &[u8], lens: &[u64], fixed: bool) {
     }
 
     if header.features & FEATURE_RUNS != 0 {
+        if ndim != 0 {
+            return; // the engine refuses a run table in a ragged store (§9.5)
+        }
         run_table(table, &head, lens, all_fixed);
         return;
     }
