@@ -5,9 +5,9 @@
 //! the original loaderx 0.5.4 (installed into `<target>/compat-venv`), then
 //! the `typed` section, then the `field` section. `typed`:
 //! `benches/typed.py` alone, the typed containers (format v2) side by side
-//! with loaderx 2.4.0 (installed into `<target>/compat24-venv`; when that
-//! cannot be made, the run goes on with ours alone and its tables say why
-//! 2.4.0 is missing). `field`: `benches/field.py`, every store and loader of
+//! with loaderx 2.4.0 (installed into `<target>/compat24-venv`) and 2.8.19
+//! (`<target>/compat28-venv`); when one cannot be made, the run goes on
+//! without it and its tables say why it is missing. `field`: `benches/field.py`, every store and loader of
 //! the field side by side (the contenders installed by
 //! `benches/field_env.py` into `<target>/bench-venv-<hash of
 //! benches/field-requirements.txt>`, once; one that fails to install is
@@ -136,7 +136,14 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
         );
         failure.reason
     });
-    typed(ws, venv, original24)?;
+    let original28 = crate::python::ensure_compat28(ws, venv).map_err(|failure| {
+        println!(
+            "--- warning: {}: {}; typed.py runs without loaderx 2.8.19",
+            failure.step, failure.reason
+        );
+        failure.reason
+    });
+    typed(ws, venv, original24, original28)?;
     if section == Section::All {
         field(ws, venv, &["store", "loader"], &ws.root.join(FIELD_JSON))?;
     }
@@ -173,7 +180,7 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         .arg("--data-dir")
         .arg(ws.target_dir().join("bench-field-smoke"));
     let existing = |dir: PathBuf| {
-        let python = venv_at(dir).python;
+        let python = Venv::at(dir).python;
         python.exists().then_some(python)
     };
     let bench_venv = existing(bench_venv_dir(ws)?);
@@ -246,7 +253,7 @@ fn ensure_bench_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, String> {
         &mut cmd,
     )
     .map_err(|f| f.reason)?;
-    Ok(venv_at(dir))
+    Ok(Venv::at(dir))
 }
 
 /// `benches/field.py --sections ...` with every contender's interpreter,
@@ -282,14 +289,12 @@ fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<
                 .arg(format!("{impl_}={}: {}", f.step, f.reason)),
         };
     }
-    let v2819 = venv_at(ws.target_dir().join(COMPAT28_VENV)).python;
-    if v2819.exists() {
-        cmd.arg("--v2819-python").arg(&v2819);
-    } else {
-        cmd.arg("--missing").arg(format!(
-            "v2819=no target/{COMPAT28_VENV} (`cargo xtask test` makes it)"
-        ));
-    }
+    match crate::python::ensure_compat28(ws, venv) {
+        Ok(v) => cmd.arg("--v2819-python").arg(&v.python),
+        Err(f) => cmd
+            .arg("--missing")
+            .arg(format!("v2819={}: {}", f.step, f.reason)),
+    };
     steps::run(
         "benches/field.py (stores and loaders of the field)",
         &mut cmd,
@@ -356,9 +361,9 @@ const ORIGINAL_24: Original = Original {
     venv: "compat24-venv",
 };
 
-/// The venv holding loaderx 2.8.19 that `cargo xtask test` makes for the
-/// 2.8 API tests (`python::api28_reference`); typed.py finds it by itself,
-/// field.py is given it.
+/// The venv holding loaderx 2.8.19 (`python::ensure_compat28` makes it for
+/// the 2.8 API tests and for `bench typed`/`field`); the smoke run uses it
+/// only where it exists, as it does the other compat venvs.
 const COMPAT28_VENV: &str = "compat28-venv";
 
 /// The criterion bench targets of `loaderx-benches`. Named one by one: a bare
@@ -380,7 +385,7 @@ fn ensure_compat_venv(ws: &Workspace, venv: &Venv, original: &Original) -> Resul
         venv: name,
     } = original;
     let step = format!("compat venv ({spec})");
-    let compat = venv_at(ws.target_dir().join(name));
+    let compat = Venv::at(ws.target_dir().join(name));
     if original_version(&compat).as_deref() == Some(*version) {
         println!("--- {step}: {} has {spec}", compat.dir.display());
         return Ok(compat);
@@ -407,16 +412,6 @@ fn ensure_compat_venv(ws: &Workspace, venv: &Venv, original: &Original) -> Resul
             ),
         )),
     }
-}
-
-/// A venv at `dir` (its interpreter laid out as `python::Venv` expects).
-fn venv_at(dir: PathBuf) -> Venv {
-    let python = if cfg!(windows) {
-        dir.join("Scripts").join("python.exe")
-    } else {
-        dir.join("bin").join("python")
-    };
-    Venv { dir, python }
 }
 
 /// The loaderx version `venv` imports (with NumPy importable too), if any.
@@ -466,11 +461,20 @@ fn compare(ws: &Workspace, venv: &Venv, original: &Venv) -> Result<(), Failure> 
 
 /// typed.py: our typed containers against loaderx 2.4.0 (`original`, or the
 /// reason it is missing), saved as the typed run's JSON.
-fn typed(ws: &Workspace, venv: &Venv, original: Result<Venv, String>) -> Result<(), Failure> {
+fn typed(
+    ws: &Workspace,
+    venv: &Venv,
+    original: Result<Venv, String>,
+    original28: Result<Venv, String>,
+) -> Result<(), Failure> {
     let mut cmd = script(ws, venv.python(), "typed.py");
     match &original {
         Ok(original) => cmd.arg("--original-python").arg(&original.python),
         Err(reason) => cmd.arg("--original-missing").arg(reason),
+    };
+    match &original28 {
+        Ok(v) => cmd.arg("--original28-python").arg(&v.python),
+        Err(reason) => cmd.arg("--original28-missing").arg(reason),
     };
     keep_run(
         &mut cmd,

@@ -339,13 +339,10 @@ const ORIGINAL_28_DEPS: &[&str] = &[
 /// The test file of the 2.8 API, written to pass against both packages.
 const API28_TESTS: &str = "tests/test_api28.py";
 
-/// `tests/test_api28.py` against loaderx 2.8.19 itself, in
-/// `<target>/compat28-venv` (created and filled on first use): the same
-/// tests the package suite runs against ours, so both read the README's
-/// behaviour the same way. `--noconftest`: the suite's conftest imports
-/// names of ours that 2.8 does not have.
-pub fn api28_reference(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
-    const STEP: &str = "test_api28.py against loaderx 2.8.19";
+/// `<target>/compat28-venv` holding loaderx 2.8.19 and what it needs
+/// (created and filled on first use): the 2.8 API tests run against it, and
+/// the benches measure it beside ours.
+pub fn ensure_compat28(ws: &Workspace, venv: &Venv) -> Result<Venv, Failure> {
     let compat = Venv::at(ws.target_dir().join("compat28-venv"));
     let probe = "import loaderx, pytest, ml_dtypes, datasets; print(loaderx.__version__)";
     let found = steps::capture(compat.python().args(["-c", probe]));
@@ -369,6 +366,17 @@ pub fn api28_reference(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
             &mut cmd,
         )?;
     }
+    Ok(compat)
+}
+
+/// `tests/test_api28.py` against loaderx 2.8.19 itself, in
+/// `<target>/compat28-venv` ([`ensure_compat28`]): the same
+/// tests the package suite runs against ours, so both read the README's
+/// behaviour the same way. `--noconftest`: the suite's conftest imports
+/// names of ours that 2.8 does not have.
+pub fn api28_reference(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
+    const STEP: &str = "test_api28.py against loaderx 2.8.19";
+    let compat = ensure_compat28(ws, venv)?;
     let tests = py_crate(ws).join(API28_TESTS);
     let mut cmd = compat.python();
     cmd.args([

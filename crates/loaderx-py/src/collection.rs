@@ -17,10 +17,7 @@ use loaderx_remote::AnyStorage;
 use loaderx_store::collection::{self, Column};
 use loaderx_store::format::v2::Kind;
 use loaderx_store::{Deflate, OpenOptions};
-use numpy::{
-    PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray,
-    PyUntypedArrayMethods,
-};
+use numpy::{PyArray1, PyArrayDescr, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -363,7 +360,6 @@ impl CollectionColumn {
     )> {
         self.kind(Kind::Ragged)?;
         let selection = indices::parse(idx, batch)?;
-        let itemsize = dtype.itemsize().max(1) as u64;
         let ndim = usize::from(self.col().schema().ndim);
         let (data, offsets, dims, one) = self.selected(py, selection, |col, resolved| {
             let idxs = &resolved.idxs;
@@ -383,17 +379,10 @@ impl CollectionColumn {
             col.gather_ragged(idxs, &mut data, &offsets[..idxs.len()])?;
             Ok((data, offsets, dims, resolved.one))
         })?;
-        let rows = offsets.len() - 1;
-        let flat = PyArray1::from_vec(py, data).call_method1("view", (dtype,))?;
-        let offsets: Vec<i64> = offsets.iter().map(|&o| (o / itemsize) as i64).collect();
-        let shapes: Vec<i64> = dims.iter().map(|&d| i64::from(d)).collect();
-        let shapes = PyArray1::from_vec(py, shapes).reshape([rows, ndim])?;
-        Ok((
-            flat,
-            PyArray1::from_vec(py, offsets),
-            shapes.into_any(),
-            one,
-        ))
+        let flat = PyArray1::from_vec(py, data).into_any();
+        let (values, offsets, shapes) =
+            crate::store::ragged_output(py, flat, dtype, &offsets, dims, ndim)?;
+        Ok((values, offsets, shapes, one))
     }
 
     /// The shapes of the ragged records `idx` selects, `(n, ndim)` int64.

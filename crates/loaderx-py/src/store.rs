@@ -434,6 +434,31 @@ pub(crate) fn shapes_array<'py>(
         .into_any())
 }
 
+/// A ragged gather as Python receives it: values, offsets, shapes.
+pub(crate) type RaggedParts<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyAny>,
+);
+
+/// What a ragged gather returns to Python: the values (`flat`, bytes)
+/// viewed as `dtype`, the offsets in items of `dtype` (int64), and the
+/// records' shapes `(rows, ndim)` (int64).
+pub(crate) fn ragged_output<'py>(
+    py: Python<'py>,
+    flat: Bound<'py, PyAny>,
+    dtype: &Bound<'py, PyArrayDescr>,
+    offsets: &[u64],
+    dims: Vec<u32>,
+    ndim: usize,
+) -> PyResult<RaggedParts<'py>> {
+    let itemsize = dtype.itemsize().max(1) as u64;
+    let items: Vec<i64> = offsets.iter().map(|&o| (o / itemsize) as i64).collect();
+    let values = flat.call_method1("view", (dtype,))?;
+    let shapes = shapes_array(py, dims, offsets.len() - 1, ndim)?;
+    Ok((values, PyArray1::from_vec(py, items), shapes))
+}
+
 /// Opens the engine for `location`, a local store directory or a store
 /// URL (read-only; `writable` refused), with the GIL released: the one
 /// entry point by which the binding opens an existing store, for the
@@ -838,7 +863,6 @@ impl Store {
         bool,
     )> {
         let selection = indices::parse(idx, batch)?;
-        let itemsize = dtype.itemsize().max(1) as u64;
         let outputs = pool.as_ref().map_or(&self.outputs, |p| &p.0);
         let (gathered, ndim, one) = self.handle.selected(py, selection, |engine, resolved| {
             let ndim = typed::ragged_ndim(engine)?;
@@ -847,24 +871,13 @@ impl Store {
             })?;
             Ok((gathered, ndim, resolved.one))
         })?;
-        let rows = gathered.offsets.len() - 1;
         let flat = gathered
             .data
             .into_array(py, outputs, OutputKind::Ragged)?
-            .call_method1("view", (dtype,))?;
-        let offsets: Vec<i64> = gathered
-            .offsets
-            .iter()
-            .map(|&o| (o / itemsize) as i64)
-            .collect();
-        let shapes: Vec<i64> = gathered.dims.iter().map(|&d| i64::from(d)).collect();
-        let shapes = PyArray1::from_vec(py, shapes).reshape([rows, ndim])?;
-        Ok((
-            flat,
-            PyArray1::from_vec(py, offsets),
-            shapes.into_any(),
-            one,
-        ))
+            .into_any();
+        let (values, offsets, shapes) =
+            ragged_output(py, flat, dtype, &gathered.offsets, gathered.dims, ndim)?;
+        Ok((values, offsets, shapes, one))
     }
 
     /// The shapes of the ragged records `idx` selects, `(n, ndim)` int64,

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -371,3 +371,29 @@ def check_in_forked_child(body: Callable[[], None]) -> None:
             os._exit(status)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the forked child's checks failed"
+
+
+# ------------------------------------------------------- S3 on loopback
+
+
+@pytest.fixture(scope="module")
+def s3(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A boto3 client of an S3 server on loopback (moto in server mode),
+    one per test module, with the module's ``BUCKET`` made; the client's
+    ``endpoint`` is the server's URL."""
+    from remote_servers import start_s3
+
+    server, client = start_s3(request.module.BUCKET)
+    yield client
+    server.stop()
+
+
+@pytest.fixture()
+def proxy(s3: Any) -> Iterator[Any]:
+    """A fault-injecting proxy (``remote_servers.FaultProxy``) in front of
+    the module's S3 server."""
+    from remote_servers import FaultProxy
+
+    p = FaultProxy(s3.endpoint.removeprefix("http://"))
+    yield p
+    p.close()

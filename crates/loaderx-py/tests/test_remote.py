@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,20 +21,9 @@ from loaderx.errors import ZrecordError
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
 boto3 = pytest.importorskip("boto3")
 
-from remote_servers import FaultProxy, free_port, s3_options, start_s3  # noqa: E402
+from remote_servers import FaultProxy, free_port, s3_options  # noqa: E402
 
 BUCKET = "data"
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Any]:
-    server, client = start_s3(BUCKET)
-    yield client
-    server.stop()
-
-
-def options(endpoint: str, **ours: Any) -> dict[str, Any]:
-    return s3_options(endpoint, **ours)
 
 
 def upload(client: Any, local: Path, prefix: str) -> str:
@@ -54,16 +43,9 @@ def dense(s3: Any, tmp_path_factory: Any) -> tuple[str, np.ndarray]:
     return upload(s3, path, "dense"), data
 
 
-@pytest.fixture()
-def proxy(s3: Any) -> Iterator[FaultProxy]:
-    p = FaultProxy(s3.endpoint.removeprefix("http://"))
-    yield p
-    p.close()
-
-
 def test_dense_reads_from_s3_match_the_local_store(s3: Any, dense: Any) -> None:
     url, data = dense
-    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+    with loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint)) as d:
         assert len(d) == 3000
         assert d.item_shape == (16,)
         np.testing.assert_array_equal(d[7], data[7])
@@ -83,7 +65,7 @@ def test_ragged_and_compressed_reads(s3: Any, tmp_path: Path) -> None:
     with loaderx.Ragged.create(path, np.float32, 1, codec="zstd") as w:
         w.append(rows)
     url = upload(s3, path, "ragged")
-    with loaderx.Ragged.open(url, storage_options=options(s3.endpoint)) as r:
+    with loaderx.Ragged.open(url, storage_options=s3_options(s3.endpoint)) as r:
         assert len(r) == 5
         for i, row in enumerate(rows):
             np.testing.assert_array_equal(r[i], row)
@@ -95,20 +77,20 @@ def test_image_reader_over_s3(s3: Any, tmp_path: Path) -> None:
     with loaderx.Dense.create(path, np.uint8, (8, 8, 3), codec="png") as w:
         w.append(imgs)
     url = upload(s3, path, "img")
-    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+    with loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint)) as d:
         np.testing.assert_array_equal(d[[4, 1]], imgs[[4, 1]])
-    images = loaderx.Dense.open(url, resize=(4, 4), storage_options=options(s3.endpoint))
+    images = loaderx.Dense.open(url, resize=(4, 4), storage_options=s3_options(s3.endpoint))
     assert images[[0, 5]].shape == (2, 4, 4, 3)
 
 
 def test_writes_and_bad_options_are_refused(s3: Any, dense: Any) -> None:
     url, _ = dense
     with pytest.raises(ValueError, match="read-only"):
-        loaderx.Dense.open(url, True, storage_options=options(s3.endpoint))
+        loaderx.Dense.open(url, True, storage_options=s3_options(s3.endpoint))
     with pytest.raises(ValueError, match="aws_no_such_key"):
-        loaderx.Dense.open(url, storage_options={**options(s3.endpoint), "aws_no_such_key": "x"})
+        loaderx.Dense.open(url, storage_options={**s3_options(s3.endpoint), "aws_no_such_key": "x"})
     with pytest.raises(ZrecordError, match="meta.zr is missing"):
-        loaderx.Dense.open(f"s3://{BUCKET}/nothing-here", storage_options=options(s3.endpoint))
+        loaderx.Dense.open(f"s3://{BUCKET}/nothing-here", storage_options=s3_options(s3.endpoint))
 
 
 def test_a_changed_object_is_an_error_naming_it(s3: Any, tmp_path: Path) -> None:
@@ -116,7 +98,7 @@ def test_a_changed_object_is_an_error_naming_it(s3: Any, tmp_path: Path) -> None
     with loaderx.Dense.create(path, np.uint8, (4,), codec="raw") as w:
         w.append(np.arange(400, dtype=np.uint8).reshape(100, 4))
     url = upload(s3, path, "changing")
-    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+    with loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint)) as d:
         d[[1, 2]]
         chunk = next(k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="changing/")["Contents"] if k["Key"].endswith("/0.zr"))
         body = bytearray(s3.get_object(Bucket=BUCKET, Key=chunk)["Body"].read())
@@ -134,7 +116,7 @@ def test_a_v1_store_by_url_is_refused_saying_why(s3: Any, tmp_path: Path) -> Non
         assert z.native_store().format_version() == 1
     url = upload(s3, path, "v1")
     with pytest.raises(ZrecordError, match="carry no checksums"):
-        loaderx.Dense.open(url, storage_options=options(s3.endpoint))
+        loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint))
 
 
 # --- faults, through the proxy ------------------------------------------------------
@@ -143,7 +125,7 @@ def test_a_v1_store_by_url_is_refused_saying_why(s3: Any, tmp_path: Path) -> Non
 def opened(proxy: FaultProxy, url: str, **ours: Any) -> Any:
     ours.setdefault("timeout", 2)
     ours.setdefault("retry_backoff", 0.01)
-    return loaderx.Dense.open(url, storage_options=options(proxy.endpoint, **ours))
+    return loaderx.Dense.open(url, storage_options=s3_options(proxy.endpoint, **ours))
 
 
 def test_latency_is_only_slower(proxy: FaultProxy, dense: Any) -> None:
@@ -192,7 +174,7 @@ def test_a_refused_connection_is_an_error_naming_the_url(dense: Any) -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
     start = time.monotonic()
     with pytest.raises(ZrecordError) as e:
-        loaderx.Dense.open(url, storage_options=options(endpoint, timeout=2, retry_backoff=0.01))
+        loaderx.Dense.open(url, storage_options=s3_options(endpoint, timeout=2, retry_backoff=0.01))
     assert time.monotonic() - start < 10
     assert url in str(e.value)
 
@@ -216,7 +198,7 @@ def test_cli_info_verify_and_bench_take_a_url(s3: Any, dense: Any, capsys: Any) 
     from loaderx.cli import main
 
     url, _ = dense
-    opts = [f"-o{k}={v}" for k, v in options(s3.endpoint).items()]
+    opts = [f"-o{k}={v}" for k, v in s3_options(s3.endpoint).items()]
     assert main(["info", url, "--json", *opts]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["path"], info["records"], info["kind"], info["format"]) == (url, 3000, "dense", 2)
@@ -351,21 +333,21 @@ def test_push_uploads_a_store_that_then_reads_back(s3: Any, tmp_path: Path) -> N
     with loaderx.Dense.create(path, np.uint8, (8,), codec="zstd", data_shards=2) as w:
         w.append(data)
     url = f"s3://{BUCKET}/pushed"
-    objects = loaderx.push(path, url, storage_options=options(s3.endpoint))
+    objects = loaderx.push(path, url, storage_options=s3_options(s3.endpoint))
     assert objects[-1] == "meta.zr" and len(objects) >= 2
     keys = {k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="pushed/")["Contents"]}
     assert keys == {f"pushed/{o}" for o in objects}
-    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+    with loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint)) as d:
         np.testing.assert_array_equal(d[[4999, 0, 2500]], data[[4999, 0, 2500]])
     # A URL holding a store is not replaced under its readers.
     with pytest.raises(FileExistsError):
-        loaderx.push(path, url, storage_options=options(s3.endpoint))
+        loaderx.push(path, url, storage_options=s3_options(s3.endpoint))
     # Nor is a directory that holds no store pushed.
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "notes.txt").write_text("not a store")
     with pytest.raises(ZrecordError, match="holds no store"):
-        loaderx.push(plain, f"s3://{BUCKET}/not-a-store", storage_options=options(s3.endpoint))
+        loaderx.push(plain, f"s3://{BUCKET}/not-a-store", storage_options=s3_options(s3.endpoint))
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="not-a-store/")
 
 
@@ -376,10 +358,10 @@ def test_cli_push(s3: Any, tmp_path: Path, capsys: Any) -> None:
     with loaderx.Dense.create(path, np.int64, (), codec="raw") as w:
         w.append(np.arange(100, dtype=np.int64))
     url = f"s3://{BUCKET}/cli-pushed"
-    opts = [f"-o{k}={v}" for k, v in options(s3.endpoint).items()]
+    opts = [f"-o{k}={v}" for k, v in s3_options(s3.endpoint).items()]
     assert main(["push", str(path), url, *opts]) == 0
     assert f"to {url}" in capsys.readouterr().out
-    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+    with loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint)) as d:
         np.testing.assert_array_equal(d[[99, 1]], [99, 1])
 
 
@@ -390,7 +372,7 @@ def test_a_failed_push_publishes_nothing(proxy: FaultProxy, s3: Any, tmp_path: P
     url = f"s3://{BUCKET}/failed-push"
     proxy.arm("503", None, method="PUT")
     with pytest.raises(ZrecordError) as e:
-        loaderx.push(path, url, storage_options=options(proxy.endpoint, max_retries=1, retry_backoff=0.01))
+        loaderx.push(path, url, storage_options=s3_options(proxy.endpoint, max_retries=1, retry_backoff=0.01))
     assert url in str(e.value)
     assert proxy.hit >= 1
     keys = {k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix="failed-push/").get("Contents", [])}
@@ -413,7 +395,7 @@ def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
         w.append(data)
     url = upload(s3, path, "cached")
     cache = tmp_path / "cache"
-    opts = options(proxy.endpoint, cache_dir=str(cache), cache_bytes=1 << 30, max_retries=0)
+    opts = s3_options(proxy.endpoint, cache_dir=str(cache), cache_bytes=1 << 30, max_retries=0)
     # (cache_dir= and cache_bytes= as keywords are the same options.)
     # Another process fills the cache.
     script = (
@@ -430,7 +412,7 @@ def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
     assert any(p.name.endswith(".blk") for p in cache.iterdir())
     # This one reads every record with the server refusing every ranged read.
     proxy.arm("503", None)
-    plain = options(proxy.endpoint, max_retries=0)
+    plain = s3_options(proxy.endpoint, max_retries=0)
     with loaderx.Dense.open(url, storage_options=plain, cache_dir=cache, cache_bytes=1 << 30) as d:
         np.testing.assert_array_equal(d[np.arange(2000)], data)
     assert proxy.hit == 0
@@ -449,7 +431,7 @@ def test_the_block_cache_is_shared_by_processes_and_keyed_by_etag(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_reads_through_an_inherited_reader(s3: Any, dense: Any) -> None:
     url, data = dense
-    with loaderx.Dense.open(url, storage_options=options(s3.endpoint, timeout=5)) as d:
+    with loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint, timeout=5)) as d:
         np.testing.assert_array_equal(d[[1, 2]], data[[1, 2]])
         pid = os.fork()
         if pid == 0:  # the child: exit 0 only if the read is right

@@ -8,7 +8,7 @@ import json
 import os
 import pickle
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,27 +20,9 @@ from loaderx.errors import ZrecordError
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
 boto3 = pytest.importorskip("boto3")
 
-from remote_servers import FaultProxy, free_port, s3_options, start_s3  # noqa: E402
+from remote_servers import FaultProxy, free_port, s3_options  # noqa: E402
 
 BUCKET = "colls"
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Any]:
-    server, client = start_s3(BUCKET)
-    yield client
-    server.stop()
-
-
-@pytest.fixture()
-def proxy(s3: Any) -> Iterator[FaultProxy]:
-    p = FaultProxy(s3.endpoint.removeprefix("http://"))
-    yield p
-    p.close()
-
-
-def options(endpoint: str, **ours: Any) -> dict[str, Any]:
-    return s3_options(endpoint, **ours)
 
 
 def keys(client: Any, prefix: str) -> set[str]:
@@ -101,7 +83,7 @@ def check(col: Any, want: dict[str, Any]) -> None:
 
 def test_write_part_commit_and_open_by_url(s3: Any) -> None:
     url = f"s3://{BUCKET}/written"
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     for p, n in enumerate(SIZES):
         assert lc.write_part(url, p, part_columns(p, n), storage_options=opts) == f"part-{p:05d}"
     # Each part: its stores, and the completion mark.
@@ -129,7 +111,7 @@ def test_write_part_commit_and_open_by_url(s3: Any) -> None:
 
 def test_a_dataloader_streams_a_collection_by_url(s3: Any) -> None:
     url = f"s3://{BUCKET}/loaded"
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     for p, n in enumerate(SIZES):
         lc.write_part(url, p, {"label": part_columns(p, n)["label"]}, storage_options=opts)
     lc.commit(url, storage_options=opts)
@@ -148,7 +130,7 @@ def test_a_dataloader_streams_a_collection_by_url(s3: Any) -> None:
 
 def test_a_retried_part_replaces_its_own_objects(s3: Any) -> None:
     url = f"s3://{BUCKET}/retried"
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     lc.write_part(url, 0, {"a": np.arange(10, dtype=np.int64)}, storage_options=opts)
     # The first attempt of part 1 wrote another column and more records.
     first = {"a": np.arange(500, dtype=np.int64), "extra": np.zeros((500, 2), np.uint8)}
@@ -164,7 +146,7 @@ def test_a_failed_part_upload_is_unfinished_and_ignored(
     proxy: FaultProxy, s3: Any
 ) -> None:
     url = f"s3://{BUCKET}/failing"
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     lc.write_part(url, 0, {"a": np.arange(4, dtype=np.int16)}, storage_options=opts)
     # The part's first object uploads; then every PUT fails.
     lc.write_part(url, 1, {"a": np.arange(4, dtype=np.int16)}, storage_options=opts)
@@ -175,7 +157,7 @@ def test_a_failed_part_upload_is_unfinished_and_ignored(
             url,
             2,
             {"a": np.arange(4, dtype=np.int16)},
-            storage_options=options(proxy.endpoint, max_retries=1, retry_backoff=0.01),
+            storage_options=s3_options(proxy.endpoint, max_retries=1, retry_backoff=0.01),
         )
     assert f"{url}/part-00002" in str(e.value)
     assert "failing/part-00002/.complete" not in keys(s3, "failing/")
@@ -189,11 +171,11 @@ def test_a_failed_part_upload_is_unfinished_and_ignored(
 
 def test_a_read_fault_is_an_error_naming_the_part_url(proxy: FaultProxy, s3: Any) -> None:
     url = f"s3://{BUCKET}/faulty-read"
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     for p in range(2):
         lc.write_part(url, p, {"v": np.arange(p * 8, p * 8 + 8, dtype=np.int32)}, storage_options=opts)
     lc.commit(url, storage_options=opts)
-    col = lc.open(url, storage_options=options(proxy.endpoint, max_retries=1, retry_backoff=0.01))
+    col = lc.open(url, storage_options=s3_options(proxy.endpoint, max_retries=1, retry_backoff=0.01))
     try:
         np.testing.assert_array_equal(col["v"][[1, 9]], [1, 9])
         proxy.arm("503", None)
@@ -203,7 +185,7 @@ def test_a_read_fault_is_an_error_naming_the_part_url(proxy: FaultProxy, s3: Any
     finally:
         col.close()
     # A server that refuses connections: an error naming the URL.
-    dead = options(f"http://127.0.0.1:{free_port()}", timeout=2, retry_backoff=0.01, max_retries=1)
+    dead = s3_options(f"http://127.0.0.1:{free_port()}", timeout=2, retry_backoff=0.01, max_retries=1)
     with pytest.raises(ZrecordError) as e:
         lc.open(url, storage_options=dead)
     assert url in str(e.value)
@@ -222,7 +204,7 @@ def test_push_uploads_a_collection_byte_for_byte(s3: Any, tmp_path: Path) -> Non
     root = tmp_path / "c"
     want = local_collection(root)
     url = f"s3://{BUCKET}/pushed"
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     objects = loaderx.push(root, url, storage_options=opts)
     assert objects[-1] == "manifest.zc"
     assert keys(s3, "pushed/") == {f"pushed/{o}" for o in objects}
@@ -246,7 +228,7 @@ def test_cli_info_verify_and_push_take_a_collection_url(
     root = tmp_path / "c"
     local_collection(root)
     url = f"s3://{BUCKET}/cli"
-    opts = [f"-o{k}={v}" for k, v in options(s3.endpoint).items()]
+    opts = [f"-o{k}={v}" for k, v in s3_options(s3.endpoint).items()]
     assert main(["push", str(root), url, *opts]) == 0
     assert f"to {url}" in capsys.readouterr().out
     assert main(["info", url, "--json", *opts]) == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,27 +20,9 @@ from loaderx.errors import ContainerExistsError, ZrecordError
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
 boto3 = pytest.importorskip("boto3")
 
-from remote_servers import FaultProxy, s3_options, start_s3  # noqa: E402
+from remote_servers import FaultProxy, s3_options  # noqa: E402
 
 BUCKET = "written"
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Any]:
-    server, client = start_s3(BUCKET)
-    yield client
-    server.stop()
-
-
-@pytest.fixture()
-def proxy(s3: Any) -> Iterator[FaultProxy]:
-    p = FaultProxy(s3.endpoint.removeprefix("http://"))
-    yield p
-    p.close()
-
-
-def options(endpoint: str, **ours: Any) -> dict[str, Any]:
-    return s3_options(endpoint, **ours)
 
 
 def keys(client: Any, prefix: str) -> dict[str, bytes]:
@@ -60,7 +42,7 @@ def files(local: Path) -> dict[str, bytes]:
 def test_dense_create_at_a_url_publishes_at_close_byte_for_byte(
     s3: Any, tmp_path: Path
 ) -> None:
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     staging = tmp_path / "staging"
     staging.mkdir()
     data = (np.arange(4000 * 24) % 251).astype(np.uint8).reshape(4000, 24)
@@ -96,7 +78,7 @@ def test_dense_create_at_a_url_publishes_at_close_byte_for_byte(
 
 
 def test_ragged_create_at_a_url_round_trips(s3: Any, tmp_path: Path) -> None:
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     rng = np.random.default_rng(3)
     records = [rng.integers(0, 1000, size=int(n), dtype=np.int64) for n in rng.integers(1, 50, 300)]
     url = f"s3://{BUCKET}/ragged"
@@ -116,7 +98,7 @@ def test_ragged_create_at_a_url_round_trips(s3: Any, tmp_path: Path) -> None:
 def test_a_prefix_that_holds_anything_is_refused_and_left_unchanged(
     s3: Any, tmp_path: Path
 ) -> None:
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     s3.put_object(Bucket=BUCKET, Key="taken/readme.txt", Body=b"hello")
     before = keys(s3, "taken")
     with pytest.raises(ContainerExistsError, match="taken/readme.txt") as e:
@@ -144,7 +126,7 @@ def test_url_writers_take_no_http_and_opens_stay_read_only(s3: Any, tmp_path: Pa
         loaderx.Dense.create(tmp_path / "l", np.int32, (), codec="raw", storage_options={"a": 1})
     with pytest.raises(ValueError, match="staging_dir"):
         loaderx.Dense.create(tmp_path / "l", np.int32, (), codec="raw", staging_dir=tmp_path)
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     url = f"s3://{BUCKET}/ro"
     with loaderx.Dense.create(url, np.int32, (), codec="raw", storage_options=opts) as w:
         w.append(np.arange(5, dtype=np.int32))
@@ -153,7 +135,7 @@ def test_url_writers_take_no_http_and_opens_stay_read_only(s3: Any, tmp_path: Pa
 
 
 def test_an_exception_in_with_publishes_nothing(s3: Any, tmp_path: Path) -> None:
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     url = f"s3://{BUCKET}/abandoned"
     with pytest.raises(RuntimeError, match="boom"):
         with loaderx.Dense.create(
@@ -174,7 +156,7 @@ def test_an_exception_in_with_publishes_nothing(s3: Any, tmp_path: Path) -> None
 def test_a_writer_dropped_without_close_publishes(s3: Any, tmp_path: Path) -> None:
     import gc
 
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     url = f"s3://{BUCKET}/dropped"
     w = loaderx.Dense.create(
         url, np.int64, (), codec="raw", storage_options=opts, staging_dir=tmp_path
@@ -190,7 +172,7 @@ def test_a_writer_dropped_without_close_publishes(s3: Any, tmp_path: Path) -> No
 def test_a_failed_publish_names_the_url_publishes_nothing_and_keeps_the_store(
     proxy: FaultProxy, s3: Any, tmp_path: Path
 ) -> None:
-    opts = options(proxy.endpoint, max_retries=1, retry_backoff=0.01)
+    opts = s3_options(proxy.endpoint, max_retries=1, retry_backoff=0.01)
     url = f"s3://{BUCKET}/faulted"
     data = np.arange(500 * 3, dtype=np.int16).reshape(500, 3)
     w = loaderx.Dense.create(
@@ -207,7 +189,7 @@ def test_a_failed_publish_names_the_url_publishes_nothing_and_keeps_the_store(
     # Nothing readable at the URL.
     assert "faulted/meta.zr" not in keys(s3, "faulted")
     with pytest.raises((ZrecordError, FileNotFoundError, ValueError)):
-        loaderx.Dense.open(url, storage_options=options(s3.endpoint))
+        loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint))
     # The staged store is kept, named by the error, and pushes as it says.
     (staging,) = tmp_path.iterdir()
     store = staging / "store"
@@ -224,7 +206,7 @@ def test_a_failed_publish_names_the_url_publishes_nothing_and_keeps_the_store(
 
 
 def test_convert_npy_to_a_url_reads_back_equal(s3: Any, tmp_path: Path) -> None:
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     data = np.arange(3000 * 5, dtype=np.float32).reshape(3000, 5)
     src = tmp_path / "x.npy"
     np.save(src, data)
@@ -241,7 +223,7 @@ def test_convert_npy_to_a_url_reads_back_equal(s3: Any, tmp_path: Path) -> None:
 def test_convert_parquet_to_a_url_and_a_collection_with_parts(s3: Any, tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     n = 1200
     ids = np.arange(n, dtype=np.int64)
     tokens = [list(range(i % 7)) for i in range(n)]
@@ -273,7 +255,7 @@ def test_convert_parquet_to_a_url_and_a_collection_with_parts(s3: Any, tmp_path:
 
 
 def test_a_failed_conversion_publishes_nothing(s3: Any, tmp_path: Path) -> None:
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     src = tmp_path / "bad.npy"
     src.write_bytes(b"\x93NUMPY not really")
     url = f"s3://{BUCKET}/bad"
@@ -291,7 +273,7 @@ def test_a_failed_converter_upload_names_the_url(
     src = tmp_path / "y.npy"
     np.save(src, np.arange(100, dtype=np.int64))
     url = f"s3://{BUCKET}/conv-faulted"
-    opts = options(proxy.endpoint, max_retries=1, retry_backoff=0.01)
+    opts = s3_options(proxy.endpoint, max_retries=1, retry_backoff=0.01)
     staging = tmp_path / "stage"
     staging.mkdir()
     proxy.arm("503", None, method="PUT")
@@ -313,9 +295,9 @@ def test_cli_convert_to_a_url(s3: Any, tmp_path: Path, capsys: Any) -> None:
     src = tmp_path / "c.npy"
     np.save(src, data)
     url = f"s3://{BUCKET}/cli/out"  # a Path would collapse the `//`
-    opts = [f"-o{k}={v}" for k, v in options(s3.endpoint).items()]
+    opts = [f"-o{k}={v}" for k, v in s3_options(s3.endpoint).items()]
     assert main(["convert", str(src), url, "--codec", "lz4", "-q", *opts]) == 0
-    with loaderx.Dense.open(url, storage_options=options(s3.endpoint)) as d:
+    with loaderx.Dense.open(url, storage_options=s3_options(s3.endpoint)) as d:
         np.testing.assert_array_equal(d[:], data)
     # Again to the same URL: refused, and says so.
     assert main(["convert", str(src), url, "-q", *opts]) == 1
@@ -335,7 +317,7 @@ def test_an_image_folder_to_a_url_keeps_its_plain_files(s3: Any, tmp_path: Path)
             path = tmp_path / "imgs" / cls / f"{i}.png"
             image.fromarray(rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(path)
             made.append((path, label))
-    opts = options(s3.endpoint)
+    opts = s3_options(s3.endpoint)
     url = f"s3://{BUCKET}/images"
     counts = loaderx.convert.convert_image_folder(
         tmp_path / "imgs", url, codec="raw", storage_options=opts
