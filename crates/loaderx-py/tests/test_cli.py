@@ -45,10 +45,17 @@ def images_npy(tmp_path: Path) -> tuple[Path, np.ndarray]:
 
 def test_convert_counts_the_records_of_every_part(tmp_path: Path, images_npy) -> None:
     src, a = images_npy
-    done = loaderx("convert", src, tmp_path / "parts", "--codec", "raw", "--parts", "3")
+    done = loaderx(
+        "convert", src, tmp_path / "parts", "--codec", "raw", "--parts", "3",
+        "--progress-interval", "0",
+    )
     assert done.returncode == 0, done.stderr
     # Three parts of 666 or 667 records: the sum, not the largest part.
     assert "converted 2,000 records" in done.stdout, done.stdout
+    # Progress as each part ends, and the summary line, count every record.
+    shown = [line for line in done.stderr.splitlines() if "ETA" in line]
+    assert len(shown) == 3 and "2,000/2,000 records (100.0%)" in shown[-1], done.stderr
+    assert "convert: 2,000 records in " in done.stderr, done.stderr
 
 
 def test_convert_info_verify(tmp_path: Path, images_npy) -> None:
@@ -175,6 +182,15 @@ def test_bench_refuses_a_duration_that_is_not_a_positive_number(
         pytest.fail(f"loaderx bench --seconds {seconds} ran on")
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "--seconds" in bad.stderr and "positive" in bad.stderr and seconds in bad.stderr
+
+
+@pytest.mark.parametrize("bad", ["nan", "-1", "inf", "soon"])
+def test_a_progress_interval_that_is_not_a_time_is_refused(tmp_path: Path, images_npy, bad: str) -> None:
+    src, _ = images_npy
+    done = loaderx("convert", src, tmp_path / "out", "--progress-interval", bad)
+    assert done.returncode == 2
+    assert "--progress-interval: must be 0 or more seconds" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_progress_without_a_terminal_is_plain_lines(tmp_path: Path, images_npy) -> None:

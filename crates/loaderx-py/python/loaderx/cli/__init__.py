@@ -223,6 +223,18 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _interval(text: str) -> float:
+    """``--progress-interval``: a finite number of seconds, 0 or more (0:
+    every update is shown)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
+    return value
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..compat05.dataloader import DataLoader
 
@@ -362,7 +374,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--progress-interval",
-        type=float,
+        type=_interval,
         default=None,
         help="seconds between progress updates (default 0.1 on a terminal, 5 otherwise)",
     )

@@ -164,7 +164,7 @@ def convert_parquet(
 
     With ``num_proc > 1``, `output` is a collection written by that many
     processes, one part per slice of the rows (``loaderx.collection``; see
-    ``convert(..., num_proc=)``); progress is not reported then.
+    ``convert(..., num_proc=)``); progress is reported as each part ends.
     ``shard=(i, n)`` converts the ``i``-th of `n` contiguous, near-equal
     slices of the rows only (what each of those processes runs)."""
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
@@ -188,7 +188,7 @@ def convert_parquet(
         if shard is not None:
             raise ValueError("num_proc > 1 converts every slice: pass it or shard=, not both")
         return convert_file_parallel(
-            "parquet", src, output, total, num_proc, codec=codec, batch_bytes=batch_bytes
+            "parquet", src, output, total, num_proc, progress, codec=codec, batch_bytes=batch_bytes
         )
     lo, hi = (0, total) if shard is None else shard_range(total, shard)
 

@@ -283,7 +283,7 @@ def convert(
             for split, ds in dataset.items():
                 part = convert_parallel(
                     ds, os.path.join(os.fspath(output), split), codec=codec,
-                    batch_bytes=batch_bytes, num_proc=num_proc,
+                    batch_bytes=batch_bytes, num_proc=num_proc, progress=progress,
                 )
                 counts.update({f"{split}/{k}": v for k, v in part.items()})
             return counts
@@ -293,7 +293,8 @@ def convert(
                 f"{type(dataset).__name__} is read once, in one process: use num_proc=1"
             )
         return convert_parallel(
-            dataset, output, codec=codec, batch_bytes=batch_bytes, num_proc=num_proc
+            dataset, output, codec=codec, batch_bytes=batch_bytes, num_proc=num_proc,
+            progress=progress,
         )
     if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         splits = dict(dataset.items())

@@ -80,7 +80,7 @@ def convert_image_folder(
     processes, one part per slice of the files in class, then name order
     (``loaderx.collection``; see ``convert(..., num_proc=)``), each part
     holding ``label``, ``image`` and ``classes.txt``; labels number every
-    class of `src`; progress is not reported then. ``shard=(i, n)``
+    class of `src`; progress is reported as each part ends. ``shard=(i, n)``
     converts the ``i``-th of `n` contiguous, near-equal slices of the
     files only (what each of those processes runs)."""
     if keep_encoded and size is not None:
@@ -94,7 +94,7 @@ def convert_image_folder(
         if shard is not None:
             raise ValueError("num_proc > 1 converts every slice: pass it or shard=, not both")
         return convert_file_parallel(
-            "images", src, output, len(files), num_proc, codec=codec, size=size,
+            "images", src, output, len(files), num_proc, progress, codec=codec, size=size,
             workers=workers, batch_bytes=batch_bytes, keep_encoded=keep_encoded,
         )
     if shard is not None:

@@ -84,8 +84,8 @@ def convert_npy(
     With ``num_proc > 1``, `output` is a collection written by that many
     processes (``loaderx.collection``; see ``convert(..., num_proc=)``),
     its one column named after the file (``tokens.npy`` -> ``tokens``;
-    ``data`` when the name is not a valid column name); progress is not
-    reported then. ``shard=(i, n)`` converts the ``i``-th of `n`
+    ``data`` when the name is not a valid column name); progress is
+    reported as each part ends. ``shard=(i, n)`` converts the ``i``-th of `n`
     contiguous, near-equal slices of the records only (what each of those
     processes runs)."""
     path = os.fspath(src)
@@ -103,7 +103,8 @@ def convert_npy(
         if shard is not None:
             raise ValueError("num_proc > 1 converts every slice: pass it or shard=, not both")
         return convert_file_parallel(
-            "npy", src, output, array.shape[0], num_proc, codec=codec, batch_bytes=batch_bytes
+            "npy", src, output, array.shape[0], num_proc, progress, codec=codec,
+            batch_bytes=batch_bytes,
         )
     if shard is not None:
         lo, hi = shard_range(array.shape[0], shard)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable
 
-from .output import PathLike
+from .output import PathLike, Progress
 
 
 def _convert_shard(
@@ -36,7 +36,13 @@ def _convert_shard(
 
 
 def convert_parallel(
-    dataset: Any, output: PathLike, *, codec: str, batch_bytes: int, num_proc: int
+    dataset: Any,
+    output: PathLike,
+    *,
+    codec: str,
+    batch_bytes: int,
+    num_proc: int,
+    progress: Progress | None = None,
 ) -> dict[str, int]:
     """A ``datasets.Dataset`` into the collection `output`, by `num_proc`
     processes; returns ``{part/column: records}``."""
@@ -45,6 +51,8 @@ def convert_parallel(
         output,
         shards,
         lambda root, i: (_convert_shard, dataset, i, shards, root, codec, batch_bytes),
+        len(dataset),
+        progress,
     )
 
 
@@ -84,7 +92,13 @@ def _convert_file_shard(
 
 
 def convert_file_parallel(
-    kind: str, src: PathLike, output: PathLike, records: int, num_proc: int, **options: Any
+    kind: str,
+    src: PathLike,
+    output: PathLike,
+    records: int,
+    num_proc: int,
+    progress: Progress | None = None,
+    **options: Any,
 ) -> dict[str, int]:
     """The file source `src` (`kind` ``"npy"``, ``"parquet"`` or
     ``"images"``, holding `records` records) into the collection `output`,
@@ -97,6 +111,8 @@ def convert_file_parallel(
         output,
         shards,
         lambda root, i: (_convert_file_shard, kind, path, i, shards, root, options),
+        records,
+        progress,
     )
 
 
@@ -108,11 +124,17 @@ def check_num_proc(num_proc: Any) -> int:
 
 
 def _in_processes(
-    output: PathLike, shards: int, job: Callable[[str, int], tuple[Any, ...]]
+    output: PathLike,
+    shards: int,
+    job: Callable[[str, int], tuple[Any, ...]],
+    records: int,
+    progress: Progress | None,
 ) -> dict[str, int]:
     """Runs ``job(root, i)`` (a function and its arguments) for every
     slice `i` in `shards` spawned processes, then commits parts ``0 ..
-    shards`` in order; on any failure removes what was written."""
+    shards`` in order; on any failure removes what was written.
+    `progress` hears ``(records converted, records)`` as each part ends
+    (the columns of one part hold the same records)."""
     from .. import collection
 
     root = os.fspath(output)
@@ -124,10 +146,14 @@ def _in_processes(
     os.makedirs(root, exist_ok=True)
     try:
         with ProcessPoolExecutor(shards, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(*job(root, i)) for i in range(shards)]
-            counts: dict[str, int] = {}
-            for f in futures:
-                counts.update(f.result())
+            futures = {pool.submit(*job(root, i)): i for i in range(shards)}
+            by_part: dict[int, dict[str, int]] = {}
+            for f in as_completed(futures):
+                by_part[futures[f]] = f.result()
+                if progress is not None:
+                    done = sum(max(c.values(), default=0) for c in by_part.values())
+                    progress(done, records)
+            counts = {k: n for i in range(shards) for k, n in by_part[i].items()}
         collection.commit(root, list(range(shards)))
     except BaseException:
         if made:
