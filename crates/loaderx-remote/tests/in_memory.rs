@@ -148,7 +148,11 @@ fn a_run_table_is_read_by_pages_and_its_blocks_checked() {
     store.gather(&[120], &mut one, 100).unwrap();
     let err = store.gather(&[80], &mut one, 100).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Corrupt, "{err}");
-    assert!(err.to_string().contains("block 2 of its run"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("block 2 of its run (records 80 ..= 119)"),
+        "{err}"
+    );
     // In a batch, the first damaged record by position is the one named.
     let mut two = vec![0u8; 300];
     let err = store.gather(&[5, 119, 81], &mut two, 100).unwrap_err();

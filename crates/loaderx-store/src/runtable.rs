@@ -96,6 +96,35 @@ fn follows(a: &RecordLoc, b: &RecordLoc) -> bool {
         && u64::from(a.offset) + u64::from(a.logic_length) == u64::from(b.offset)
 }
 
+/// A record of a run whose block a fetching gather checks: the block's
+/// place among the fetched ranges (`at`), its stored CRC, where the record
+/// starts in it (`within`, bytes), its number in the run and the store
+/// indices of its first and last records (for the error).
+#[derive(Debug, Clone, Copy)]
+struct PendingBlock {
+    at: usize,
+    stored: u32,
+    within: u64,
+    block: u64,
+    records: (u64, u64),
+}
+
+impl PendingBlock {
+    /// Record `k` (store index `idx`) of `run`, whose block is fetched
+    /// range `at`, with stored CRC `stored`.
+    fn of(at: usize, stored: u32, run: &Run, k: u32, idx: u64) -> Self {
+        let block = u64::from(k / run.block_records());
+        let (lo, hi) = run.block_range(block);
+        Self {
+            at,
+            stored,
+            within: u64::from(k - lo) * u64::from(run.stride),
+            block,
+            records: (idx - u64::from(k - lo), idx + u64::from(hi - 1 - k)),
+        }
+    }
+}
+
 /// Records `start .. end` of an append (indices into its records), which
 /// become one piece of the run table: a run when `run`, else a group.
 #[derive(Debug, Clone, Copy)]
@@ -429,7 +458,7 @@ impl<S: Storage> Files<S> {
         // The first record that fails here: the blocks of those before it
         // are still checked, so the first failure by position is reported.
         let mut failed: Option<(usize, Error)> = None;
-        let mut pending: Vec<Option<(usize, u32, u64, u64)>> = Vec::with_capacity(idxs.len());
+        let mut pending: Vec<Option<PendingBlock>> = Vec::with_capacity(idxs.len());
         for (i, place) in places.iter().enumerate() {
             let idx = idxs[i];
             let Some(place) = place else {
@@ -487,7 +516,7 @@ impl<S: Storage> Files<S> {
                         blocks.len() - 1
                     });
                     out.push(run.loc(k, 0));
-                    pending.push(Some((at, stored, u64::from(k - lo) * stride, b)));
+                    pending.push(Some(PendingBlock::of(at, stored, &run, k, idx)));
                 }
                 Place::Run { run, k, .. } => {
                     out.push(run.loc(k, 0));
@@ -546,7 +575,7 @@ impl<S: Storage> Files<S> {
     fn check_fetched_blocks(
         &self,
         idxs: &[u64],
-        pending: &[Option<(usize, u32, u64, u64)>],
+        pending: &[Option<PendingBlock>],
         blocks: &[(FileId, u64, usize)],
         out: &mut [RecordLoc],
         failed: Option<(usize, Error)>,
@@ -558,7 +587,14 @@ impl<S: Storage> Files<S> {
         let fetched = self.fetch_many(blocks, "read")?;
         let base = out.len() - pending.len();
         for (i, p) in pending.iter().enumerate() {
-            let Some((at, stored, within, b)) = *p else {
+            let Some(PendingBlock {
+                at,
+                stored,
+                within,
+                block: b,
+                records: (first, last),
+            }) = *p
+            else {
                 continue;
             };
             let bytes = &fetched[at];
@@ -570,7 +606,7 @@ impl<S: Storage> Files<S> {
                         path: self.path(blocks[at].0),
                         entry: idxs[i],
                         reason: format!(
-                            "block {b} of its run: checksum mismatch (stored {stored:#010x}, computed {found:#010x})"
+                            "block {b} of its run (records {first} ..= {last}): checksum mismatch (stored {stored:#010x}, computed {found:#010x})"
                         ),
                     },
                 )));
