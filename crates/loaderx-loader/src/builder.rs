@@ -3,7 +3,7 @@
 
 use std::{
     collections::HashSet,
-    sync::{Arc, atomic::AtomicU64},
+    sync::{Arc, Mutex},
     thread,
 };
 
@@ -132,7 +132,7 @@ impl<A: BufferAllocator> LoaderBuilder<A> {
             streams: self.streams.into_boxed_slice(),
             allocator: self.allocator,
             lookahead: self.lookahead,
-            ahead_to: AtomicU64::new(0),
+            ahead: Mutex::default(),
         });
         for i in 0..started {
             let for_worker = Arc::clone(&shared);

@@ -235,6 +235,12 @@ impl<B> Window<B> {
         Ok(drained)
     }
 
+    /// The number of restores so far: a claim made before the latest
+    /// carries a smaller one.
+    pub(crate) fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
     /// Finished batches waiting to be delivered (not necessarily the next).
     pub(crate) fn prefetched(&self) -> usize {
         self.lock().slots.iter().filter(|s| s.is_some()).count()

@@ -3,10 +3,7 @@
 
 use std::{
     panic::{self, AssertUnwindSafe},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use crate::{
@@ -22,8 +19,16 @@ pub(crate) struct Shared<A: BufferAllocator> {
     pub(crate) local_batch: usize,
     /// Steps past a claimed one whose records are requested ahead.
     pub(crate) lookahead: u64,
-    /// The first step not requested ahead yet.
-    pub(crate) ahead_to: AtomicU64,
+    /// How far records are requested ahead, and for which restore.
+    pub(crate) ahead: Mutex<Ahead>,
+}
+
+/// The first step whose records are not requested ahead yet (`next`), as
+/// of the window's `generation` (its count of restores).
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    generation: u64,
+    next: u64,
 }
 
 impl<A: BufferAllocator> Shared<A> {
@@ -40,18 +45,30 @@ impl<A: BufferAllocator> Shared<A> {
 
     /// Requests ahead the records of the steps up to `lookahead` past
     /// `claim`'s that no worker has requested yet ([`Source::prefetch`]).
+    /// A claim made before a restore requests nothing: its steps are of
+    /// the old position. The requests are made under the `ahead` lock,
+    /// which [`forget_ahead`](Self::forget_ahead) takes too, so a restore's
+    /// forgetting comes wholly before or after them.
     fn read_ahead(&self, claim: &Claim) {
         if self.lookahead == 0 {
             return;
         }
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        if claim.generation < ahead.generation {
+            return;
+        }
+        if claim.generation > ahead.generation {
+            *ahead = Ahead {
+                generation: claim.generation,
+                next: 0,
+            };
+        }
         let last = claim.step.saturating_add(self.lookahead);
-        let from = self
-            .ahead_to
-            .fetch_max(last.saturating_add(1), Ordering::AcqRel)
-            .max(claim.step.saturating_add(1));
+        let from = ahead.next.max(claim.step.saturating_add(1));
         if from > last {
             return;
         }
+        ahead.next = last.saturating_add(1);
         let Ok(mut indices) = batch_indices(self.local_batch) else {
             return;
         };
@@ -71,7 +88,12 @@ impl<A: BufferAllocator> Shared<A> {
         if self.lookahead == 0 {
             return;
         }
-        self.ahead_to.store(0, Ordering::Release);
+        let generation = self.window.generation();
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        *ahead = Ahead {
+            generation: generation.max(ahead.generation),
+            next: 0,
+        };
         for stream in &*self.streams {
             stream.source.forget_prefetched();
         }
@@ -258,4 +280,108 @@ fn gather_column<A: BufferAllocator>(
         data,
         layout,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{StreamKind, VecPool};
+    use loaderx_sampler::{Mode, Sampler};
+
+    /// A source that only records what is requested ahead of it.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        asked: Mutex<Vec<Vec<u64>>>,
+        forgotten: Mutex<usize>,
+    }
+
+    impl Source for Recorder {
+        fn len(&self) -> u64 {
+            1000
+        }
+        fn gather(&self, _: &[u64], _: &mut [u8], _: usize) -> loaderx_store::Result<()> {
+            Ok(())
+        }
+        fn gather_exact(&self, _: &[u64], _: &mut [u8], _: usize) -> loaderx_store::Result<()> {
+            Ok(())
+        }
+        fn gather_ragged(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> loaderx_store::Result<()> {
+            Ok(())
+        }
+        fn lengths(&self, _: &[u64], _: &mut [u32]) -> loaderx_store::Result<()> {
+            Ok(())
+        }
+        fn prefetch(&self, idxs: &[u64]) {
+            self.asked.lock().unwrap().push(idxs.to_vec());
+        }
+        fn forget_prefetched(&self) {
+            *self.forgotten.lock().unwrap() += 1;
+        }
+        fn with_view(
+            &self,
+            f: &mut dyn FnMut(&dyn Source) -> loaderx_store::Result<()>,
+        ) -> loaderx_store::Result<()> {
+            f(self)
+        }
+    }
+
+    fn claim(sampler: &Sampler, step: u64, generation: u64) -> Claim {
+        Claim {
+            step,
+            generation,
+            sampler: sampler.clone(),
+        }
+    }
+
+    /// The first index of each step requested ahead since the last look.
+    fn steps_asked(source: &Recorder, sampler: &Sampler) -> Vec<u64> {
+        let mut indices = vec![0u64; 4];
+        let asked = std::mem::take(&mut *source.asked.lock().unwrap());
+        asked
+            .iter()
+            .map(|idxs| {
+                (0..1000 / 4)
+                    .find(|&s| {
+                        sampler.indices_at(s, &mut indices).unwrap();
+                        indices == *idxs
+                    })
+                    .expect("a step's indices")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_made_before_a_restore_requests_nothing_ahead() {
+        let sampler = Sampler::new(1000, 4, Mode::Sequential, 7).unwrap();
+        let source = Arc::new(Recorder::default());
+        let shared = Shared {
+            streams: vec![crate::Stream::new(
+                "x",
+                source.clone(),
+                StreamKind::Fixed { item_len: 1 },
+            )]
+            .into_boxed_slice(),
+            allocator: VecPool::new(),
+            window: Window::new(sampler.clone(), 4).unwrap(),
+            local_batch: 4,
+            lookahead: 3,
+            ahead: Mutex::default(),
+        };
+        shared.read_ahead(&claim(&sampler, 100, 0));
+        assert_eq!(steps_asked(&source, &sampler), [101, 102, 103]);
+        shared.read_ahead(&claim(&sampler, 101, 0));
+        assert_eq!(steps_asked(&source, &sampler), [104]);
+        // A restore to step 5: the window's generation moves on.
+        let mut at = sampler.state();
+        at.step = 5;
+        shared.window.restore(&at).unwrap();
+        shared.forget_ahead();
+        assert_eq!(*source.forgotten.lock().unwrap(), 1);
+        // A worker still on a claim of the old position asks for nothing
+        // and moves nothing: the new position's steps are still requested.
+        shared.read_ahead(&claim(&sampler, 102, 0));
+        assert_eq!(steps_asked(&source, &sampler), Vec::<u64>::new());
+        shared.read_ahead(&claim(&sampler, 5, 1));
+        assert_eq!(steps_asked(&source, &sampler), [6, 7, 8]);
+    }
 }
