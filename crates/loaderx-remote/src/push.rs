@@ -190,7 +190,12 @@ pub(crate) fn upload_file(
         if n == 0 {
             break;
         }
-        writer.write(&buf[..n]);
+        {
+            // `write` starts a part's upload as a task of the runtime it is
+            // called in: ours, whose threads carry it on from here.
+            let _in_runtime = crate::remote::runtime().enter();
+            writer.write(&buf[..n]);
+        }
         sent += n as u64;
         // Bounded: at most PARTS_IN_FLIGHT parts held in memory.
         let mut w = writer;

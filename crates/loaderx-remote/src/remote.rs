@@ -130,7 +130,7 @@ impl std::fmt::Debug for RemoteStorage {
 /// in a forked child (the parent's threads do not exist there; the old
 /// runtime is left alone, never dropped, since its threads cannot be
 /// joined).
-fn runtime() -> &'static tokio::runtime::Runtime {
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
     let mut held = RT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let pid = std::process::id();

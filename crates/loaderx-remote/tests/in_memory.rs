@@ -279,6 +279,37 @@ fn a_store_opens_by_file_url_and_by_path() {
 }
 
 #[test]
+fn push_uploads_a_chunk_file_larger_than_one_part_in_parts() {
+    // Parts are 16 MiB: a 40 MiB chunk file goes up as three.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big");
+    let record = 1 << 20;
+    let data: Vec<u8> = (0..40 * record).map(|k| (k % 251) as u8).collect();
+    {
+        let store: Store =
+            Store::create_v2(&path, &Schema::bytes(CodecTag::RAW), OpenOptions::default()).unwrap();
+        store.append_fixed(&data, 40, record).unwrap();
+        store.close().unwrap();
+    }
+    let largest = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .max()
+        .unwrap();
+    assert!(largest > 16 << 20, "a chunk file of {largest} bytes");
+    let dest = dir.path().join("bucket").join("big");
+    std::fs::create_dir_all(&dest).unwrap();
+    let url = format!("file://{}", dest.display());
+    loaderx_remote::push(&path, &url, &[]).unwrap();
+    let store = loaderx_remote::open_store::<Deflate>(&url, &[], OpenOptions::default()).unwrap();
+    let mut dst = vec![0u8; 2 * record];
+    store.gather(&[39, 17], &mut dst, record).unwrap();
+    assert_eq!(&dst[..record], &data[39 * record..]);
+    assert_eq!(&dst[record..], &data[17 * record..18 * record]);
+    store.verify().unwrap();
+}
+
+#[test]
 fn push_uploads_chunks_then_meta_and_refuses_to_replace_a_store() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
