@@ -2,15 +2,18 @@
 """Markdown tables (and the figures) of the benchmark runs, from their JSON
 alone.
 
-Three scripts measure and each keeps its run as JSON: ``compare.py`` (the
+Four scripts measure and each keeps its run as JSON: ``compare.py`` (the
 binding against NumPy and loaderx 0.5.4, with the criterion estimates of
 the Rust benches under ``"criterion"``; ``docs/bench/latest.json``),
 ``typed.py`` (the typed containers against loaderx 2.4.0, ``"kind":
-"typed"``; ``docs/bench/typed.json``) and ``field.py`` (every store and
-loader of the field, ``"kind": "field"``; ``docs/bench/field.json``). This
-script turns such files into the tables the docs show, so that every figure
-in ``docs/BENCHMARKS.md``, ``README.md`` and ``docs/bench/{typed,field}.md``
-(the full reports of those runs) comes from one run of each::
+"typed"``; ``docs/bench/typed.json``), ``field.py`` (every store and
+loader of the field, ``"kind": "field"``; ``docs/bench/field.json``) and
+``remote.py`` (stores read from S3 on loopback against the field's remote
+readers, ``"kind": "remote"``; ``docs/bench/remote.json``). This script
+turns such files into the tables the docs show, so that every figure in
+``docs/BENCHMARKS.md``, ``README.md`` and
+``docs/bench/{typed,field,remote}.md`` (the full reports of those runs)
+comes from one run of each::
 
     python3 benches/tables.py docs/bench/*.json            # print
     python3 benches/tables.py docs/bench/*.json --write    # update the docs
@@ -18,9 +21,9 @@ in ``docs/BENCHMARKS.md``, ``README.md`` and ``docs/bench/{typed,field}.md``
 
 The docs hold generated blocks between ``<!-- bench:NAME -->`` and
 ``<!-- /bench:NAME -->``; ``--write`` replaces each block's body with the
-table called NAME (see ``compare_blocks``, ``typed_blocks`` and
-``field_blocks``) and fails if a block has no table or a table has no
-block, so ``--write`` takes all three files. Standard library only, but for
+table called NAME (see ``compare_blocks``, ``typed_blocks``,
+``field_blocks`` and ``remote_blocks``) and fails if a block has no table
+or a table has no block, so ``--write`` takes all four files. Standard library only, but for
 ``--plots``.
 
 ``collect_criterion(DIR)`` reads criterion's output directory
