@@ -113,14 +113,17 @@ def configure(scale: float, smoke: bool) -> None:
     field.configure(scale, smoke)
     if smoke:
         CFG.update(img224=300, tokens=2000)
-        RCFG.update(moto_records=300, big_bytes=48 * MIB, ceiling_objects=2, ceiling_object=MIB, rounds=1,
+        RCFG.update(moto_records=32, big_bytes=48 * MIB, ceiling_objects=2, ceiling_object=MIB, rounds=1,
                     batches=1, ceiling_rounds=1, loader_rounds=1, loader_warmup=0, loader_batches=2, loader_min_s=0.0,
-                    moto_rounds=1)
+                    moto_rounds=1, moto_batches=1, loader_batch=16, loader_latencies=(25,))
         return
-    RCFG.update(moto_records=max(64, int(512 * min(1.0, scale))), big_bytes=int(4 * 1024 * MIB * min(1.0, scale)),
+    # moto copies a whole object for each ranged read: 64 records (9 MiB
+    # objects) keep a batch of 256 single-record reads to seconds.
+    RCFG.update(moto_records=64, big_bytes=int(4 * 1024 * MIB * min(1.0, scale)),
                 ceiling_objects=max(4, int(16 * min(1.0, scale))), ceiling_object=CEILING_OBJECT,
                 rounds=5 if scale >= 0.5 else 3, batches=4, ceiling_rounds=5, loader_rounds=3 if scale >= 0.5 else 2,
-                loader_warmup=2, loader_batches=30, loader_min_s=2.0, moto_rounds=3)
+                loader_warmup=2, loader_batches=30, loader_min_s=2.0, moto_rounds=2, moto_batches=2,
+                loader_batch=LOADER_BATCH, loader_latencies=LATENCIES_MS)
 
 
 def options(endpoint: str, **ours: Any) -> dict[str, Any]:
@@ -207,7 +210,8 @@ def start_s3s_fs(binary: str, root: Path) -> Process:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     root.mkdir(parents=True, exist_ok=True)
-    cmd = [binary, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test", "--secret-key", "test", str(root)]
+    cmd = [binary, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test", "--secret-key", "test",
+           str(root)]
     return Process(cmd, "s3s-fs", lambda p: wait_listening(endpoint, p, "s3s-fs"), stdout=subprocess.DEVNULL,
                    env={**os.environ, "RUST_LOG": "error"})
 
@@ -770,7 +774,7 @@ def loader_run(name: str, store: str, endpoint: str, data_dir: Path, cache: Path
         send(out, {"missing": f"{type(e).__name__}: {e}"})
         return 0
     img, lab = np.asarray(img), np.asarray(lab).reshape(-1).astype(np.int64)
-    if img.shape != (LOADER_BATCH, *images.shape[1:]) or not np.array_equal(img, images[lab % len(images)]):
+    if img.shape != (RCFG["loader_batch"], *images.shape[1:]) or not np.array_equal(img, images[lab % len(images)]):
         send(out, {"failed": f"{name}: a batch {img.shape} whose images are not the records at its labels"})
         os._exit(1)
     del img, lab
@@ -805,6 +809,7 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
     """(next batch as (images, labels), close, batches in an epoch) for
     loader ``name`` over ``store`` (img224 or big) at ``endpoint`` ("local":
     the local stores)."""
+    batch = RCFG["loader_batch"]
     if name == "loaderx":
         from loaderx.dataloader import DataLoader
         from loaderx.zrecord import Dense
@@ -819,7 +824,7 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
             streams = {"image": Dense.open(f"s3://{BUCKET}/ours/{store}", storage_options=opts),
                        "label": Dense.open(f"s3://{BUCKET}/ours/{labels}", storage_options=opts)}
         n = len(streams["image"])
-        dl = DataLoader(streams, num_workers=LOADER_WORKERS, batch_size=LOADER_BATCH,
+        dl = DataLoader(streams, num_workers=LOADER_WORKERS, batch_size=batch,
                         prefetch_size=LOADER_PREFETCH, lookahead=LOOKAHEAD)
         it = iter(dl)
 
@@ -827,7 +832,7 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
             b = next(it)
             return b["image"], b["label"]
 
-        return nxt, dl.close, n // LOADER_BATCH
+        return nxt, dl.close, n // batch
     env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_REGION": "us-east-1", "S3_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL": endpoint}
     os.environ.update(env)
@@ -840,8 +845,8 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
 
         clean_stale_shared_memory()
         ds = StreamingDataset(remote=f"s3://{BUCKET}/mds/img224", local=str(cache), shuffle=True, shuffle_seed=7,
-                              batch_size=LOADER_BATCH)
-        dl = TorchLoader(ds, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS, drop_last=True,
+                              batch_size=batch)
+        dl = TorchLoader(ds, batch_size=batch, num_workers=LOADER_WORKERS, drop_last=True,
                          prefetch_factor=max(1, LOADER_PREFETCH // LOADER_WORKERS), persistent_workers=True)
         it = forever(dl)
 
@@ -849,14 +854,14 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
             b = next(it)
             return b["image"].numpy(), b["label"].numpy()
 
-        return nxt_mds, (lambda: None), len(ds) // LOADER_BATCH
+        return nxt_mds, (lambda: None), len(ds) // batch
     if name == "litdata":
         from litdata import StreamingDataLoader, StreamingDataset as LitDataset
 
         ds = LitDataset(f"s3://{BUCKET}/litdata/img224", cache_dir=str(cache), shuffle=True, seed=7,
                         storage_options={"endpoint_url": endpoint, "aws_access_key_id": "test",
                                          "aws_secret_access_key": "test", "region_name": "us-east-1"})
-        dl = StreamingDataLoader(ds, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS, drop_last=True,
+        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=LOADER_WORKERS, drop_last=True,
                                  prefetch_factor=max(1, LOADER_PREFETCH // LOADER_WORKERS))
         it = forever(dl)
 
@@ -864,7 +869,7 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
             b = next(it)
             return np.asarray(b["image"]), np.asarray(b["label"])
 
-        return nxt_lit, (lambda: None), len(ds) // LOADER_BATCH
+        return nxt_lit, (lambda: None), len(ds) // batch
     raise SystemExit(f"unknown loader {name}")
 
 
@@ -943,7 +948,7 @@ def gather_section(servers: dict[str, dict[str, Any]], workers: dict[str, Remote
                                          "contender": c, "error": str(e)})
                             log(f"  open {c} {s} {latency} ms {workload} FAILED: {e}")
                 rounds = RCFG["moto_rounds"] if s == "moto" else RCFG["rounds"]
-                per = RCFG["batches"]
+                per = RCFG["moto_batches"] if s == "moto" else RCFG["batches"]
                 samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
                 for r in range(rounds):
                     for impl, c in rotated(jobs, r):
@@ -984,7 +989,7 @@ def loader_section(servers: dict[str, dict[str, Any]], pythons: dict[str, str | 
     runs: list[dict[str, Any]] = [{"name": "loaderx", "venv": "ours", "server": "local disk", "latency_ms": None,
                                    "store": "img224", "endpoint": "local"}]
     formats = servers[fast]["held"].get("formats", {})
-    for latency in LATENCIES_MS:
+    for latency in RCFG["loader_latencies"]:
         for name, venv in LOADERS:
             runs.append({"name": name, "venv": venv, "server": fast, "latency_ms": latency, "store": "img224",
                          "endpoint": servers[fast]["endpoints"][f"{latency} ms"]})
@@ -1121,7 +1126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(data_dir / "cache", ignore_errors=True)
             for f in ("mds-img224", "litdata-img224"):
                 shutil.rmtree(data_dir / f, ignore_errors=True)
-    result["lookahead_bytes"] = LOOKAHEAD * LOADER_BATCH * manifests["img224"]["median_record_bytes"]
+    result["lookahead_bytes"] = LOOKAHEAD * RCFG["loader_batch"] * manifests["img224"]["median_record_bytes"]
     return result
 
 

@@ -1080,7 +1080,8 @@ def remote_loader(result: dict[str, Any], name: str, server: str, latency: int |
 
 
 def loader_batch_bytes(result: dict[str, Any]) -> float:
-    return float(result["workloads"]["img224"]["median_record_bytes"] + 8) * 256
+    batch = result.get("config", {}).get("loader_batch", 256)
+    return float(result["workloads"]["img224"]["median_record_bytes"] + 8) * batch
 
 
 def remote_fast(result: dict[str, Any]) -> str:

@@ -252,7 +252,12 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         "benches/remote.py --smoke (s3s-fs and the remote bench venv only where they exist)",
         &mut cmd,
     )?;
-    tables(ws, venv, &[json, typed_json, field_json, remote_json], false)
+    tables(
+        ws,
+        venv,
+        &[json, typed_json, field_json, remote_json],
+        false,
+    )
 }
 
 /// `python benches/NAME`, run from the workspace root.
@@ -315,7 +320,11 @@ fn ensure_requirements_venv(
 
 /// `<target>/s3s-fs/bin/s3s-fs`, where [`ensure_s3s_fs`] installs it.
 fn s3s_fs_binary(ws: &Workspace) -> PathBuf {
-    let exe = if cfg!(windows) { "s3s-fs.exe" } else { "s3s-fs" };
+    let exe = if cfg!(windows) {
+        "s3s-fs.exe"
+    } else {
+        "s3s-fs"
+    };
     ws.target_dir().join("s3s-fs").join("bin").join(exe)
 }
 
@@ -330,10 +339,21 @@ fn ensure_s3s_fs(ws: &Workspace) -> Result<PathBuf, String> {
     let root = ws.target_dir().join("s3s-fs");
     let root = root.to_string_lossy();
     let args = [
-        "install", name, "--version", version, "--locked", "--features", "binary", "--root", &root,
+        "install",
+        name,
+        "--version",
+        version,
+        "--locked",
+        "--features",
+        "binary",
+        "--root",
+        &root,
     ];
-    ws.cargo(&format!("cargo install {name} {version} (the fast S3 server)"), &args)
-        .map_err(|f| f.reason)?;
+    ws.cargo(
+        &format!("cargo install {name} {version} (the fast S3 server)"),
+        &args,
+    )
+    .map_err(|f| f.reason)?;
     if binary.exists() {
         Ok(binary)
     } else {
@@ -370,7 +390,10 @@ fn remote(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         Ok(binary) => cmd.arg("--s3s-fs").arg(binary),
         Err(reason) => cmd.arg("--s3s-fs-missing").arg(reason),
     };
-    steps::run("benches/remote.py (S3 on loopback, ours and the field's remote readers)", &mut cmd)
+    steps::run(
+        "benches/remote.py (S3 on loopback, ours and the field's remote readers)",
+        &mut cmd,
+    )
 }
 
 /// `benches/field.py --sections ...` with every contender's interpreter,
