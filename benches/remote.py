@@ -115,14 +115,15 @@ def configure(scale: float, smoke: bool) -> None:
         CFG.update(img224=300, tokens=2000)
         RCFG.update(moto_records=32, big_bytes=48 * MIB, ceiling_objects=2, ceiling_object=MIB, rounds=1,
                     batches=1, ceiling_rounds=1, loader_rounds=1, loader_warmup=0, loader_batches=2, loader_min_s=0.0,
-                    moto_rounds=1, moto_batches=1, loader_batch=16, loader_latencies=(25,))
+                    moto_rounds=1, moto_batches=1, moto_batch=8, loader_batch=16, loader_latencies=(25,))
         return
-    # moto copies a whole object for each ranged read: 64 records (9 MiB
-    # objects) keep a batch of 256 single-record reads to seconds.
+    # moto answers a few dozen requests a second and copies a whole object
+    # for each ranged read: it holds 64 records (9 MiB objects) and its
+    # gathers take 32, which keeps a batch of single-record reads to seconds.
     RCFG.update(moto_records=64, big_bytes=int(4 * 1024 * MIB * min(1.0, scale)),
                 ceiling_objects=max(4, int(16 * min(1.0, scale))), ceiling_object=CEILING_OBJECT,
                 rounds=5 if scale >= 0.5 else 3, batches=4, ceiling_rounds=5, loader_rounds=3 if scale >= 0.5 else 2,
-                loader_warmup=2, loader_batches=30, loader_min_s=2.0, moto_rounds=2, moto_batches=2,
+                loader_warmup=2, loader_batches=30, loader_min_s=2.0, moto_rounds=2, moto_batches=2, moto_batch=32,
                 loader_batch=LOADER_BATCH, loader_latencies=LATENCIES_MS)
 
 
@@ -152,14 +153,14 @@ class IndexBatches:
     """The index batches of a workload of ``n`` records: the same sequence
     for every contender, drawn from one seeded generator."""
 
-    def __init__(self, n: int, seed: int) -> None:
+    def __init__(self, n: int, seed: int, size: int) -> None:
         self.rng = np.random.default_rng([40, seed, n])
-        self.n = n
+        self.n, self.size = n, size
         self.drawn: list[np.ndarray] = []
 
     def __getitem__(self, k: int) -> np.ndarray:
         while len(self.drawn) <= k:
-            self.drawn.append(self.rng.integers(0, self.n, size=GATHER_BATCH).astype(np.int64))
+            self.drawn.append(self.rng.integers(0, self.n, size=self.size).astype(np.int64))
         return self.drawn[k]
 
 
@@ -655,7 +656,8 @@ class Worker:
 
     def batch(self, server: str, workload: str, records: int) -> IndexBatches:
         if (server, workload) not in self.batches:
-            self.batches[(server, workload)] = IndexBatches(records, WORKLOADS.index(workload))
+            size = RCFG["moto_batch"] if server == "moto" else GATHER_BATCH
+            self.batches[(server, workload)] = IndexBatches(records, WORKLOADS.index(workload), size)
         return self.batches[(server, workload)]
 
     def gather(self, contender: str, server: str, latency: int, workload: str, records: int, start: int,

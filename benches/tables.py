@@ -1176,7 +1176,10 @@ def remote_gather_table(result: dict[str, Any], workload: str) -> str:
     for r in sorted(rows, key=lambda r: (r["server"] != "s3s-fs", r["latency_ms"], -r.get("bytes_per_s", 0))):
         ours = remote_gather(result, r["server"], r["latency_ms"], workload, "loaderx")
         label = REMOTE_GATHER_LABELS.get(r["contender"], r["contender"])
-        where = [r["server"], f"{r['latency_ms']} ms"]
+        server = r["server"]
+        if server == "moto":
+            server += f" (in-memory; batches of {result.get('config', {}).get('moto_batch', '?')})"
+        where = [server, f"{r['latency_ms']} ms"]
         if "error" in r:
             body.append([*where, label, "failed: " + r["error"][:200].replace("|", "/"), "", "", ""])
             continue
