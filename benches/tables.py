@@ -1181,12 +1181,13 @@ def remote_gather_table(result: dict[str, Any], workload: str) -> str:
             server += f" (in-memory; batches of {result.get('config', {}).get('moto_batch', '?')})"
         where = [server, f"{r['latency_ms']} ms"]
         if "error" in r:
-            body.append([*where, label, "failed: " + r["error"][:200].replace("|", "/"), "", "", ""])
+            body.append([*where, label, "failed: " + r["error"][:200].replace("|", "/"), "", "", "", ""])
             continue
         vs = ours["bytes_per_s"] / r["bytes_per_s"] if ours and "bytes_per_s" in ours else None
-        body.append([*where, label, fmt_rate(r["bytes_per_s"]), fmt_t(r["batch_s"]), fmt_t(r["p95_s"]),
-                     "–" if vs is None or r["contender"] == "loaderx" else f"{vs:.2f}×"])
-    return plain_table(["server", "latency", "reader", "gather", "batch", "p95", "loaderx vs it"], body)
+        records = result.get("config", {}).get("moto_batch", 256) if r["server"] == "moto" else 256
+        body.append([*where, label, fmt_rate(r["bytes_per_s"]), f"{records / r['batch_s']:,.0f}", fmt_t(r["batch_s"]),
+                     fmt_t(r["p95_s"]), "–" if vs is None or r["contender"] == "loaderx" else f"{vs:.2f}×"])
+    return plain_table(["server", "latency", "reader", "gather", "records/s", "batch", "p95", "loaderx vs it"], body)
 
 
 def remote_loader_table(result: dict[str, Any]) -> str:
