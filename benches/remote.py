@@ -843,8 +843,12 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
             return b["image"], b["label"]
 
         return nxt, dl.close, n // batch
+    # Where their S3 clients find the server: MDS's boto3 through
+    # S3_ENDPOINT_URL, LitData's obstore downloads through the AWS_
+    # variables (AWS_ALLOW_HTTP: the loopback server speaks plain HTTP).
     env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_REGION": "us-east-1", "S3_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL": endpoint}
+           "AWS_REGION": "us-east-1", "S3_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL": endpoint,
+           "AWS_ALLOW_HTTP": "true"}
     os.environ.update(env)
     import torch  # noqa: F401 - both loaders are torch loaders
 
