@@ -391,7 +391,7 @@ def populate(server: str, endpoint: str, data_dir: Path, paths: dict[str, Path],
     held["small_bytes"] = allocated_bytes(paths["img224"])
     if field_worker is not None:
         held["formats"] = field_worker.call("populate", server=server, endpoint=endpoint,
-                                            records=held["img224"])
+                                            records={w: held[w] for w in WORKLOADS if w in held})
     log(f"[remote] {server}: filled in {time.perf_counter() - t0:.1f} s")
     return held
 
@@ -621,14 +621,14 @@ class Worker:
         return {"impl": self.impl, "contenders": list(self.contenders), "missing": self.missing,
                 "versions": found}
 
-    def populate(self, server: str, endpoint: str, records: int) -> dict[str, Any]:
+    def populate(self, server: str, endpoint: str, records: dict[str, int]) -> dict[str, Any]:
         """The bench venv's formats written to the server: Lance (each
         workload), MDS and LitData (img224 with labels, for the loaders)."""
         out: dict[str, Any] = {}
         if "lance" in self.contenders:
-            for name in WORKLOADS if server != "moto" else ("img224",):
+            for name, count in records.items():
                 try:
-                    self.contenders["lance"].write(endpoint, self.subset(name, records))
+                    self.contenders["lance"].write(endpoint, self.subset(name, count))
                     out[f"lance/{name}"] = "written"
                 except Exception as e:  # noqa: BLE001 - reported in the tables, the others go on
                     out[f"lance/{name}"] = f"{type(e).__name__}: {e}"
@@ -870,7 +870,14 @@ def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Pat
 
         return nxt_mds, (lambda: None), len(ds) // batch
     if name == "litdata":
+        import litdata.streaming.downloader as lit_downloader
         from litdata import StreamingDataLoader, StreamingDataset as LitDataset
+
+        # LitData downloads through obstore when it is installed (it is:
+        # a gather contender here), with client options of its own that
+        # refuse plain HTTP; without it, through boto3, which takes the
+        # loopback endpoint. Its boto3 path then.
+        lit_downloader._OBSTORE_AVAILABLE = False  # type: ignore[attr-defined]
 
         ds = LitDataset(f"s3://{BUCKET}/litdata/img224", cache_dir=str(cache), shuffle=True, seed=7,
                         storage_options={"endpoint_url": endpoint, "aws_access_key_id": "test",

@@ -1056,6 +1056,15 @@ REMOTE_LOADER_NOTE = (
     "loader's cache directory holds at the end (loaderx runs without a block cache).")
 
 
+def brief(text: str, limit: int = 200) -> str:
+    """One table cell of a (maybe multi-line) failure: its last line that
+    names an error, else its first line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    named = [ln for ln in lines if "Error:" in ln or "error:" in ln or "failed:" in ln]
+    line = (named[-1] if named else lines[0]) if lines else text
+    return line[:limit].replace("|", "/")
+
+
 def remote_ceiling(result: dict[str, Any], server: str, via: str) -> float | None:
     for r in result.get("ceiling", []):
         if r["server"] == server and r["via"] == via:
@@ -1105,7 +1114,7 @@ def remote_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         m = ours["bytes_per_s"] / o["bytes_per_s"] if ours and o and "bytes_per_s" in o and "bytes_per_s" in ours \
             else None
         add(f"gather 256 img224 at 25 ms ({fast}) vs {REMOTE_GATHER_LABELS[other]}", m, goal,
-            "" if m is not None else (o or {}).get("error", "missing"))
+            "" if m is not None else brief((o or {}).get("error", "missing")))
     bb = loader_batch_bytes(result)
     dl = remote_loader(result, "loaderx", fast, 25)
     local = remote_loader(result, "loaderx", "local disk", None)
@@ -1140,7 +1149,7 @@ def remote_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 f"({fmt_b(dl['disk_bytes'])}), MiB (> 0)", (o["disk_bytes"] - dl["disk_bytes"]) / MIB, 1e-9)
         else:
             add(f"DataLoader batches/s at 25 ms vs {REMOTE_LOADER_LABELS[other]}", None, 1.0,
-                (o or {}).get("missing", "not measured"))
+                brief((o or {}).get("missing", "not measured")))
     if dl and local and "peak_pss" in dl and "peak_pss" in local:
         bound = result.get("lookahead_bytes", 0) + 64 * MIB
         add(f"memory added by remote reads (peak PSS at 25 ms − local disk), MiB (≤ lookahead "
@@ -1181,7 +1190,7 @@ def remote_gather_table(result: dict[str, Any], workload: str) -> str:
             server += f" (in-memory; batches of {result.get('config', {}).get('moto_batch', '?')})"
         where = [server, f"{r['latency_ms']} ms"]
         if "error" in r:
-            body.append([*where, label, "failed: " + r["error"][:200].replace("|", "/"), "", "", "", ""])
+            body.append([*where, label, "failed: " + brief(r["error"]), "", "", "", "", ""])
             continue
         vs = ours["bytes_per_s"] / r["bytes_per_s"] if ours and "bytes_per_s" in ours else None
         records = result.get("config", {}).get("moto_batch", 256) if r["server"] == "moto" else 256
@@ -1198,7 +1207,7 @@ def remote_loader_table(result: dict[str, Any]) -> str:
         where = [r["server"], "–" if r["latency_ms"] is None else f"{r['latency_ms']} ms",
                  "4 GiB (repeated records)" if r["store"] == "big" else r["store"]]
         if "missing" in r:
-            body.append([label, *where, "missing: " + r["missing"][:200].replace("|", "/"), "", "", "", "", ""])
+            body.append([label, *where, "missing: " + brief(r["missing"]), "", "", "", "", ""])
             continue
         body.append([label, *where, f"{r['batches_per_s']:.2f} ({fmt_rate(r['batches_per_s'] * bb)})",
                      fmt_t(r["p95_s"]), fmt_t(r["ttfb_s"]), fmt_b(r["disk_bytes"]), fmt_b(r["peak_pss"]),
