@@ -1262,11 +1262,15 @@ def p95(xs: list[float]) -> float:
     return s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))]
 
 
-def prepare_sources(data_dir: Path) -> dict[str, Any]:
+def prepare_sources(data_dir: Path, names: tuple[str, ...] = tuple(WORKLOADS)) -> dict[str, Any]:
+    """The workloads ``names`` generated into ``<data_dir>/source`` (kept
+    from an earlier run of the same settings); their manifests."""
     src = data_dir / "source"
     src.mkdir(parents=True, exist_ok=True)
-    key = {k: CFG[k] for k in ("img224", "img64", "photos_mib", "tok512", "tokens", "labels")}
+    key: dict[str, Any] = {k: CFG[k] for k in ("img224", "img64", "photos_mib", "tok512", "tokens", "labels")}
     key["version"] = GEN_VERSION
+    if names != tuple(WORKLOADS):
+        key["names"] = list(names)
     stamp = src / "manifest.json"
     try:
         old = json.loads(stamp.read_text())
@@ -1280,7 +1284,7 @@ def prepare_sources(data_dir: Path) -> dict[str, Any]:
     shutil.rmtree(data_dir / "stores", ignore_errors=True)
     shutil.rmtree(data_dir / "loader", ignore_errors=True)
     manifests = {}
-    for name in WORKLOADS:
+    for name in names:
         t0 = time.perf_counter()
         manifests[name] = {**generate(name, src), "what": WORKLOADS[name]["what"]}
         log(f"  {name}: {manifests[name]['records']} records, "

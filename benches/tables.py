@@ -2,15 +2,18 @@
 """Markdown tables (and the figures) of the benchmark runs, from their JSON
 alone.
 
-Three scripts measure and each keeps its run as JSON: ``compare.py`` (the
+Four scripts measure and each keeps its run as JSON: ``compare.py`` (the
 binding against NumPy and loaderx 0.5.4, with the criterion estimates of
 the Rust benches under ``"criterion"``; ``docs/bench/latest.json``),
 ``typed.py`` (the typed containers against loaderx 2.4.0, ``"kind":
-"typed"``; ``docs/bench/typed.json``) and ``field.py`` (every store and
-loader of the field, ``"kind": "field"``; ``docs/bench/field.json``). This
-script turns such files into the tables the docs show, so that every figure
-in ``docs/BENCHMARKS.md``, ``README.md`` and ``docs/bench/{typed,field}.md``
-(the full reports of those runs) comes from one run of each::
+"typed"``; ``docs/bench/typed.json``), ``field.py`` (every store and
+loader of the field, ``"kind": "field"``; ``docs/bench/field.json``) and
+``remote.py`` (stores read from S3 on loopback against the field's remote
+readers, ``"kind": "remote"``; ``docs/bench/remote.json``). This script
+turns such files into the tables the docs show, so that every figure in
+``docs/BENCHMARKS.md``, ``README.md`` and
+``docs/bench/{typed,field,remote}.md`` (the full reports of those runs)
+comes from one run of each::
 
     python3 benches/tables.py docs/bench/*.json            # print
     python3 benches/tables.py docs/bench/*.json --write    # update the docs
@@ -18,9 +21,9 @@ in ``docs/BENCHMARKS.md``, ``README.md`` and ``docs/bench/{typed,field}.md``
 
 The docs hold generated blocks between ``<!-- bench:NAME -->`` and
 ``<!-- /bench:NAME -->``; ``--write`` replaces each block's body with the
-table called NAME (see ``compare_blocks``, ``typed_blocks`` and
-``field_blocks``) and fails if a block has no table or a table has no
-block, so ``--write`` takes all three files. Standard library only, but for
+table called NAME (see ``compare_blocks``, ``typed_blocks``,
+``field_blocks`` and ``remote_blocks``) and fails if a block has no table
+or a table has no block, so ``--write`` takes all four files. Standard library only, but for
 ``--plots``.
 
 ``collect_criterion(DIR)`` reads criterion's output directory
@@ -41,7 +44,8 @@ REPO = Path(__file__).resolve().parent.parent
 # The generated docs: the reference, the README, and the full reports of the
 # typed and field runs beside their JSON (the reference keeps their targets).
 DOCS = (REPO / "docs" / "BENCHMARKS.md", REPO / "README.md",
-        REPO / "docs" / "bench" / "typed.md", REPO / "docs" / "bench" / "field.md")
+        REPO / "docs" / "bench" / "typed.md", REPO / "docs" / "bench" / "field.md",
+        REPO / "docs" / "bench" / "remote.md")
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
@@ -1029,6 +1033,230 @@ def field_blocks(result: dict[str, Any]) -> dict[str, str]:
             "field-targets": field_targets_table(result)}
 
 
+# ----------------------------------------------------------------- remote
+#
+# benches/remote.py's run ("kind": "remote"): S3 servers on loopback behind
+# the latency proxy, ours against the field's remote readers.
+
+REMOTE_GATHER_LABELS = {
+    "loaderx": "**loaderx** (this tree)", "boto3": "boto3 get_object(Range) ×32 threads",
+    "s3fs": "s3fs cat_ranges", "obstore": "obstore get_ranges", "lance": "Lance take (S3)",
+}
+REMOTE_LOADER_LABELS = {"loaderx": "**loaderx** DataLoader", "mds": "MosaicML Streaming (MDS)",
+                        "litdata": "LitData StreamingDataset"}
+REMOTE_GATHER_NOTE = (
+    "Batches of 256 random records (the same index batches for everybody); each row the median of its "
+    "rounds' mean batch time, p95 over every batch. boto3, s3fs and obstore fetch each record's byte range "
+    "of the `.npy` source object (offsets known locally; nothing decoded, nothing checked); loaderx reads its "
+    "table from the server and checks each record's CRC32C; Lance reads its own dataset written to the server.")
+REMOTE_LOADER_NOTE = (
+    "img224 images with an int64 label, batch 256, 4 workers, each run a fresh process (peak PSS of its process "
+    "tree). Time to first batch from opening the stores; then the batches after the warm-up, at most to the end of "
+    "the first epoch (after it MDS and LitData read their local shard cache, not the server). Local disk: what the "
+    "loader's cache directory holds at the end (loaderx runs without a block cache).")
+
+
+def brief(text: str, limit: int = 200) -> str:
+    """One table cell of a (maybe multi-line) failure: its last line that
+    names an error, else its first line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    named = [ln for ln in lines if "Error:" in ln or "error:" in ln or "failed:" in ln]
+    line = (named[-1] if named else lines[0]) if lines else text
+    return line[:limit].replace("|", "/")
+
+
+def remote_ceiling(result: dict[str, Any], server: str, via: str) -> float | None:
+    for r in result.get("ceiling", []):
+        if r["server"] == server and r["via"] == via:
+            return float(r["bytes_per_s"])
+    return None
+
+
+def remote_gather(result: dict[str, Any], server: str, latency: int, workload: str,
+                  contender: str) -> dict[str, Any] | None:
+    for r in result.get("gathers", []):
+        if (r["server"], r["latency_ms"], r["workload"], r["contender"]) == (server, latency, workload, contender):
+            return r
+    return None
+
+
+def remote_loader(result: dict[str, Any], name: str, server: str, latency: int | None,
+                  store: str = "img224") -> dict[str, Any] | None:
+    for r in result.get("loaders", []):
+        if (r["name"], r["server"], r["latency_ms"], r["store"]) == (name, server, latency, store):
+            return r
+    return None
+
+
+def loader_batch_bytes(result: dict[str, Any]) -> float:
+    batch = result.get("config", {}).get("loader_batch", 256)
+    return float(result["workloads"]["img224"]["median_record_bytes"] + 8) * batch
+
+
+def remote_fast(result: dict[str, Any]) -> str:
+    return "s3s-fs" if "held" in result.get("servers", {}).get("s3s-fs", {}) else "moto"
+
+
+def remote_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of issue 40: measured, goal, met (None: not measured),
+    and what it is measured against."""
+    out: list[dict[str, Any]] = []
+    fast = remote_fast(result)
+
+    def add(target: str, measured: float | None, goal: float, note: str = "", at_most: bool = False) -> None:
+        met = None if measured is None else (measured <= goal if at_most else measured >= goal)
+        out.append({"target": target, "measured": measured, "goal": goal, "met": met, "note": note,
+                    "at_most": at_most})
+
+    ours = remote_gather(result, fast, 25, "img224", "loaderx")
+    for other, goal in (("boto3", 5.0), ("s3fs", 2.0), ("obstore", 1.0)):
+        o = remote_gather(result, fast, 25, "img224", other)
+        m = ours["bytes_per_s"] / o["bytes_per_s"] if ours and o and "bytes_per_s" in o and "bytes_per_s" in ours \
+            else None
+        add(f"gather 256 img224 at 25 ms ({fast}) vs {REMOTE_GATHER_LABELS[other]}", m, goal,
+            "" if m is not None else brief((o or {}).get("error", "missing")))
+    bb = loader_batch_bytes(result)
+    dl = remote_loader(result, "loaderx", fast, 25)
+    local = remote_loader(result, "loaderx", "local disk", None)
+    ceil = remote_ceiling(result, fast, "25 ms")
+    if dl and "batches_per_s" in dl and ceil:
+        bound = ceil
+        against = "the server's ceiling at 25 ms"
+        if local and "batches_per_s" in local and local["batches_per_s"] * bb < ceil:
+            bound, against = local["batches_per_s"] * bb, "the local-disk DataLoader"
+        add(f"DataLoader at 25 ms vs {against} (the lower of it and the ceiling)", dl["batches_per_s"] * bb / bound,
+            0.8)
+    else:
+        add("DataLoader at 25 ms vs the server's ceiling", None, 0.8, "not measured")
+    bound_s = 1.0 + 4 * 0.025
+    for store, what in (("img224", "0.5 GiB store"), ("big", "4 GiB store")):
+        r = remote_loader(result, "loaderx", fast, 25, store)
+        size = result.get("servers", {}).get(fast, {}).get("held", {}).get(
+            "small_bytes" if store == "img224" else "big_bytes")
+        label = f"{what} ({fmt_b(size)})" if size else what
+        add(f"time to first batch at 25 ms, {label} (s, ≤ 1 s + 4 round trips)",
+            r["ttfb_s"] if r and "ttfb_s" in r else None, bound_s, "" if r else "not measured", at_most=True)
+    small, big = remote_loader(result, "loaderx", fast, 25), remote_loader(result, "loaderx", fast, 25, "big")
+    if small and big and "ttfb_s" in small and "ttfb_s" in big:
+        add("time to first batch: 4 GiB store / 0.5 GiB store (the same: ≤ 1.25×)", big["ttfb_s"] / small["ttfb_s"],
+            1.25, at_most=True)
+    for other in ("mds", "litdata"):
+        o = remote_loader(result, other, fast, 25)
+        if dl and o and "batches_per_s" in o and "batches_per_s" in dl:
+            add(f"DataLoader batches/s at 25 ms vs {REMOTE_LOADER_LABELS[other]}",
+                dl["batches_per_s"] / o["batches_per_s"], 1.0)
+            add(f"local disk: {REMOTE_LOADER_LABELS[other]}'s ({fmt_b(o['disk_bytes'])}) minus ours "
+                f"({fmt_b(dl['disk_bytes'])}), MiB (> 0)", (o["disk_bytes"] - dl["disk_bytes"]) / MIB, 1e-9)
+        else:
+            add(f"DataLoader batches/s at 25 ms vs {REMOTE_LOADER_LABELS[other]}", None, 1.0,
+                brief((o or {}).get("missing", "not measured")))
+    if dl and local and "peak_pss" in dl and "peak_pss" in local:
+        bound = result.get("lookahead_bytes", 0) + 64 * MIB
+        add(f"memory added by remote reads (peak PSS at 25 ms − local disk), MiB (≤ lookahead "
+            f"{fmt_b(result.get('lookahead_bytes'))} + 64 MiB)", (dl["peak_pss"] - local["peak_pss"]) / MIB,
+            bound / MIB, at_most=True)
+    return out
+
+
+def remote_targets_table(result: dict[str, Any]) -> str:
+    body = []
+    for t in remote_targets(result):
+        m, goal = t["measured"], t["goal"]
+        unit = "" if t["at_most"] or "MiB" in t["target"] else "×"
+        met = "–" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        cmp = "≤" if t["at_most"] else "≥" if goal > 1e-6 else ">"
+        shown = "not measured: " + t["note"] if m is None else f"{m:.2f}{unit}"
+        body.append([t["target"], shown, f"{cmp} {goal:g}{unit}" if goal > 1e-6 else "> 0", met])
+    return plain_table(["target (issue 40)", "measured", "goal", "met"], body)
+
+
+def remote_ceiling_table(result: dict[str, Any]) -> str:
+    body = []
+    for r in result.get("ceiling", []):
+        held = f"{r['objects']} × {fmt_b(r['object_bytes'])}"
+        body.append([r["server"] + (" (in-memory, Python)" if r["server"] == "moto" else ""), r["via"], r["client"],
+                     held, fmt_rate(r["bytes_per_s"])])
+    return plain_table(["server", "reached", "client", "objects", "whole-object GETs"], body)
+
+
+def remote_gather_table(result: dict[str, Any], workload: str) -> str:
+    body = []
+    rows = [r for r in result.get("gathers", []) if r["workload"] == workload]
+    for r in sorted(rows, key=lambda r: (r["server"] != "s3s-fs", r["latency_ms"], -r.get("bytes_per_s", 0))):
+        ours = remote_gather(result, r["server"], r["latency_ms"], workload, "loaderx")
+        label = REMOTE_GATHER_LABELS.get(r["contender"], r["contender"])
+        server = r["server"]
+        if server == "moto":
+            server += f" (in-memory; batches of {result.get('config', {}).get('moto_batch', '?')})"
+        where = [server, f"{r['latency_ms']} ms"]
+        if "error" in r:
+            body.append([*where, label, "failed: " + brief(r["error"]), "", "", "", "", ""])
+            continue
+        vs = ours["bytes_per_s"] / r["bytes_per_s"] if ours and "bytes_per_s" in ours else None
+        records = result.get("config", {}).get("moto_batch", 256) if r["server"] == "moto" else 256
+        body.append([*where, label, fmt_rate(r["bytes_per_s"]), f"{records / r['batch_s']:,.0f}", fmt_t(r["batch_s"]),
+                     fmt_t(r["p95_s"]), "–" if vs is None or r["contender"] == "loaderx" else f"{vs:.2f}×"])
+    return plain_table(["server", "latency", "reader", "gather", "records/s", "batch", "p95", "loaderx vs it"], body)
+
+
+def remote_loader_table(result: dict[str, Any]) -> str:
+    bb = loader_batch_bytes(result)
+    body = []
+    for r in result.get("loaders", []):
+        label = REMOTE_LOADER_LABELS.get(r["name"], r["name"])
+        where = [r["server"], "–" if r["latency_ms"] is None else f"{r['latency_ms']} ms",
+                 "4 GiB (repeated records)" if r["store"] == "big" else r["store"]]
+        if "missing" in r:
+            body.append([label, *where, "missing: " + brief(r["missing"]), "", "", "", "", ""])
+            continue
+        body.append([label, *where, f"{r['batches_per_s']:.2f} ({fmt_rate(r['batches_per_s'] * bb)})",
+                     fmt_t(r["p95_s"]), fmt_t(r["ttfb_s"]), fmt_b(r["disk_bytes"]), fmt_b(r["peak_pss"]),
+                     str(r["batches"])])
+    return plain_table(["loader", "server", "latency", "store", "batches/s", "p95", "first batch", "local disk",
+                        "peak PSS", "timed batches"], body)
+
+
+def remote_machine_line(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    cfg = result.get("config", {})
+    scale = "smoke run (figures mean nothing)" if result.get("smoke") else f"scale {cfg.get('scale')}"
+    return (f"{m['cpu_model']}, {m['nproc']} cores, {m['system']}, Python {m['python']}; "
+            f"load {m.get('load_1min_start')} → {m.get('load_1min_end')}; {scale}; {cfg.get('rounds')} gather "
+            f"rounds × {cfg.get('batches')} batches (moto: {cfg.get('moto_rounds')}), {cfg.get('ceiling_rounds')} "
+            f"ceiling rounds, {cfg.get('loader_rounds')} loader rounds; {result.get('seconds', '?')} s in all.")
+
+
+def remote_servers_line(result: dict[str, Any]) -> str:
+    parts = []
+    for name, info in result.get("servers", {}).items():
+        if "missing" in info:
+            parts.append(f"{name}: missing ({info['missing'][:200]})")
+            continue
+        held = info["held"]
+        what = f"img224 {held.get('img224')} records" + (f", tokens {held['tokens']} records" if "tokens" in held
+                                                        else "")
+        parts.append(f"{name}: {what}" + (" (moto copies a whole object per ranged read, so it holds a subset)"
+                                          if name == "moto" else ""))
+    return "; ".join(parts)
+
+
+def remote_report(result: dict[str, Any]) -> str:
+    parts = [f"Machine: {remote_machine_line(result)}", "", f"Versions: {versions_line(result)}", "",
+             f"Servers: {remote_servers_line(result)}", "", "#### Workloads", "", workloads_table(result), "",
+             "#### Missing contenders", "", missing_table(result), "",
+             "#### Server ceiling (parallel whole-object GETs)", "", remote_ceiling_table(result), ""]
+    for name in result.get("workloads", {}):
+        parts += [f"#### Gathers: {name}, {result['workloads'][name]['what']}", "", REMOTE_GATHER_NOTE, "",
+                  remote_gather_table(result, name), ""]
+    parts += ["#### Loaders", "", REMOTE_LOADER_NOTE, "", remote_loader_table(result), "",
+              "#### Targets", "", remote_targets_table(result)]
+    return "\n".join(parts)
+
+
+def remote_blocks(result: dict[str, Any]) -> dict[str, str]:
+    return {"remote": remote_report(result), "remote-targets": remote_targets_table(result)}
+
+
 # ----------------------------------------------------------------- blocks
 
 
@@ -1124,7 +1352,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{path} is a smoke run; its figures do not belong in the docs")
         kind = result.get("kind")
         mine = field_blocks(result) if kind == "field" else typed_blocks(result) if kind == "typed" \
-            else compare_blocks(result)
+            else remote_blocks(result) if kind == "remote" else compare_blocks(result)
         clash = sorted(set(mine) & set(generated))
         if clash:
             raise SystemExit(f"{path}: blocks {clash} already come from an earlier file")

@@ -1,4 +1,4 @@
-//! `cargo xtask bench [all|typed|field|store|loader|smoke]`.
+//! `cargo xtask bench [all|typed|field|remote|store|loader|smoke]`.
 //!
 //! `all` (the default): the criterion benches of the Rust layer, then
 //! `benches/compare.py all`, the Python binding side by side with NumPy and
@@ -14,6 +14,14 @@
 //! reported missing with pip's reason), then its PNG figures
 //! (`docs/img/field-*.png`). `store` and `loader`: one half of `field`,
 //! printed and kept under `<target>/bench-field/`, the docs untouched.
+//! `remote`: `benches/remote.py`, stores read from S3 servers on loopback
+//! behind a latency proxy (0 and 25 ms), ours against boto3, s3fs,
+//! obstore, Lance, MosaicML Streaming and LitData (installed by
+//! `benches/field_env.py` into `<target>/remote-venv-<hash of
+//! benches/remote-requirements.txt>`), served by `s3s-fs` (`S3S_FS`,
+//! installed into `<target>/s3s-fs` by `cargo install` when missing; when
+//! it cannot be built the run goes on with moto alone and says why). `all`
+//! runs it after `field`.
 //! Both scripts remove the stores they wrote when they end (tens of GiB at
 //! scale 1) and keep only their generated sources.
 //! `smoke`: what `cargo xtask test` runs (below). `LOADERX_BENCH_SCALE=F`
@@ -21,17 +29,19 @@
 //! about 2 GiB of sources; 0.1 for a quick look, its tables say so).
 //!
 //! compare.py's run is kept in `docs/bench/latest.json` (with the criterion
-//! estimates), typed.py's in `docs/bench/typed.json` and field.py's in
-//! `docs/bench/field.json`; `benches/tables.py --write` regenerates every
-//! table of `docs/BENCHMARKS.md`, the figures of `README.md` and the full
-//! reports `docs/bench/{typed,field}.md` from those files, so the docs quote
+//! estimates), typed.py's in `docs/bench/typed.json`, field.py's in
+//! `docs/bench/field.json` and remote.py's in `docs/bench/remote.json`;
+//! `benches/tables.py --write` regenerates every table of
+//! `docs/BENCHMARKS.md`, the figures of `README.md` and the full reports
+//! `docs/bench/{typed,field,remote}.md` from those files, so the docs quote
 //! exactly one run of each.
 //!
 //! `cargo xtask test` runs [`smoke`]: the same scripts on tiny data, which
 //! checks that they work, not how fast anything is. It never installs
 //! anything: without `<target>/compat24-venv` typed.py reports 2.4.0 missing,
-//! and field.py measures the venvs that exist (on a fresh clone, ours alone)
-//! and reports the others missing.
+//! and field.py and remote.py measure the venvs (and the s3s-fs binary)
+//! that exist (on a fresh clone, ours alone, over moto) and report the
+//! others missing.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -52,6 +62,17 @@ const FIELD_JSON: &str = "docs/bench/field.json";
 /// The bench venv's requirements, relative to the workspace root.
 const FIELD_REQUIREMENTS: &str = "benches/field-requirements.txt";
 
+/// Where remote.py's run is kept, relative to the workspace root.
+const REMOTE_JSON: &str = "docs/bench/remote.json";
+
+/// The remote bench venv's requirements, relative to the workspace root.
+const REMOTE_REQUIREMENTS: &str = "benches/remote-requirements.txt";
+
+/// The S3 server remote.py measures throughput against: a crate whose
+/// binary serves a directory. 0.14.1 is the last release that builds on the
+/// project's Rust; `cargo install` puts it under `<target>/s3s-fs`.
+const S3S_FS: (&str, &str) = ("s3s-fs", "0.14.1");
+
 /// Where field.py's figures go, relative to the workspace root.
 const FIELD_IMG: &str = "docs/img";
 
@@ -64,6 +85,8 @@ pub enum Section {
     Typed,
     /// field.py only (stores and loaders), kept and written into the docs.
     Field,
+    /// remote.py only (S3 on loopback), kept and written into the docs.
+    Remote,
     /// field.py's store section only, printed.
     Store,
     /// field.py's loader section only, printed.
@@ -81,6 +104,7 @@ impl Section {
                 "all" => Ok(Self::All),
                 "typed" => Ok(Self::Typed),
                 "field" => Ok(Self::Field),
+                "remote" => Ok(Self::Remote),
                 "store" => Ok(Self::Store),
                 "loader" => Ok(Self::Loader),
                 "smoke" => Ok(Self::Smoke),
@@ -94,8 +118,8 @@ impl Section {
         Failure::new(
             "arguments",
             format!(
-                "`bench` takes one of all (the default), typed, field, store, loader, smoke; \
-                 got {rest:?}"
+                "`bench` takes one of all (the default), typed, field, remote, store, loader, \
+                 smoke; got {rest:?}"
             ),
         )
     }
@@ -122,6 +146,10 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
             // The other blocks of the docs come from the kept runs.
             return tables(ws, venv, &kept_runs(ws), true);
         }
+        Section::Remote => {
+            remote(ws, venv)?;
+            return tables(ws, venv, &kept_runs(ws), true);
+        }
         Section::All | Section::Typed => {}
     }
     if section == Section::All {
@@ -146,6 +174,7 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
     typed(ws, venv, original24, original28)?;
     if section == Section::All {
         field(ws, venv, &["store", "loader"], &ws.root.join(FIELD_JSON))?;
+        remote(ws, venv)?;
     }
     // Every block of the docs is rewritten, so `typed` too passes the kept
     // runs of the sections it did not measure.
@@ -153,8 +182,8 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
 }
 
 /// The kept runs every generated block of the docs comes from.
-fn kept_runs(ws: &Workspace) -> [PathBuf; 3] {
-    [RUN_JSON, TYPED_JSON, FIELD_JSON].map(|j| ws.root.join(j))
+fn kept_runs(ws: &Workspace) -> [PathBuf; 4] {
+    [RUN_JSON, TYPED_JSON, FIELD_JSON, REMOTE_JSON].map(|j| ws.root.join(j))
 }
 
 /// Every script with `--smoke` (compare.py, typed.py, field.py, images.py;
@@ -213,7 +242,29 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let mut cmd = script(ws, venv.python(), "images.py");
     cmd.arg("--smoke");
     steps::run("benches/images.py --smoke", &mut cmd)?;
-    tables(ws, venv, &[json, typed_json, field_json], false)
+    let remote_json = dir.join("remote-smoke.json");
+    let mut cmd = script(ws, venv.python(), "remote.py");
+    cmd.args(["--smoke", "--json"])
+        .arg(&remote_json)
+        .arg("--data-dir")
+        .arg(ws.target_dir().join("bench-remote-smoke"));
+    if let Some(python) = existing(venv_dir(ws, REMOTE_REQUIREMENTS, "remote-venv")?) {
+        cmd.arg("--field-python").arg(python);
+    }
+    let s3s_fs = s3s_fs_binary(ws);
+    if s3s_fs.exists() {
+        cmd.arg("--s3s-fs").arg(s3s_fs);
+    }
+    steps::run(
+        "benches/remote.py --smoke (s3s-fs and the remote bench venv only where they exist)",
+        &mut cmd,
+    )?;
+    tables(
+        ws,
+        venv,
+        &[json, typed_json, field_json, remote_json],
+        false,
+    )
 }
 
 /// `python benches/NAME`, run from the workspace root.
@@ -232,28 +283,124 @@ fn keep_run(cmd: &mut Command, data: &Path, json: &Path) {
 /// `<target>/bench-venv-<hash>`: the bench venv of the current
 /// requirements file (FNV-1a of its bytes, so an edit makes a new venv).
 fn bench_venv_dir(ws: &Workspace) -> Result<PathBuf, Failure> {
-    let path = ws.root.join(FIELD_REQUIREMENTS);
+    venv_dir(ws, FIELD_REQUIREMENTS, "bench-venv")
+}
+
+/// `<target>/<prefix>-<hash>`: the venv of the requirements file
+/// `requirements` (FNV-1a of its bytes, so an edit makes a new venv).
+fn venv_dir(ws: &Workspace, requirements: &str, prefix: &str) -> Result<PathBuf, Failure> {
+    let path = ws.root.join(requirements);
     let bytes = fs::read(&path)
         .map_err(|e| Failure::new("bench venv", format!("{}: {e}", path.display())))?;
     let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    Ok(ws.target_dir().join(format!("bench-venv-{hash:016x}")))
+    Ok(ws.target_dir().join(format!("{prefix}-{hash:016x}")))
 }
 
 /// The bench venv, made by `benches/field_env.py` when it is not complete:
 /// its interpreter, or why there is none (field.py then reports every
 /// contender of the venv missing).
 fn ensure_bench_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, String> {
-    let dir = bench_venv_dir(ws).map_err(|f| f.reason)?;
+    ensure_requirements_venv(ws, venv, FIELD_REQUIREMENTS, "bench-venv")
+}
+
+/// The venv of `requirements` under `<target>/<prefix>-<hash>`, made by
+/// `benches/field_env.py` when it is not complete: its interpreter, or why
+/// there is none.
+fn ensure_requirements_venv(
+    ws: &Workspace,
+    venv: &Venv,
+    requirements: &str,
+    prefix: &str,
+) -> Result<Venv, String> {
+    let dir = venv_dir(ws, requirements, prefix).map_err(|f| f.reason)?;
     let mut cmd = script(ws, venv.python(), "field_env.py");
-    cmd.arg(&dir).arg(ws.root.join(FIELD_REQUIREMENTS));
+    cmd.arg(&dir).arg(ws.root.join(requirements));
     steps::run(
-        "benches/field_env.py (the bench venv: one pip install per contender, once)",
+        &format!("benches/field_env.py {requirements} (one pip install per contender, once)"),
         &mut cmd,
     )
     .map_err(|f| f.reason)?;
     Ok(Venv::at(dir))
+}
+
+/// `<target>/s3s-fs/bin/s3s-fs`, where [`ensure_s3s_fs`] installs it.
+fn s3s_fs_binary(ws: &Workspace) -> PathBuf {
+    let exe = if cfg!(windows) {
+        "s3s-fs.exe"
+    } else {
+        "s3s-fs"
+    };
+    ws.target_dir().join("s3s-fs").join("bin").join(exe)
+}
+
+/// The s3s-fs binary (`S3S_FS`), installed by `cargo install --root
+/// <target>/s3s-fs` when missing: its path, or why there is none.
+fn ensure_s3s_fs(ws: &Workspace) -> Result<PathBuf, String> {
+    let binary = s3s_fs_binary(ws);
+    if binary.exists() {
+        return Ok(binary);
+    }
+    let (name, version) = S3S_FS;
+    let root = ws.target_dir().join("s3s-fs");
+    let root = root.to_string_lossy();
+    let args = [
+        "install",
+        name,
+        "--version",
+        version,
+        "--locked",
+        "--features",
+        "binary",
+        "--root",
+        &root,
+    ];
+    ws.cargo(
+        &format!("cargo install {name} {version} (the fast S3 server)"),
+        &args,
+    )
+    .map_err(|f| f.reason)?;
+    if binary.exists() {
+        Ok(binary)
+    } else {
+        Err(format!("cargo install {name} left no {}", binary.display()))
+    }
+}
+
+/// `benches/remote.py` with s3s-fs and the remote bench venv (each made when
+/// missing; one that cannot be made is reported missing in the tables), its
+/// run saved as `docs/bench/remote.json`.
+fn remote(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
+    let bench = ensure_requirements_venv(ws, venv, REMOTE_REQUIREMENTS, "remote-venv");
+    let s3s_fs = ensure_s3s_fs(ws);
+    let mut cmd = script(ws, venv.python(), "remote.py");
+    if let Some(scale) = std::env::var_os("LOADERX_BENCH_SCALE") {
+        cmd.arg("--scale").arg(scale);
+    }
+    keep_run(
+        &mut cmd,
+        &ws.target_dir().join("bench-remote"),
+        &ws.root.join(REMOTE_JSON),
+    );
+    match &bench {
+        Ok(b) => {
+            cmd.arg("--field-python").arg(&b.python);
+            cmd.arg("--field-env").arg(b.dir.join("field-env.json"));
+        }
+        Err(reason) => {
+            cmd.arg("--field-missing")
+                .arg(format!("remote bench venv: {reason}"));
+        }
+    }
+    match &s3s_fs {
+        Ok(binary) => cmd.arg("--s3s-fs").arg(binary),
+        Err(reason) => cmd.arg("--s3s-fs-missing").arg(reason),
+    };
+    steps::run(
+        "benches/remote.py (S3 on loopback, ours and the field's remote readers)",
+        &mut cmd,
+    )
 }
 
 /// `benches/field.py --sections ...` with every contender's interpreter,

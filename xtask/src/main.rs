@@ -76,15 +76,18 @@ commands:
                   (deflate-flate2,lz4) and its tests; libdeflate <-> flate2 stores
   demo            build the package, convert a synthetic dataset with every codec,
                   and time the DataLoader over each
-  bench [all|typed|field|store|loader|smoke]
+  bench [all|typed|field|remote|store|loader|smoke]
                   all (default): criterion benches, benches/compare.py (the
                   Python binding vs NumPy and loaderx 0.5.4), typed.py (typed
                   containers vs loaderx 2.4.0) and field.py (stores and loaders
                   of the field: HDF5, LMDB, Arrow, Parquet, ArrayRecord, Lance,
                   torch, Grain, jax-dataloader, each from its own venv under
-                  target/); typed or field alone; store or loader: field.py's
-                  section alone, printed only; smoke: every script on tiny data.
-                  LOADERX_BENCH_SCALE=F scales field.py's record counts. Keeps
+                  target/), then remote.py (S3 on loopback through a latency
+                  proxy: s3s-fs and moto; boto3, s3fs, obstore, Lance, MDS,
+                  LitData); typed, field or remote alone; store or loader:
+                  field.py's section alone, printed only; smoke: every script
+                  on tiny data. LOADERX_BENCH_SCALE=F scales field.py's and
+                  remote.py's record counts. Keeps
                   the runs in docs/bench/*.json and regenerates the tables of
                   docs/BENCHMARKS.md and README.md from them
   fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);

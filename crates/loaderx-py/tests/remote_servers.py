@@ -108,8 +108,10 @@ class FaultProxy:
     def arm(
         self, fault: str | None, count: int | None = None, delay: float = 0.0, method: str = "GET"
     ) -> None:
-        """Arms `fault` for ranged GETs, or with ``method="PUT"`` for every
-        PUT (the parts of an upload and whole-object writes)."""
+        """Arms `fault` for ranged GETs, with ``method="PUT"`` for every
+        PUT (the parts of an upload and whole-object writes), or with
+        ``method="ANY"`` for every request (a latency on each round trip:
+        listings, probes and whole-object reads too)."""
         with self.lock:
             self.fault, self.remaining, self.delay, self.hit = fault, count, delay, 0
             self.method = method
@@ -120,7 +122,7 @@ class FaultProxy:
             with self.lock:
                 self.ranged_gets.append((path, range_header))
         wanted = getattr(self, "method", "GET")
-        if method != wanted or (wanted == "GET" and range_header is None):
+        if wanted != "ANY" and (method != wanted or (wanted == "GET" and range_header is None)):
             return None
         with self.lock:
             if self.fault is None or self.remaining == 0:
