@@ -330,15 +330,12 @@ def upload_file(client: Any, path: Path, key: str) -> None:
     client.upload_file(str(path), BUCKET, key, Config=TransferConfig(multipart_threshold=1 << 40))
 
 
-def push_store(client: Any, local: Path, prefix: str) -> None:
-    """Our store at ``local`` uploaded under ``prefix`` as ``loaderx.push``
-    lays it out: the chunk files, then ``meta.zr`` last. Not through
-    ``loaderx.push`` itself: its multipart upload of a chunk file larger
-    than one part (16 MiB) panics outside the request runtime ("there is no
-    reactor running"), a bug of the push, not of the reads measured here."""
-    files = sorted(f for f in local.iterdir() if f.is_file() and f.name != "meta.zr")
-    for f in [*files, local / "meta.zr"]:
-        upload_file(client, f, f"{prefix}/{f.name}")
+def push_store(endpoint: str, local: Path, prefix: str) -> None:
+    """Our store at ``local`` uploaded under ``prefix`` by ``loaderx.push``
+    (the chunk files, then ``meta.zr`` last)."""
+    import loaderx
+
+    loaderx.push(local, f"s3://{BUCKET}/{prefix}", storage_options=options(endpoint))
 
 
 def populate(server: str, endpoint: str, data_dir: Path, paths: dict[str, Path],
@@ -354,8 +351,8 @@ def populate(server: str, endpoint: str, data_dir: Path, paths: dict[str, Path],
     t0 = time.perf_counter()
     if server == "moto":
         n = RCFG["moto_records"]
-        push_store(client, paths["img224-moto"], "ours/img224")
-        push_store(client, paths["labels-moto"], "ours/labels")
+        push_store(endpoint, paths["img224-moto"], "ours/img224")
+        push_store(endpoint, paths["labels-moto"], "ours/labels")
         small = data_dir / "moto-img224.npy"
         if not small.exists():
             np.save(small, np.load(src / "img224.npy", mmap_mode="r")[:n])
@@ -363,7 +360,7 @@ def populate(server: str, endpoint: str, data_dir: Path, paths: dict[str, Path],
         held["img224"] = n
     else:
         for name in ("img224", "tokens", "labels"):
-            push_store(client, paths[name], f"ours/{name}")
+            push_store(endpoint, paths[name], f"ours/{name}")
         for f in sorted(src.glob("img224.npy")) + sorted(src.glob("tokens.*.npy")):
             upload_file(client, f, f"npy/{f.name}")
         held["img224"] = int(np.load(src / "img224.npy", mmap_mode="r").shape[0])
@@ -384,8 +381,8 @@ def populate(server: str, endpoint: str, data_dir: Path, paths: dict[str, Path],
         n_big = write_big_store(big, img, RCFG["big_bytes"])
         held["big_records"] = n_big
         held["big_bytes"] = allocated_bytes(big)
-        push_store(client, big, "ours/big")
-        push_store(client, Path(f"{big}-labels"), "ours/big-labels")
+        push_store(endpoint, big, "ours/big")
+        push_store(endpoint, Path(f"{big}-labels"), "ours/big-labels")
         shutil.rmtree(big)
         shutil.rmtree(f"{big}-labels")
     held["small_bytes"] = allocated_bytes(paths["img224"])
