@@ -1,9 +1,10 @@
-//! `cargo xtask bench [all|typed|field|store|loader|smoke]`.
+//! `cargo xtask bench [all|typed|field|convert|store|loader|smoke]`.
 //!
 //! `all` (the default): the criterion benches of the Rust layer, then
 //! `benches/compare.py all`, the Python binding side by side with NumPy and
 //! the original loaderx 0.5.4 (installed into `<target>/compat-venv`), then
-//! the `typed` section, then the `field` section. `typed`:
+//! the `typed` section, then the `field` section, then the `convert` section.
+//! `typed`:
 //! `benches/typed.py` alone, the typed containers (format v2) side by side
 //! with loaderx 2.4.0 (installed into `<target>/compat24-venv`; when that
 //! cannot be made, the run goes on with ours alone and its tables say why
@@ -14,24 +15,31 @@
 //! reported missing with pip's reason), then its PNG figures
 //! (`docs/img/field-*.png`). `store` and `loader`: one half of `field`,
 //! printed and kept under `<target>/bench-field/`, the docs untouched.
+//! `convert`: `benches/convert.py`, Ray Data, Spark and our converter
+//! converting the field's img224 and tokens records against MosaicML
+//! Streaming and LitData (installed by `benches/field_env.py` into
+//! `<target>/convert-venv-<hash of benches/convert-requirements.txt>`),
+//! then a 1,000-part collection read against one store.
 //! Both scripts remove the stores they wrote when they end (tens of GiB at
 //! scale 1) and keep only their generated sources.
 //! `smoke`: what `cargo xtask test` runs (below). `LOADERX_BENCH_SCALE=F`
-//! multiplies field.py's record counts (default 1: the publication run,
-//! about 2 GiB of sources; 0.1 for a quick look, its tables say so).
+//! multiplies field.py's and convert.py's record counts (default 1: the
+//! publication run, about 2 GiB of sources; 0.1 for a quick look, its
+//! tables say so).
 //!
 //! compare.py's run is kept in `docs/bench/latest.json` (with the criterion
-//! estimates), typed.py's in `docs/bench/typed.json` and field.py's in
-//! `docs/bench/field.json`; `benches/tables.py --write` regenerates every
-//! table of `docs/BENCHMARKS.md`, the figures of `README.md` and the full
-//! reports `docs/bench/{typed,field}.md` from those files, so the docs quote
+//! estimates), typed.py's in `docs/bench/typed.json`, field.py's in
+//! `docs/bench/field.json` and convert.py's in `docs/bench/convert.json`;
+//! `benches/tables.py --write` regenerates every table of
+//! `docs/BENCHMARKS.md`, the figures of `README.md` and the full reports
+//! `docs/bench/{typed,field,convert}.md` from those files, so the docs quote
 //! exactly one run of each.
 //!
 //! `cargo xtask test` runs [`smoke`]: the same scripts on tiny data, which
 //! checks that they work, not how fast anything is. It never installs
 //! anything: without `<target>/compat24-venv` typed.py reports 2.4.0 missing,
-//! and field.py measures the venvs that exist (on a fresh clone, ours alone)
-//! and reports the others missing.
+//! field.py and convert.py measure the venvs that exist (on a fresh clone,
+//! ours alone) and report the others missing.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -49,8 +57,15 @@ const TYPED_JSON: &str = "docs/bench/typed.json";
 /// Where field.py's run is kept, relative to the workspace root.
 const FIELD_JSON: &str = "docs/bench/field.json";
 
+/// Where convert.py's run is kept, relative to the workspace root.
+const CONVERT_JSON: &str = "docs/bench/convert.json";
+
 /// The bench venv's requirements, relative to the workspace root.
 const FIELD_REQUIREMENTS: &str = "benches/field-requirements.txt";
+
+/// The requirements of convert.py's contender venv (MDS, LitData),
+/// relative to the workspace root.
+const CONVERT_REQUIREMENTS: &str = "benches/convert-requirements.txt";
 
 /// Where field.py's figures go, relative to the workspace root.
 const FIELD_IMG: &str = "docs/img";
@@ -64,6 +79,9 @@ pub enum Section {
     Typed,
     /// field.py only (stores and loaders), kept and written into the docs.
     Field,
+    /// convert.py only (conversion and collections), kept and written into
+    /// the docs.
+    Convert,
     /// field.py's store section only, printed.
     Store,
     /// field.py's loader section only, printed.
@@ -81,6 +99,7 @@ impl Section {
                 "all" => Ok(Self::All),
                 "typed" => Ok(Self::Typed),
                 "field" => Ok(Self::Field),
+                "convert" => Ok(Self::Convert),
                 "store" => Ok(Self::Store),
                 "loader" => Ok(Self::Loader),
                 "smoke" => Ok(Self::Smoke),
@@ -94,7 +113,8 @@ impl Section {
         Failure::new(
             "arguments",
             format!(
-                "`bench` takes one of all (the default), typed, field, store, loader, smoke; \
+                "`bench` takes one of all (the default), typed, field, convert, store, loader, \
+                 smoke; \
                  got {rest:?}"
             ),
         )
@@ -122,6 +142,10 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
             // The other blocks of the docs come from the kept runs.
             return tables(ws, venv, &kept_runs(ws), true);
         }
+        Section::Convert => {
+            convert(ws, venv, &ws.root.join(CONVERT_JSON))?;
+            return tables(ws, venv, &kept_runs(ws), true);
+        }
         Section::All | Section::Typed => {}
     }
     if section == Section::All {
@@ -139,6 +163,7 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
     typed(ws, venv, original24)?;
     if section == Section::All {
         field(ws, venv, &["store", "loader"], &ws.root.join(FIELD_JSON))?;
+        convert(ws, venv, &ws.root.join(CONVERT_JSON))?;
     }
     // Every block of the docs is rewritten, so `typed` too passes the kept
     // runs of the sections it did not measure.
@@ -146,13 +171,13 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
 }
 
 /// The kept runs every generated block of the docs comes from.
-fn kept_runs(ws: &Workspace) -> [PathBuf; 3] {
-    [RUN_JSON, TYPED_JSON, FIELD_JSON].map(|j| ws.root.join(j))
+fn kept_runs(ws: &Workspace) -> [PathBuf; 4] {
+    [RUN_JSON, TYPED_JSON, FIELD_JSON, CONVERT_JSON].map(|j| ws.root.join(j))
 }
 
-/// Every script with `--smoke` (compare.py, typed.py, field.py, images.py;
-/// field.py's figures where the bench venv exists), then their tables
-/// printed (not written): seconds.
+/// Every script with `--smoke` (compare.py, typed.py, field.py, images.py,
+/// convert.py; field.py's figures where the bench venv exists), then their
+/// tables printed (not written): seconds.
 pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let dir = ws.target_dir().join("bench-smoke");
     let json = dir.join("smoke.json");
@@ -176,7 +201,7 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         let python = venv_at(dir).python;
         python.exists().then_some(python)
     };
-    let bench_venv = existing(bench_venv_dir(ws)?);
+    let bench_venv = existing(requirements_venv_dir(ws, FIELD_REQUIREMENTS, "bench-venv")?);
     for (flag, python) in [
         (
             "--v054-python",
@@ -206,7 +231,29 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let mut cmd = script(ws, venv.python(), "images.py");
     cmd.arg("--smoke");
     steps::run("benches/images.py --smoke", &mut cmd)?;
-    tables(ws, venv, &[json, typed_json, field_json], false)
+    let convert_json = dir.join("convert-smoke.json");
+    let mut cmd = script(ws, venv.python(), "convert.py");
+    cmd.args(["--smoke", "--json"])
+        .arg(&convert_json)
+        .arg("--data-dir")
+        .arg(ws.target_dir().join("bench-convert-smoke"));
+    if let Some(python) = existing(requirements_venv_dir(
+        ws,
+        CONVERT_REQUIREMENTS,
+        "convert-venv",
+    )?) {
+        cmd.arg("--contender-python").arg(python);
+    }
+    steps::run(
+        "benches/convert.py --smoke (MDS and LitData only if their venv exists)",
+        &mut cmd,
+    )?;
+    tables(
+        ws,
+        venv,
+        &[json, typed_json, field_json, convert_json],
+        false,
+    )
 }
 
 /// `python benches/NAME`, run from the workspace root.
@@ -222,27 +269,36 @@ fn keep_run(cmd: &mut Command, data: &Path, json: &Path) {
     cmd.arg("--data-dir").arg(data).arg("--json").arg(json);
 }
 
-/// `<target>/bench-venv-<hash>`: the bench venv of the current
-/// requirements file (FNV-1a of its bytes, so an edit makes a new venv).
-fn bench_venv_dir(ws: &Workspace) -> Result<PathBuf, Failure> {
-    let path = ws.root.join(FIELD_REQUIREMENTS);
+/// `<target>/<prefix>-<hash>`: the contender venv of the current
+/// `requirements` file (FNV-1a of its bytes, so an edit makes a new venv).
+fn requirements_venv_dir(
+    ws: &Workspace,
+    requirements: &str,
+    prefix: &str,
+) -> Result<PathBuf, Failure> {
+    let path = ws.root.join(requirements);
     let bytes = fs::read(&path)
-        .map_err(|e| Failure::new("bench venv", format!("{}: {e}", path.display())))?;
+        .map_err(|e| Failure::new(prefix.to_owned(), format!("{}: {e}", path.display())))?;
     let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    Ok(ws.target_dir().join(format!("bench-venv-{hash:016x}")))
+    Ok(ws.target_dir().join(format!("{prefix}-{hash:016x}")))
 }
 
-/// The bench venv, made by `benches/field_env.py` when it is not complete:
-/// its interpreter, or why there is none (field.py then reports every
-/// contender of the venv missing).
-fn ensure_bench_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, String> {
-    let dir = bench_venv_dir(ws).map_err(|f| f.reason)?;
+/// A contender venv of `requirements`, made by `benches/field_env.py` when
+/// it is not complete: its interpreter, or why there is none (the script
+/// then reports every contender of the venv missing).
+fn ensure_requirements_venv(
+    ws: &Workspace,
+    venv: &Venv,
+    requirements: &str,
+    prefix: &str,
+) -> Result<Venv, String> {
+    let dir = requirements_venv_dir(ws, requirements, prefix).map_err(|f| f.reason)?;
     let mut cmd = script(ws, venv.python(), "field_env.py");
-    cmd.arg(&dir).arg(ws.root.join(FIELD_REQUIREMENTS));
+    cmd.arg(&dir).arg(ws.root.join(requirements));
     steps::run(
-        "benches/field_env.py (the bench venv: one pip install per contender, once)",
+        &format!("benches/field_env.py (target/{prefix}-*: one pip install per contender, once)"),
         &mut cmd,
     )
     .map_err(|f| f.reason)?;
@@ -252,7 +308,7 @@ fn ensure_bench_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, String> {
 /// `benches/field.py --sections ...` with every contender's interpreter,
 /// its run saved as `json`.
 fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<(), Failure> {
-    let bench = ensure_bench_venv(ws, venv);
+    let bench = ensure_requirements_venv(ws, venv, FIELD_REQUIREMENTS, "bench-venv");
     let v054 = ensure_compat_venv(ws, venv, &ORIGINAL_054);
     let v240 = ensure_compat_venv(ws, venv, &ORIGINAL_24);
     let mut cmd = script(ws, venv.python(), "field.py");
@@ -305,6 +361,31 @@ fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<
         plots(ws, &b.python, json, &dir)?;
     }
     Ok(())
+}
+
+/// `benches/convert.py` with the MDS and LitData venv (or why it is
+/// missing), its run saved as `json`.
+fn convert(ws: &Workspace, venv: &Venv, json: &Path) -> Result<(), Failure> {
+    let contenders = ensure_requirements_venv(ws, venv, CONVERT_REQUIREMENTS, "convert-venv");
+    let mut cmd = script(ws, venv.python(), "convert.py");
+    if let Some(scale) = std::env::var_os("LOADERX_BENCH_SCALE") {
+        cmd.arg("--scale").arg(scale);
+    }
+    keep_run(&mut cmd, &ws.target_dir().join("bench-convert"), json);
+    match &contenders {
+        Ok(c) => {
+            cmd.arg("--contender-python").arg(&c.python);
+            cmd.arg("--contender-env").arg(c.dir.join("field-env.json"));
+        }
+        Err(reason) => {
+            cmd.arg("--contender-missing")
+                .arg(format!("contender venv: {reason}"));
+        }
+    }
+    steps::run(
+        "benches/convert.py (Ray, Spark and our converter vs MDS and LitData; collections)",
+        &mut cmd,
+    )
 }
 
 /// `benches/tables.py JSON --plots DIR` with the bench venv's
