@@ -1121,8 +1121,9 @@ def convert_workloads_line(result: dict[str, Any]) -> str:
 
 CONVERT_NOTE = (
     "Each conversion runs in a fresh process, after the page cache is dropped and the sources read back "
-    "into it. **start**: importing the engine and starting it (`ray.init`, the Spark session and its JVM; "
-    "our converter, MDS and LitData only import); **write**: the conversion until it returns and an "
+    "into it. **start**: importing the engine and starting it (`ray.init`, the Spark session and its JVM, "
+    "then a warm-up task per core that starts their worker processes; our converter, MDS and LitData only "
+    "import: their worker processes start within the write); **write**: the conversion until it returns and an "
     "`os.sync()` has returned (every output durable). records/s and data/s are of the write phase; "
     "`vs num_proc=1` compares records/s with our single-process converter; on disk: allocated blocks "
     "(ratio: the records' bytes over them). Medians of the rounds, jobs alternated round by round. "
@@ -1134,7 +1135,7 @@ CONVERT_NOTE = (
 def convert_report(result: dict[str, Any]) -> str:
     """The whole report of a ``convert.py`` run, as markdown."""
     cfg = result.get("config", {})
-    parts = [f"Machine: {machine_line(result['machine'])}", "", f"Versions: {convert_versions_line(result)}", "",
+    parts = [machine_line(result["machine"]), "", f"Versions: {convert_versions_line(result)}", "",
              f"Workloads: {convert_workloads_line(result)}", ""]
     missing = result.get("missing", {})
     if missing:

@@ -114,8 +114,7 @@ impl Section {
             "arguments",
             format!(
                 "`bench` takes one of all (the default), typed, field, convert, store, loader, \
-                 smoke; \
-                 got {rest:?}"
+                 smoke; got {rest:?}"
             ),
         )
     }
