@@ -34,8 +34,9 @@ version). Two sections:
   then read back into it, so each starts with its input cached and no
   dirty pages. Inside the process two phases are timed: **start**
   (importing the engine and starting it: ``ray.init``, the Spark session
-  and its JVM, then one warm-up task per core that starts their worker
-  processes; our converter, MDS and LitData only import) and **write**
+  and its JVM, then a warm-up job of one task per core that starts their
+  worker processes (and Ray Data's actors); our converter, MDS and LitData
+  only import) and **write**
   (the conversion until it returns, then an ``os.sync()``, so every
   contender's output is durable). records/s are of the write phase; the
   tables show both. Runs alternate round by round (order rotated), and
@@ -358,11 +359,17 @@ def warm_batches(batches: Iterator[Any]) -> Iterator[Any]:
     yield from batches
 
 
+def warm_block(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Ray's warm-up ``map_batches`` function: ``warm_worker`` per task."""
+    warm_worker()
+    return batch
+
+
 class RayEngine(LoaderxEngine):
     """Ray Data on ``num_cpus=workers``: ranges read by ``map_batches``,
-    written by ``loaderx.ray.write``. Its start includes a warm-up task per
-    CPU, so that starting the worker processes counts as the engine's
-    start, not as the write."""
+    written by ``loaderx.ray.write``. Its start includes a warm-up Ray Data
+    job of one task per CPU, so that starting the worker processes and
+    Ray Data's own actors counts as the engine's start, not as the write."""
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)
@@ -377,8 +384,7 @@ class RayEngine(LoaderxEngine):
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": path}})
         ray.data.DataContext.get_current().enable_progress_bars = False
-        warm = ray.remote(warm_worker)
-        ray.get([warm.remote() for _ in range(workers)])
+        ray.data.range(workers, override_num_blocks=workers).map_batches(warm_block).materialize()
 
     def convert(self, src: Path, workload: str, n: int, out: Path) -> None:
         w = Workload(workload, src)
@@ -590,6 +596,9 @@ def conversion(args: argparse.Namespace, manifests: dict[str, Any], pythons: dic
     errors: dict[tuple[str, str], str] = {}
     argv = ["--smoke"] if args.smoke else ["--scale", str(args.scale)]
     for r in range(RUN["rounds"]):
+        # A smoke run starts every job at once (its figures mean nothing,
+        # and Ray's and Spark's starts would take most of a minute in turn).
+        launched: list[tuple[str, list[str], Path, Path, subprocess.Popen[str]]] = []
         for (name, engine, workers, venv), workloads in rotated(runs, r):
             if "missing" in info.get(name, {}) or any((name, w) in errors for w in workloads):
                 continue
@@ -607,9 +616,15 @@ def conversion(args: argparse.Namespace, manifests: dict[str, Any], pythons: dic
                         read_through(f)
             cmd = [python, str(SCRIPT), *argv, "run", engine, str(workers), *workloads,
                    "--data-dir", str(data_dir), "--out", str(out)]
-            with open(logs / f"{name}-{'+'.join(workloads)}.log", "w") as err:
-                proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-            lines = proc.stdout.strip().splitlines()
+            log_path = logs / f"{name}-{'+'.join(workloads)}.log"
+            with open(log_path, "w") as err:
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+            launched.append((name, workloads, out, log_path, proc))
+            if not args.smoke:
+                proc.wait()
+        for name, workloads, out, log_path, proc in launched:
+            stdout, _ = proc.communicate()
+            lines = stdout.strip().splitlines()
             try:
                 res = json.loads(lines[-1]) if lines else {"error": f"exited with {proc.returncode}, no reply"}
             except ValueError:
@@ -620,7 +635,7 @@ def conversion(args: argparse.Namespace, manifests: dict[str, Any], pythons: dic
                 else:
                     errors.update({(name, w): res["error"] for w in workloads})
                 log(f"  {name} {'+'.join(workloads)}: {'MISSING' if 'missing' in res else 'FAILED'}: "
-                    f"{res.get('missing') or res.get('error')} (log: {err.name})")
+                    f"{res.get('missing') or res.get('error')} (log: {log_path})")
                 shutil.rmtree(out, ignore_errors=True)
                 continue
             info.setdefault(name, {})["versions"] = res["versions"]
