@@ -595,10 +595,41 @@ def conversion(args: argparse.Namespace, manifests: dict[str, Any], pythons: dic
     info: dict[str, dict[str, Any]] = {}
     errors: dict[tuple[str, str], str] = {}
     argv = ["--smoke"] if args.smoke else ["--scale", str(args.scale)]
+    Launched = tuple[str, list[str], Path, Path, "subprocess.Popen[str]"]
+
+    def collect(launched: Launched) -> None:
+        """A run's reply: its samples (and its output's size, then the
+        output removed), or why it is missing or failed."""
+        name, workloads, out, log_path, proc = launched
+        stdout, _ = proc.communicate()
+        lines = stdout.strip().splitlines()
+        try:
+            res: dict[str, Any] = json.loads(lines[-1]) if lines else \
+                {"error": f"exited with {proc.returncode}, no reply"}
+        except ValueError:
+            res = {"error": f"exited with {proc.returncode}: {lines[-1][:400]}"}
+        if "missing" in res or "error" in res:
+            if "missing" in res:
+                info[name] = res
+            else:
+                errors.update({(name, w): res["error"] for w in workloads})
+            log(f"  {name} {'+'.join(workloads)}: {'MISSING' if 'missing' in res else 'FAILED'}: "
+                f"{res.get('missing') or res.get('error')} (log: {log_path})")
+        else:
+            info.setdefault(name, {})["versions"] = res["versions"]
+            for w, wres in res["writes"].items():
+                samples.setdefault((name, w), []).append({
+                    "start_s": res["start_s"], "write_s": wres["write_s"], "records": wres["records"],
+                    "on_disk_bytes": allocated_bytes(out / w)})
+                log(f"  {name} {w}: start {res['start_s']:.1f} s, write {wres['write_s']:.2f} s")
+        shutil.rmtree(out, ignore_errors=True)
+
     for r in range(RUN["rounds"]):
         # A smoke run starts every job at once (its figures mean nothing,
-        # and Ray's and Spark's starts would take most of a minute in turn).
-        launched: list[tuple[str, list[str], Path, Path, subprocess.Popen[str]]] = []
+        # and Ray's and Spark's starts would take most of a minute in turn);
+        # a real run one after the other, each collected (its output
+        # measured and removed) before the next starts.
+        pending: list[Launched] = []
         for (name, engine, workers, venv), workloads in rotated(runs, r):
             if "missing" in info.get(name, {}) or any((name, w) in errors for w in workloads):
                 continue
@@ -606,7 +637,7 @@ def conversion(args: argparse.Namespace, manifests: dict[str, Any], pythons: dic
             if not python:
                 info[name] = {"missing": missing.get(venv, f"no interpreter for the {venv} venv")}
                 continue
-            out = data_dir / "out" / name
+            out = data_dir / "out" / f"{name}-{'+'.join(workloads)}"
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             if drop:
@@ -619,33 +650,12 @@ def conversion(args: argparse.Namespace, manifests: dict[str, Any], pythons: dic
             log_path = logs / f"{name}-{'+'.join(workloads)}.log"
             with open(log_path, "w") as err:
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-            launched.append((name, workloads, out, log_path, proc))
-            if not args.smoke:
-                proc.wait()
-        for name, workloads, out, log_path, proc in launched:
-            stdout, _ = proc.communicate()
-            lines = stdout.strip().splitlines()
-            try:
-                res: dict[str, Any] = json.loads(lines[-1]) if lines else \
-                {"error": f"exited with {proc.returncode}, no reply"}
-            except ValueError:
-                res = {"error": f"exited with {proc.returncode}: {lines[-1][:400]}"}
-            if "missing" in res or "error" in res:
-                if "missing" in res:
-                    info[name] = res
-                else:
-                    errors.update({(name, w): res["error"] for w in workloads})
-                log(f"  {name} {'+'.join(workloads)}: {'MISSING' if 'missing' in res else 'FAILED'}: "
-                    f"{res.get('missing') or res.get('error')} (log: {log_path})")
-                shutil.rmtree(out, ignore_errors=True)
-                continue
-            info.setdefault(name, {})["versions"] = res["versions"]
-            for w, wres in res["writes"].items():
-                samples.setdefault((name, w), []).append({
-                    "start_s": res["start_s"], "write_s": wres["write_s"], "records": wres["records"],
-                    "on_disk_bytes": allocated_bytes(out / w)})
-                log(f"  {name} {w}: start {res['start_s']:.1f} s, write {wres['write_s']:.2f} s")
-            shutil.rmtree(out, ignore_errors=True)
+            if args.smoke:
+                pending.append((name, workloads, out, log_path, proc))
+            else:
+                collect((name, workloads, out, log_path, proc))
+        for launched in pending:
+            collect(launched)
         log(f"  conversion round {r + 1}/{RUN['rounds']} done")
     rows = []
     for name, engine, workers, _venv in jobs:

@@ -1073,7 +1073,7 @@ def convert_table(result: dict[str, Any], workload: str) -> str:
             label, fmt_t(r["start_s"]), fmt_t(r["write_s"]), fmt_t(r["total_s"]),
             f"{r['records_per_s']:,.0f}", fmt_rate(r["logical_bytes"] / r["write_s"]),
             fmt_ratio(None if base is None else r["records_per_s"] / base["records_per_s"], bold=True),
-            f"{fmt_b(r['on_disk_bytes'])} ({r['logical_bytes'] / r['on_disk_bytes']:.2f}x)",
+            f"{fmt_b(r['on_disk_bytes'])} ({r['logical_bytes'] / max(1, r['on_disk_bytes']):.2f}x)",
             f"{fmt_t(min(ws))} – {fmt_t(max(ws))}",
         ])
     return plain_table(["conversion", "start", "write", "start + write", "records/s (write)", "data/s (write)",
