@@ -28,8 +28,8 @@ version). Two sections:
   ``img224.parquet``, the same bytes as a binary column (Spark has no
   unsigned byte type, so loaderx stores them as ``uint8`` Ragged records);
   tokens is ``tokens.parquet`` (``list<int32>``, 8,192 rows per row group,
-  uncompressed) for everybody, since our converter reads no ragged
-  ``.npy`` triple. Every run is a fresh process; the page cache is dropped
+  no compression codec, pyarrow's default dictionary encoding) for
+  everybody, since our converter reads no ragged ``.npy`` triple. Every run is a fresh process; the page cache is dropped
   before it (``sync; echo 3 > drop_caches``) and the run's sources are
   then read back into it, so each starts with its input cached and no
   dirty pages. Inside the process two phases are timed: **start**
@@ -170,7 +170,8 @@ def chunks_of(w: Workload, workers: int) -> list[tuple[int, int]]:
 def write_parquet_sources(src: Path) -> None:
     """The Parquet forms of the sources: ``tokens.parquet`` (``tokens``:
     ``list<int32>``) and ``img224.parquet`` (``image``: the raw bytes as
-    ``binary``), uncompressed, from the field's ``.npy`` files."""
+    ``binary``), with no compression codec, from the field's ``.npy``
+    files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
