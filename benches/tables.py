@@ -2,17 +2,19 @@
 """Markdown tables (and the figures) of the benchmark runs, from their JSON
 alone.
 
-Four scripts measure and each keeps its run as JSON: ``compare.py`` (the
+Five scripts measure and each keeps its run as JSON: ``compare.py`` (the
 binding against NumPy and loaderx 0.5.4, with the criterion estimates of
 the Rust benches under ``"criterion"``; ``docs/bench/latest.json``),
 ``typed.py`` (the typed containers against loaderx 2.4.0, ``"kind":
 "typed"``; ``docs/bench/typed.json``), ``field.py`` (every store and
-loader of the field, ``"kind": "field"``; ``docs/bench/field.json``) and
+loader of the field, ``"kind": "field"``; ``docs/bench/field.json``),
 ``remote.py`` (stores read from S3 on loopback against the field's remote
-readers, ``"kind": "remote"``; ``docs/bench/remote.json``). This script
-turns such files into the tables the docs show, so that every figure in
+readers, ``"kind": "remote"``; ``docs/bench/remote.json``) and
+``convert.py`` (parallel conversion and collections, ``"kind":
+"convert"``; ``docs/bench/convert.json``). This script turns such files
+into the tables the docs show, so that every figure in
 ``docs/BENCHMARKS.md``, ``README.md`` and
-``docs/bench/{typed,field,remote}.md`` (the full reports of those runs)
+``docs/bench/{typed,field,remote,convert}.md`` (the full reports of those runs)
 comes from one run of each::
 
     python3 benches/tables.py docs/bench/*.json            # print
@@ -22,8 +24,8 @@ comes from one run of each::
 The docs hold generated blocks between ``<!-- bench:NAME -->`` and
 ``<!-- /bench:NAME -->``; ``--write`` replaces each block's body with the
 table called NAME (see ``compare_blocks``, ``typed_blocks``,
-``field_blocks`` and ``remote_blocks``) and fails if a block has no table
-or a table has no block, so ``--write`` takes all four files. Standard library only, but for
+``field_blocks``, ``remote_blocks`` and ``convert_blocks``) and fails if a block has no table
+or a table has no block, so ``--write`` takes every file. Standard library only, but for
 ``--plots``.
 
 ``collect_criterion(DIR)`` reads criterion's output directory
@@ -45,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 # typed and field runs beside their JSON (the reference keeps their targets).
 DOCS = (REPO / "docs" / "BENCHMARKS.md", REPO / "README.md",
         REPO / "docs" / "bench" / "typed.md", REPO / "docs" / "bench" / "field.md",
-        REPO / "docs" / "bench" / "remote.md")
+        REPO / "docs" / "bench" / "remote.md", REPO / "docs" / "bench" / "convert.md")
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
@@ -1255,6 +1257,162 @@ def remote_report(result: dict[str, Any]) -> str:
 
 def remote_blocks(result: dict[str, Any]) -> dict[str, str]:
     return {"remote": remote_report(result), "remote-targets": remote_targets_table(result)}
+# ----------------------------------------------------------------- convert.py
+
+
+#: How the convert tables name each job.
+CONVERT_LABELS = {
+    "convert-1": "**loaderx** `convert`, num_proc=1",
+    "convert-2": "**loaderx** `convert`, num_proc=2",
+    "ray-1": "Ray Data, 1 CPU → **`loaderx.ray.write`**",
+    "ray-2": "Ray Data, 2 CPUs → **`loaderx.ray.write`**",
+    "spark-2": "Spark local[2] → **`loaderx.spark.write`**",
+    "mds-2": "MDS `MDSWriter` × 2 processes + `merge_index`",
+    "litdata-2": "LitData `optimize(num_workers=2)`",
+}
+
+
+def convert_versions_line(result: dict[str, Any]) -> str:
+    merged: dict[str, str] = {}
+    for versions in result.get("versions", {}).values():
+        merged.update(versions)
+    text = ", ".join(f"{k} {v}" for k, v in sorted(merged.items())) or "none measured"
+    if result.get("smoke"):
+        text += " — SMOKE RUN: tiny data, figures mean nothing"
+    return text
+
+
+def convert_table(result: dict[str, Any], workload: str) -> str:
+    rows = [r for r in result.get("conversions", []) if r["workload"] == workload]
+    base = next((r for r in rows if r["job"] == "convert-1" and "records_per_s" in r), None)
+    body = []
+    for r in rows:
+        label = CONVERT_LABELS.get(r["job"], r["job"])
+        if "records_per_s" not in r:
+            what = "missing" if "missing" in r else "failed"
+            body.append([label, f"**{what}**: {r.get('missing') or r.get('error')}", *["–"] * 7])
+            continue
+        ws = r["rounds_write_s"]
+        body.append([
+            label, fmt_t(r["start_s"]), fmt_t(r["write_s"]), fmt_t(r["total_s"]),
+            f"{r['records_per_s']:,.0f}", fmt_rate(r["logical_bytes"] / r["write_s"]),
+            fmt_ratio(None if base is None else r["records_per_s"] / base["records_per_s"], bold=True),
+            f"{fmt_b(r['on_disk_bytes'])} ({r['logical_bytes'] / max(1, r['on_disk_bytes']):.2f}x)",
+            f"{fmt_t(min(ws))} – {fmt_t(max(ws))}",
+        ])
+    return plain_table(["conversion", "start", "write", "start + write", "records/s (write)", "data/s (write)",
+                        "vs num_proc=1", "on disk (ratio)", "write rounds (min – max)"], body)
+
+
+def collection_table(result: dict[str, Any]) -> str:
+    c = result.get("collection")
+    if not c:
+        return "(no collection section in this run)"
+    by = {r["reader"]: r for r in c["readers"]}
+    store = by["store"]
+    labels = {"store": "one `Dense` store", "collection": f"{c['parts']:,}-part collection",
+              "collection-all-open": f"{c['parts']:,}-part collection, `max_open_parts={c['parts']}`"}
+    body = []
+    for name, r in by.items():
+        body.append([
+            labels.get(name, name), fmt_t(r["gather_batch_s"]), f"{r['gather_records_per_s']:,.0f}",
+            fmt_ratio(r["gather_records_per_s"] / store["gather_records_per_s"], bold=name != "store"),
+            fmt_t(r["loader_batch_s"]), f"{r['loader_records_per_s']:,.0f}",
+            fmt_ratio(r["loader_records_per_s"] / store["loader_records_per_s"], bold=name != "store"),
+        ])
+    return plain_table(["reader", "gather / batch", "records/s", "vs store", "DataLoader / batch", "records/s",
+                        "vs store"], body)
+
+
+def collection_open_line(result: dict[str, Any]) -> str:
+    c = result["collection"]
+    cold = f", {fmt_t(c['cold_open_s'])} after dropping the page cache" if c.get("cold_open_s") is not None else ""
+    return (f"`collection.open` of the {c['parts']:,} parts: {fmt_t(c['open_s'])} in this process (median of "
+            f"{len(c['open_rounds_s'])}), {fmt_t(c['fresh_open_s'])} in a fresh process (median of "
+            f"{len(c['fresh_open_rounds_s'])}){cold}. Built once: the store in {c['store_build_s']:.1f} s "
+            f"({fmt_b(c['store_bytes'])}), the parts one `write_part` each plus `commit` in "
+            f"{c['collection_build_s']:.1f} s ({fmt_b(c['collection_bytes'])}).")
+
+
+def convert_workloads_line(result: dict[str, Any]) -> str:
+    parts = []
+    for name in ("img224", "tokens"):
+        m = result["workloads"].get(name)
+        if m:
+            parts.append(f"{name}: {m['records']:,} records, {fmt_b(m['logical_bytes'])} ({m['what']})")
+    return "; ".join(parts)
+
+
+CONVERT_NOTE = (
+    "Each conversion runs in a fresh process, after the page cache is dropped and the sources read back "
+    "into it. **start**: importing the engine and starting it (`ray.init`, the Spark session and its JVM, "
+    "then a warm-up task per core that starts their worker processes; our converter, MDS and LitData only "
+    "import: their worker processes start within the write); **write**: the conversion until it returns and an "
+    "`os.sync()` has returned (every output durable). records/s and data/s are of the write phase; "
+    "`vs num_proc=1` compares records/s with our single-process converter; on disk: allocated blocks "
+    "(ratio: the records' bytes over them). Medians of the rounds, jobs alternated round by round. "
+    "Every output is zstd. Sources: img224 from the `.npy` file (Spark: the same bytes from a Parquet "
+    "binary column, stored as uint8 Ragged records), tokens from a Parquet `list<int32>` file, for everybody."
+)
+
+
+def convert_report(result: dict[str, Any]) -> str:
+    """The whole report of a ``convert.py`` run, as markdown."""
+    cfg = result.get("config", {})
+    parts = [machine_line(result["machine"]), "", f"Versions: {convert_versions_line(result)}", "",
+             f"Workloads: {convert_workloads_line(result)}", ""]
+    missing = result.get("missing", {})
+    if missing:
+        parts += ["Missing: " + "; ".join(f"{CONVERT_LABELS.get(k, k)}: {v}" for k, v in missing.items()), ""]
+    if result.get("conversions"):
+        dropped = result.get("page_cache_before_writes", "?")
+        parts += ["#### Conversion", "", CONVERT_NOTE + f" Page cache before each run: {dropped}; "
+                  f"{cfg.get('rounds', '?')} rounds.", ""]
+        for name in ("img224", "tokens"):
+            parts += [f"##### {name}", "", convert_table(result, name), ""]
+    if result.get("collection"):
+        c = result["collection"]
+        parts += ["#### A collection of many parts against one store", "",
+                  f"{c['records']:,} `{c['workload']}` records ({c['record_bytes'] // 1024} KiB, raw) as one "
+                  f"store and as {c['parts']:,} parts. Gathers: batches of 256 random indices, "
+                  f"{cfg.get('gather_batches', '?')} per round, median of {cfg.get('gather_rounds', '?')} "
+                  f"rounds, warm page cache. DataLoader: batch 256, 4 workers, prefetch 4, "
+                  f"{cfg.get('loader_batches', '?')} batches after {cfg.get('loader_warmup', '?')}, a fresh "
+                  f"loader per round, median of {cfg.get('loader_rounds', '?')} rounds. Readers alternated.", "",
+                  collection_table(result), "", collection_open_line(result), ""]
+    parts += ["#### Targets", "", typed_targets_table(result)]
+    return "\n".join(parts)
+
+
+def convert_summary(result: dict[str, Any]) -> str:
+    """BENCHMARKS.md's tables: records/s per conversion and workload, the
+    collection's reads."""
+    rows = {(r["job"], r["workload"]): r for r in result.get("conversions", [])}
+    jobs = list(dict.fromkeys(r["job"] for r in result.get("conversions", [])))
+    body = []
+    for job in jobs:
+        cells = [CONVERT_LABELS.get(job, job)]
+        for w in ("img224", "tokens"):
+            r = rows.get((job, w), {})
+            if "records_per_s" in r:
+                cells += [f"{r['records_per_s']:,.0f}", fmt_t(r["start_s"]), fmt_b(r["on_disk_bytes"])]
+            else:
+                cells += ["missing" if "missing" in r else "failed", "–", "–"]
+        body.append(cells)
+    text = [plain_table(["conversion", "img224 records/s", "start", "on disk", "tokens records/s", "start",
+                         "on disk"], body)]
+    if result.get("collection"):
+        text += ["", collection_table(result), "", collection_open_line(result)]
+    scale = result.get("config", {}).get("scale")
+    note = "smoke run, figures mean nothing" if result.get("smoke") else f"scale {scale}"
+    text += ["", f"({result['machine']['nproc']} cores, {note}; full tables in bench/convert.md)"]
+    return "\n".join(text)
+
+
+def convert_blocks(result: dict[str, Any]) -> dict[str, str]:
+    """The generated blocks of a ``convert.py`` run."""
+    return {"convert": convert_report(result), "convert-summary": convert_summary(result),
+            "convert-targets": typed_targets_table(result)}
 
 
 # ----------------------------------------------------------------- blocks
@@ -1352,7 +1510,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{path} is a smoke run; its figures do not belong in the docs")
         kind = result.get("kind")
         mine = field_blocks(result) if kind == "field" else typed_blocks(result) if kind == "typed" \
-            else remote_blocks(result) if kind == "remote" else compare_blocks(result)
+            else remote_blocks(result) if kind == "remote" \
+            else convert_blocks(result) if kind == "convert" else compare_blocks(result)
         clash = sorted(set(mine) & set(generated))
         if clash:
             raise SystemExit(f"{path}: blocks {clash} already come from an earlier file")

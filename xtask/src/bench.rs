@@ -1,14 +1,14 @@
-//! `cargo xtask bench [all|typed|field|remote|store|loader|smoke]`.
+//! `cargo xtask bench [all|typed|field|remote|convert|store|loader|smoke]`.
 //!
 //! `all` (the default): the criterion benches of the Rust layer, then
 //! `benches/compare.py all`, the Python binding side by side with NumPy and
 //! the original loaderx 0.5.4 (installed into `<target>/compat-venv`), then
-//! the `typed` section, then the `field` section. `typed`:
+//! the `typed`, `field`, `remote` and `convert` sections. `typed`:
 //! `benches/typed.py` alone, the typed containers (format v2) side by side
 //! with loaderx 2.4.0 (installed into `<target>/compat24-venv`) and 2.8.19
 //! (`<target>/compat28-venv`); when one cannot be made, the run goes on
-//! without it and its tables say why it is missing. `field`: `benches/field.py`, every store and loader of
-//! the field side by side (the contenders installed by
+//! without it and its tables say why it is missing. `field`:
+//! `benches/field.py`, every store and loader of the field side by side (the contenders installed by
 //! `benches/field_env.py` into `<target>/bench-venv-<hash of
 //! benches/field-requirements.txt>`, once; one that fails to install is
 //! reported missing with pip's reason), then its PNG figures
@@ -20,28 +20,34 @@
 //! `benches/field_env.py` into `<target>/remote-venv-<hash of
 //! benches/remote-requirements.txt>`), served by `s3s-fs` (`S3S_FS`,
 //! installed into `<target>/s3s-fs` by `cargo install` when missing; when
-//! it cannot be built the run goes on with moto alone and says why). `all`
-//! runs it after `field`.
-//! Both scripts remove the stores they wrote when they end (tens of GiB at
+//! it cannot be built the run goes on with moto alone and says why).
+//! `convert`: `benches/convert.py`, Ray Data, Spark and our converter
+//! converting the field's img224 and tokens records against MosaicML
+//! Streaming and LitData (installed by `benches/field_env.py` into
+//! `<target>/convert-venv-<hash of benches/convert-requirements.txt>`),
+//! then a 1,000-part collection read against one store.
+//! The scripts remove the stores they wrote when they end (tens of GiB at
 //! scale 1) and keep only their generated sources.
 //! `smoke`: what `cargo xtask test` runs (below). `LOADERX_BENCH_SCALE=F`
-//! multiplies field.py's record counts (default 1: the publication run,
-//! about 2 GiB of sources; 0.1 for a quick look, its tables say so).
+//! multiplies field.py's, remote.py's and convert.py's record counts (default 1: the
+//! publication run, about 2 GiB of sources; 0.1 for a quick look, its
+//! tables say so).
 //!
 //! compare.py's run is kept in `docs/bench/latest.json` (with the criterion
 //! estimates), typed.py's in `docs/bench/typed.json`, field.py's in
-//! `docs/bench/field.json` and remote.py's in `docs/bench/remote.json`;
-//! `benches/tables.py --write` regenerates every table of
-//! `docs/BENCHMARKS.md`, the figures of `README.md` and the full reports
-//! `docs/bench/{typed,field,remote}.md` from those files, so the docs quote
+//! `docs/bench/field.json`, remote.py's in `docs/bench/remote.json` and
+//! convert.py's in `docs/bench/convert.json`; `benches/tables.py --write`
+//! regenerates every table of `docs/BENCHMARKS.md`, the figures of
+//! `README.md` and the full reports
+//! `docs/bench/{typed,field,remote,convert}.md` from those files, so the docs quote
 //! exactly one run of each.
 //!
 //! `cargo xtask test` runs [`smoke`]: the same scripts on tiny data, which
 //! checks that they work, not how fast anything is. It never installs
 //! anything: without `<target>/compat24-venv` typed.py reports 2.4.0 missing,
-//! and field.py and remote.py measure the venvs (and the s3s-fs binary)
-//! that exist (on a fresh clone, ours alone, over moto) and report the
-//! others missing.
+//! and field.py, remote.py and convert.py measure the venvs (and the
+//! s3s-fs binary) that exist (on a fresh clone, ours alone, remote.py over
+//! moto) and report the others missing.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -59,6 +65,9 @@ const TYPED_JSON: &str = "docs/bench/typed.json";
 /// Where field.py's run is kept, relative to the workspace root.
 const FIELD_JSON: &str = "docs/bench/field.json";
 
+/// Where convert.py's run is kept, relative to the workspace root.
+const CONVERT_JSON: &str = "docs/bench/convert.json";
+
 /// The bench venv's requirements, relative to the workspace root.
 const FIELD_REQUIREMENTS: &str = "benches/field-requirements.txt";
 
@@ -72,6 +81,9 @@ const REMOTE_REQUIREMENTS: &str = "benches/remote-requirements.txt";
 /// binary serves a directory. 0.14.1 is the last release that builds on the
 /// project's Rust; `cargo install` puts it under `<target>/s3s-fs`.
 const S3S_FS: (&str, &str) = ("s3s-fs", "0.14.1");
+/// The requirements of convert.py's contender venv (MDS, LitData),
+/// relative to the workspace root.
+const CONVERT_REQUIREMENTS: &str = "benches/convert-requirements.txt";
 
 /// Where field.py's figures go, relative to the workspace root.
 const FIELD_IMG: &str = "docs/img";
@@ -87,6 +99,9 @@ pub enum Section {
     Field,
     /// remote.py only (S3 on loopback), kept and written into the docs.
     Remote,
+    /// convert.py only (conversion and collections), kept and written into
+    /// the docs.
+    Convert,
     /// field.py's store section only, printed.
     Store,
     /// field.py's loader section only, printed.
@@ -105,6 +120,7 @@ impl Section {
                 "typed" => Ok(Self::Typed),
                 "field" => Ok(Self::Field),
                 "remote" => Ok(Self::Remote),
+                "convert" => Ok(Self::Convert),
                 "store" => Ok(Self::Store),
                 "loader" => Ok(Self::Loader),
                 "smoke" => Ok(Self::Smoke),
@@ -118,8 +134,8 @@ impl Section {
         Failure::new(
             "arguments",
             format!(
-                "`bench` takes one of all (the default), typed, field, remote, store, loader, \
-                 smoke; got {rest:?}"
+                "`bench` takes one of all (the default), typed, field, remote, convert, store, \
+                 loader, smoke; got {rest:?}"
             ),
         )
     }
@@ -150,6 +166,10 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
             remote(ws, venv)?;
             return tables(ws, venv, &kept_runs(ws), true);
         }
+        Section::Convert => {
+            convert(ws, venv, &ws.root.join(CONVERT_JSON))?;
+            return tables(ws, venv, &kept_runs(ws), true);
+        }
         Section::All | Section::Typed => {}
     }
     if section == Section::All {
@@ -175,6 +195,7 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
     if section == Section::All {
         field(ws, venv, &["store", "loader"], &ws.root.join(FIELD_JSON))?;
         remote(ws, venv)?;
+        convert(ws, venv, &ws.root.join(CONVERT_JSON))?;
     }
     // Every block of the docs is rewritten, so `typed` too passes the kept
     // runs of the sections it did not measure.
@@ -182,13 +203,13 @@ pub fn run(ws: &Workspace, venv: &Venv, section: Section) -> Result<(), Failure>
 }
 
 /// The kept runs every generated block of the docs comes from.
-fn kept_runs(ws: &Workspace) -> [PathBuf; 4] {
-    [RUN_JSON, TYPED_JSON, FIELD_JSON, REMOTE_JSON].map(|j| ws.root.join(j))
+fn kept_runs(ws: &Workspace) -> [PathBuf; 5] {
+    [RUN_JSON, TYPED_JSON, FIELD_JSON, REMOTE_JSON, CONVERT_JSON].map(|j| ws.root.join(j))
 }
 
-/// Every script with `--smoke` (compare.py, typed.py, field.py, images.py;
-/// field.py's figures where the bench venv exists), then their tables
-/// printed (not written): seconds.
+/// Every script with `--smoke` (compare.py, typed.py, field.py, images.py,
+/// convert.py; field.py's figures where the bench venv exists), then their
+/// tables printed (not written): seconds.
 pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let dir = ws.target_dir().join("bench-smoke");
     let json = dir.join("smoke.json");
@@ -212,7 +233,7 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         let python = Venv::at(dir).python;
         python.exists().then_some(python)
     };
-    let bench_venv = existing(bench_venv_dir(ws)?);
+    let bench_venv = existing(requirements_venv_dir(ws, FIELD_REQUIREMENTS, "bench-venv")?);
     for (flag, python) in [
         (
             "--v054-python",
@@ -248,7 +269,11 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         .arg(&remote_json)
         .arg("--data-dir")
         .arg(ws.target_dir().join("bench-remote-smoke"));
-    if let Some(python) = existing(venv_dir(ws, REMOTE_REQUIREMENTS, "remote-venv")?) {
+    if let Some(python) = existing(requirements_venv_dir(
+        ws,
+        REMOTE_REQUIREMENTS,
+        "remote-venv",
+    )?) {
         cmd.arg("--field-python").arg(python);
     }
     let s3s_fs = s3s_fs_binary(ws);
@@ -259,10 +284,27 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         "benches/remote.py --smoke (s3s-fs and the remote bench venv only where they exist)",
         &mut cmd,
     )?;
+    let convert_json = dir.join("convert-smoke.json");
+    let mut cmd = script(ws, venv.python(), "convert.py");
+    cmd.args(["--smoke", "--json"])
+        .arg(&convert_json)
+        .arg("--data-dir")
+        .arg(ws.target_dir().join("bench-convert-smoke"));
+    if let Some(python) = existing(requirements_venv_dir(
+        ws,
+        CONVERT_REQUIREMENTS,
+        "convert-venv",
+    )?) {
+        cmd.arg("--contender-python").arg(python);
+    }
+    steps::run(
+        "benches/convert.py --smoke (MDS and LitData only if their venv exists)",
+        &mut cmd,
+    )?;
     tables(
         ws,
         venv,
-        &[json, typed_json, field_json, remote_json],
+        &[json, typed_json, field_json, remote_json, convert_json],
         false,
     )
 }
@@ -280,45 +322,36 @@ fn keep_run(cmd: &mut Command, data: &Path, json: &Path) {
     cmd.arg("--data-dir").arg(data).arg("--json").arg(json);
 }
 
-/// `<target>/bench-venv-<hash>`: the bench venv of the current
-/// requirements file (FNV-1a of its bytes, so an edit makes a new venv).
-fn bench_venv_dir(ws: &Workspace) -> Result<PathBuf, Failure> {
-    venv_dir(ws, FIELD_REQUIREMENTS, "bench-venv")
-}
-
-/// `<target>/<prefix>-<hash>`: the venv of the requirements file
-/// `requirements` (FNV-1a of its bytes, so an edit makes a new venv).
-fn venv_dir(ws: &Workspace, requirements: &str, prefix: &str) -> Result<PathBuf, Failure> {
+/// `<target>/<prefix>-<hash>`: the contender venv of the current
+/// `requirements` file (FNV-1a of its bytes, so an edit makes a new venv).
+fn requirements_venv_dir(
+    ws: &Workspace,
+    requirements: &str,
+    prefix: &str,
+) -> Result<PathBuf, Failure> {
     let path = ws.root.join(requirements);
     let bytes = fs::read(&path)
-        .map_err(|e| Failure::new("bench venv", format!("{}: {e}", path.display())))?;
+        .map_err(|e| Failure::new(prefix.to_owned(), format!("{}: {e}", path.display())))?;
     let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
     Ok(ws.target_dir().join(format!("{prefix}-{hash:016x}")))
 }
 
-/// The bench venv, made by `benches/field_env.py` when it is not complete:
-/// its interpreter, or why there is none (field.py then reports every
-/// contender of the venv missing).
-fn ensure_bench_venv(ws: &Workspace, venv: &Venv) -> Result<Venv, String> {
-    ensure_requirements_venv(ws, venv, FIELD_REQUIREMENTS, "bench-venv")
-}
-
-/// The venv of `requirements` under `<target>/<prefix>-<hash>`, made by
-/// `benches/field_env.py` when it is not complete: its interpreter, or why
-/// there is none.
+/// A contender venv of `requirements`, made by `benches/field_env.py` when
+/// it is not complete: its interpreter, or why there is none (the script
+/// then reports every contender of the venv missing).
 fn ensure_requirements_venv(
     ws: &Workspace,
     venv: &Venv,
     requirements: &str,
     prefix: &str,
 ) -> Result<Venv, String> {
-    let dir = venv_dir(ws, requirements, prefix).map_err(|f| f.reason)?;
+    let dir = requirements_venv_dir(ws, requirements, prefix).map_err(|f| f.reason)?;
     let mut cmd = script(ws, venv.python(), "field_env.py");
     cmd.arg(&dir).arg(ws.root.join(requirements));
     steps::run(
-        &format!("benches/field_env.py {requirements} (one pip install per contender, once)"),
+        &format!("benches/field_env.py (target/{prefix}-*: one pip install per contender, once)"),
         &mut cmd,
     )
     .map_err(|f| f.reason)?;
@@ -406,7 +439,7 @@ fn remote(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
 /// `benches/field.py --sections ...` with every contender's interpreter,
 /// its run saved as `json`.
 fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<(), Failure> {
-    let bench = ensure_bench_venv(ws, venv);
+    let bench = ensure_requirements_venv(ws, venv, FIELD_REQUIREMENTS, "bench-venv");
     let v054 = ensure_compat_venv(ws, venv, &ORIGINAL_054);
     let v240 = ensure_compat_venv(ws, venv, &ORIGINAL_24);
     let mut cmd = script(ws, venv.python(), "field.py");
@@ -457,6 +490,31 @@ fn field(ws: &Workspace, venv: &Venv, sections: &[&str], json: &Path) -> Result<
         plots(ws, &b.python, json, &dir)?;
     }
     Ok(())
+}
+
+/// `benches/convert.py` with the MDS and LitData venv (or why it is
+/// missing), its run saved as `json`.
+fn convert(ws: &Workspace, venv: &Venv, json: &Path) -> Result<(), Failure> {
+    let contenders = ensure_requirements_venv(ws, venv, CONVERT_REQUIREMENTS, "convert-venv");
+    let mut cmd = script(ws, venv.python(), "convert.py");
+    if let Some(scale) = std::env::var_os("LOADERX_BENCH_SCALE") {
+        cmd.arg("--scale").arg(scale);
+    }
+    keep_run(&mut cmd, &ws.target_dir().join("bench-convert"), json);
+    match &contenders {
+        Ok(c) => {
+            cmd.arg("--contender-python").arg(&c.python);
+            cmd.arg("--contender-env").arg(c.dir.join("field-env.json"));
+        }
+        Err(reason) => {
+            cmd.arg("--contender-missing")
+                .arg(format!("contender venv: {reason}"));
+        }
+    }
+    steps::run(
+        "benches/convert.py (Ray, Spark and our converter vs MDS and LitData; collections)",
+        &mut cmd,
+    )
 }
 
 /// `benches/tables.py JSON --plots DIR` with the bench venv's

@@ -27,8 +27,11 @@
 //!   comparison against NumPy and loaderx 0.5.4 (JSON in
 //!   `docs/bench/latest.json`); then `benches/typed.py`: the typed containers
 //!   against loaderx 2.4.0 from `target/compat24-venv` (JSON in
-//!   `docs/bench/typed.json`). `bench typed` runs only the last. The docs'
-//!   tables are regenerated from both files (`benches/tables.py --write`).
+//!   `docs/bench/typed.json`), `benches/field.py` and `benches/convert.py`
+//!   (parallel conversion and collections, `docs/bench/convert.json`).
+//!   `bench typed`, `bench field` and `bench convert` run one section. The
+//!   docs' tables are regenerated from the kept runs
+//!   (`benches/tables.py --write`).
 //! * `fuzz [SECONDS]` — every fuzz target (each file in `fuzz/fuzz_targets/`)
 //!   for SECONDS each (default 120) through `fuzz/run.sh`, under
 //!   AddressSanitizer; `test` runs them for a few seconds each too.
@@ -76,7 +79,7 @@ commands:
                   (deflate-flate2,lz4) and its tests; libdeflate <-> flate2 stores
   demo            build the package, convert a synthetic dataset with every codec,
                   and time the DataLoader over each
-  bench [all|typed|field|remote|store|loader|smoke]
+  bench [all|typed|field|remote|convert|store|loader|smoke]
                   all (default): criterion benches, benches/compare.py (the
                   Python binding vs NumPy and loaderx 0.5.4), typed.py (typed
                   containers vs loaderx 2.4.0) and field.py (stores and loaders
@@ -84,10 +87,12 @@ commands:
                   torch, Grain, jax-dataloader, each from its own venv under
                   target/), then remote.py (S3 on loopback through a latency
                   proxy: s3s-fs and moto; boto3, s3fs, obstore, Lance, MDS,
-                  LitData); typed, field or remote alone; store or loader:
-                  field.py's section alone, printed only; smoke: every script
-                  on tiny data. LOADERX_BENCH_SCALE=F scales field.py's and
-                  remote.py's record counts. Keeps
+                  LitData) and convert.py (Ray, Spark, our converter, MDS and
+                  LitData converting; 1,000-part collections against one
+                  store); typed, field, remote or convert alone; store or
+                  loader: field.py's section alone, printed only; smoke: every
+                  script on tiny data. LOADERX_BENCH_SCALE=F scales field.py's,
+                  remote.py's and convert.py's record counts. Keeps
                   the runs in docs/bench/*.json and regenerates the tables of
                   docs/BENCHMARKS.md and README.md from them
   fuzz [SECONDS]  run every fuzz target for SECONDS each (default 120);
