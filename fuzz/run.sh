@@ -17,7 +17,9 @@ seconds=${2:-60}
 if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
-cargo run --quiet --release --bin gen_corpus
+# The seeds are a few small stores: an unoptimised build writes them in no
+# time and compiles in a fraction of a release build's time.
+cargo run --quiet --bin gen_corpus
 mkdir -p "corpus/$target" "regressions/$target"
 # libFuzzer flags of one target's own. open_store opens hostile stores,
 # which must never drive an allocation: any one of 1 GiB or more is a crash

@@ -55,6 +55,8 @@ pub fn no_c_build(ws: &Workspace) -> Result<(), Failure> {
     // (through `cc` or by hand) breaks this step.
     let mut cmd = ws.cargo_command(&[
         "test",
+        "--profile",
+        steps::TEST_PROFILE,
         "-p",
         "loaderx-store",
         "--no-default-features",
@@ -63,7 +65,7 @@ pub fn no_c_build(ws: &Workspace) -> Result<(), Failure> {
     ]);
     cmd.env("CC", "false").env("CXX", "false");
     steps::run(
-        "cargo test -p loaderx-store --no-default-features --features deflate-flate2,lz4 (CC=false)",
+        "cargo test --profile checked -p loaderx-store --no-default-features --features deflate-flate2,lz4 (CC=false)",
         &mut cmd,
     )
 }
@@ -76,9 +78,19 @@ pub fn deflate_cross(ws: &Workspace) -> Result<(), Failure> {
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir)
         .map_err(|e| Failure::new(name, format!("create {}: {e}", dir.display())))?;
-    let libdeflate: &[&str] = &["test", "-p", "loaderx-store", "--test", "deflate_cross"];
+    let libdeflate: &[&str] = &[
+        "test",
+        "--profile",
+        steps::TEST_PROFILE,
+        "-p",
+        "loaderx-store",
+        "--test",
+        "deflate_cross",
+    ];
     let flate2: &[&str] = &[
         "test",
+        "--profile",
+        steps::TEST_PROFILE,
         "-p",
         "loaderx-store",
         "--test",

@@ -7,13 +7,12 @@
 //!
 //! Commands:
 //! * `test`  — fmt check, clippy, rustdoc of the library crates with warnings
-//!   as errors, the library crates' tests in the dev profile (debug assertions
-//!   and overflow checks on), `cargo test --workspace --release`, then the
-//!   Python package built into the venv, its pytest suite, the 2.8 API tests
-//!   against loaderx 2.8.19 (`target/compat28-venv`), `mypy.stubtest`, a
-//!   smoke run of the benchmark scripts and a short run of every fuzz target
-//!   under AddressSanitizer. Before the release run: the codec feature
-//!   checks (`codecs` below).
+//!   as errors, `cargo test --workspace` in the `checked` profile (optimised,
+//!   debug assertions and overflow checks on, no LTO), the codec feature
+//!   checks (`codecs` below), then the Python package built into the venv
+//!   (release), its pytest suite, the 2.8 API tests against loaderx 2.8.19
+//!   (`target/compat28-venv`), `mypy.stubtest`, a smoke run of the benchmark
+//!   scripts and a short run of every fuzz target under AddressSanitizer.
 //! * `codecs` — the codec feature checks alone: the pure-Rust build of
 //!   `loaderx-store` (`deflate-flate2,lz4`) has no C build helper in its
 //!   `cargo tree` and passes the store's tests with `CC=false`; DEFLATE
@@ -188,10 +187,12 @@ fn run_test() -> Result<(), Failure> {
         ],
     )?;
     library_docs(&ws)?;
-    library_tests_debug(&ws)?;
+    ws.cargo(
+        "cargo test --workspace --profile checked",
+        &["test", "--workspace", "--profile", steps::TEST_PROFILE],
+    )?;
     codecs::no_c_build(&ws)?;
     codecs::deflate_cross(&ws)?;
-    ws.cargo("cargo test", &["test", "--workspace", "--release"])?;
     let venv = python::ensure_venv(&ws)?;
     python::develop(&ws, &venv)?;
     python::pytest(&ws, &venv)?;
@@ -242,18 +243,6 @@ fn library_docs(ws: &Workspace) -> Result<(), Failure> {
     steps::run(
         "cargo doc (library crates, RUSTDOCFLAGS=-D warnings)",
         &mut cmd,
-    )
-}
-
-/// The library crates' unit, property and integration tests in the dev
-/// profile, where `debug_assert!` and integer-overflow checks are compiled in
-/// (the release run below compiles both out). Dependencies are still built at
-/// `opt-level = 2` (`[profile.dev.package."*"]`), so the property tests stay
-/// quick; the heavy cross-crate and Python tests run in release only.
-fn library_tests_debug(ws: &Workspace) -> Result<(), Failure> {
-    ws.cargo(
-        "cargo test (library crates, dev profile: debug assertions + overflow checks)",
-        &library_args("test", &[]),
     )
 }
 

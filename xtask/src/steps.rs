@@ -6,6 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+/// The Cargo profile the Rust tests run in (`[profile.checked]` in the
+/// workspace manifest): release optimisation with `debug_assert!` and
+/// integer-overflow checks on, and no LTO.
+pub const TEST_PROFILE: &str = "checked";
+
 /// Why a step failed; `main` prints it and exits non-zero.
 #[derive(Debug)]
 pub struct Failure {
