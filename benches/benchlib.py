@@ -23,6 +23,7 @@ the table generator and every contender's venv can import it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -130,6 +131,34 @@ def finish(result: dict[str, Any], started: float, render: Callable[[dict[str, A
     return 0
 
 
+def bench_parser(doc: str) -> tuple[argparse.ArgumentParser, Any]:
+    """The command line every scale-driven bench script shares (``--smoke``,
+    ``--scale``, ``--data-dir``, ``--json``) and the slot for the modes it
+    runs itself in as a child (workers, servers). Described by the first
+    paragraph of ``doc``, the script's docstring."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny data, one round (figures mean nothing)")
+    parser.add_argument("--scale", type=float, default=1.0, help="record counts x F (1.0: publication run)")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--json", dest="json_out", default=None)
+    return parser, parser.add_subparsers(dest="mode")
+
+
+def run_bench(args: argparse.Namespace, name: str, run: Callable[[argparse.Namespace], dict[str, Any]],
+              config: dict[str, Any], render: Callable[[dict[str, Any]], str], **host: Any) -> int:
+    """One run of a bench script: its data under ``<target>/NAME`` (or
+    ``NAME-smoke``) unless ``--data-dir`` says otherwise, ``run(args)``'s
+    result under the host (``machine`` plus ``host``, the load at start and
+    end) and ``config``, then ``finish``."""
+    args.data_dir = data_dir(args.data_dir, f"{name}-smoke" if args.smoke else name)
+    started = time.perf_counter()
+    info = machine(memory_bytes=memory_bytes(), **host, load_1min_start=load_1min())
+    result = run(args)
+    info["load_1min_end"] = load_1min()
+    result = {"machine": info, "config": config, "smoke": args.smoke, **result}
+    return finish(result, started, render, args.json_out)
+
+
 # ----------------------------------------------------------------- files
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
@@ -204,6 +233,19 @@ def reply_channel() -> TextIO:
 def send(out: TextIO, message: dict[str, Any]) -> None:
     out.write(json.dumps(message) + "\n")
     out.flush()
+
+
+def send_last(out: TextIO, message: dict[str, Any], close: Callable[[], None], what: str) -> None:
+    """The end of a measuring child: ``message`` sent, then ``close`` (whose
+    failure is only logged: the figures are in), then an exit that skips the
+    interpreter's teardown (a loader's threads must not hold the exit up)."""
+    send(out, message)
+    try:
+        close()
+    except Exception as e:  # noqa: BLE001 - measured already; the process ends here
+        log(f"{what}: close failed: {e}")
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def error_text(e: BaseException) -> str:

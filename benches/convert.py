@@ -93,9 +93,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 import field
-from benchlib import MIB, allocated_bytes, drop_page_cache, finish, load_1min, log, machine, memory_bytes
-from benchlib import data_dir as data_dir_of
-from benchlib import read_through, reply_channel, rotated, send
+from benchlib import MIB, allocated_bytes, bench_parser, drop_page_cache, log, read_through, reply_channel, rotated
+from benchlib import run_bench, send
 from field import CFG, GEN_VERSION, Batches, Workload
 
 SCRIPT = Path(__file__).resolve()
@@ -892,11 +891,25 @@ def contender_missing(python: str | None, env_json: str | None) -> str | None:
     return None
 
 
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The sections asked for, and the targets they measure."""
+    manifests = prepare_sources(args.data_dir)
+    missing: dict[str, str] = {}
+    why = args.contender_missing or contender_missing(args.contender_python, args.contender_env)
+    if why:
+        missing["contender"] = why
+    pythons = {"ours": sys.executable, "contender": None if why else args.contender_python}
+    result: dict[str, Any] = {"kind": "convert", "workloads": manifests}
+    if "conversion" in args.sections:
+        result.update(conversion(args, manifests, pythons, missing))
+    if "collection" in args.sections:
+        result["collection"] = collection_section(args.data_dir)
+    result["targets"] = targets(result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny data, one round (figures mean nothing)")
-    parser.add_argument("--scale", type=float, default=1.0, help="record counts x F (1.0: publication run)")
-    sub = parser.add_subparsers(dest="mode")
+    parser, sub = bench_parser(__doc__)
     r = sub.add_parser("run", help=argparse.SUPPRESS)
     r.add_argument("engine", choices=list(ENGINES))
     r.add_argument("workers", type=int)
@@ -913,37 +926,17 @@ def main(argv: list[str] | None = None) -> int:
                         choices=["conversion", "collection"])
     parser.add_argument("--jobs", nargs="+", default=None, choices=[j[0] for j in JOBS],
                         help="conversion: only these jobs (a partial run, for looking into one)")
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
     configure(args.scale, args.smoke)
     if args.mode == "run":
         return run_conversion(args.engine, args.workers, args.workloads, args.data_dir, args.out)
     if args.mode == "open-probe":
         return open_probe(args.root)
-    args.data_dir = data_dir_of(args.data_dir, "bench-convert-smoke" if args.smoke else "bench-convert")
-    started = time.perf_counter()
     import loaderx
-
-    info = machine(memory_bytes=memory_bytes(), numpy=np.__version__, loaderx=loaderx.__version__,
-                   load_1min=load_1min())
-    manifests = prepare_sources(args.data_dir)
-    missing: dict[str, str] = {}
-    why = args.contender_missing or contender_missing(args.contender_python, args.contender_env)
-    if why:
-        missing["contender"] = why
-    pythons = {"ours": sys.executable, "contender": None if why else args.contender_python}
-    result: dict[str, Any] = {"kind": "convert", "workloads": manifests}
-    if "conversion" in args.sections:
-        result.update(conversion(args, manifests, pythons, missing))
-    if "collection" in args.sections:
-        result["collection"] = collection_section(args.data_dir)
-    info["load_1min_end"] = load_1min()
-    result = {"machine": info, "config": {**CFG, **RUN, "codec": CODEC}, "smoke": args.smoke, **result}
-    result["targets"] = targets(result)
     from tables import convert_report
 
-    return finish(result, started, convert_report, args.json_out)
+    return run_bench(args, "bench-convert", run, {**CFG, **RUN, "codec": CODEC}, convert_report,
+                     numpy=np.__version__, loaderx=loaderx.__version__)
 
 
 if __name__ == "__main__":

@@ -86,9 +86,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from benchlib import MIB, Remote, allocated_bytes, drop_page_cache, finish, fsync_tree, load_1min, log
-from benchlib import data_dir as data_dir_of
-from benchlib import machine, memory_bytes, pss_rss_of, read_through, reply_channel, rotated, run_sampled, send, serve
+from benchlib import MIB, Remote, allocated_bytes, bench_parser, drop_page_cache, fsync_tree, log
+from benchlib import pss_rss_of, read_through, reply_channel, rotated, run_bench, run_sampled, send, send_last, serve
 
 SCRIPT = Path(__file__).resolve()
 
@@ -1183,13 +1182,7 @@ def loader_run(name: str, codec: str, data_dir: Path) -> int:
         nxt()
         times.append(time.perf_counter() - t0)
     total = time.perf_counter() - t_all
-    send(out, {"total_s": total, "batch_s": times})
-    try:
-        close()
-    except Exception as e:  # noqa: BLE001 - measured already; the process ends here
-        log(f"{name} {codec}: close failed: {e}")
-    sys.stderr.flush()
-    os._exit(0)
+    send_last(out, {"total_s": total, "batch_s": times}, close, f"{name} {codec}")
 
 
 def measure_loader(name: str, codec: str, python: str, data_dir: Path, smoke: bool, scale: float) -> dict[str, Any]:
@@ -1525,10 +1518,7 @@ def loader_section(pythons: dict[str, Any], missing: dict[str, str], data_dir: P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny data, one round (figures mean nothing)")
-    parser.add_argument("--scale", type=float, default=1.0, help="record counts x F (1.0: publication run)")
-    sub = parser.add_subparsers(dest="mode")
+    parser, sub = bench_parser(__doc__)
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
     w.add_argument("impl", choices=["ours", "v054", "v240", "v2819", "field"])
     w.add_argument("--data-dir", type=Path, required=True)
@@ -1545,10 +1535,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="interpreter with loaderx 2.8.19 (e.g. target/compat28-venv/bin/python)")
     parser.add_argument("--missing", action="append", default=[], metavar="IMPL=REASON",
                         help="a contender venv (field, v054, v240, v2819) that could not be made, and why")
-    parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--keep-stores", action="store_true",
                         help="keep the stores written (tens of GiB at scale 1); the sources are always kept")
-    parser.add_argument("--json", dest="json_out", default=None)
     parser.add_argument("--workloads", nargs="+", default=None, choices=list(WORKLOADS),
                         help="store section: only these workloads (a partial run, for looking into one)")
     args = parser.parse_args(argv)
@@ -1557,15 +1545,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve(lambda: Worker(args.impl, args.data_dir))
     if args.mode == "loader-run":
         return loader_run(args.name, args.codec, args.data_dir)
-    args.data_dir = data_dir_of(args.data_dir, "bench-field-smoke" if args.smoke else "bench-field")
-    started = time.perf_counter()
-    info = machine(memory_bytes=memory_bytes(), load_1min_start=load_1min())
-    result = run(args)
-    info["load_1min_end"] = load_1min()
-    result = {"machine": info, "config": dict(CFG), "smoke": args.smoke, **result}
     from tables import field_report
 
-    return finish(result, started, field_report, args.json_out)
+    return run_bench(args, "bench-field", run, dict(CFG), field_report)
 
 
 if __name__ == "__main__":

@@ -78,9 +78,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 import field
-from benchlib import MIB, Remote, allocated_bytes, finish, load_1min, log, machine, memory_bytes
-from benchlib import data_dir as data_dir_of
-from benchlib import pss_rss_of, read_through, reply_channel, rotated, run_sampled, send, serve
+from benchlib import MIB, Remote, allocated_bytes, bench_parser, log, pss_rss_of, read_through, reply_channel
+from benchlib import rotated, run_bench, run_sampled, send, send_last, serve
 from field import CFG, Workload, p95
 
 SCRIPT = Path(__file__).resolve()
@@ -802,13 +801,8 @@ def loader_run(name: str, store: str, endpoint: str, data_dir: Path, cache: Path
         nxt()
         times.append(time.perf_counter() - t)
     total = time.perf_counter() - t_all
-    send(out, {"total_s": total, "batch_s": times, "ttfb_s": ttfb, "disk_bytes": allocated_bytes(cache)})
-    try:
-        close()
-    except Exception as e:  # noqa: BLE001 - measured already; the process ends here
-        log(f"{name}: close failed: {e}")
-    sys.stderr.flush()
-    os._exit(0)
+    send_last(out, {"total_s": total, "batch_s": times, "ttfb_s": ttfb, "disk_bytes": allocated_bytes(cache)}, close,
+              name)
 
 
 def make_loader(name: str, store: str, endpoint: str, data_dir: Path, cache: Path) \
@@ -1155,10 +1149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny data, one round (figures mean nothing)")
-    parser.add_argument("--scale", type=float, default=1.0, help="record counts x F (1.0: publication run)")
-    sub = parser.add_subparsers(dest="mode")
+    parser, sub = bench_parser(__doc__)
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
     w.add_argument("impl", choices=list(GATHERERS))
     w.add_argument("--data-dir", type=Path, required=True)
@@ -1177,9 +1168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--field-python", default=None, help="interpreter of the remote bench venv")
     parser.add_argument("--field-env", default=None, help="its field-env.json (install failures)")
     parser.add_argument("--field-missing", default=None, help="why there is no bench venv")
-    parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the servers' directory and the caches")
-    parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
     configure(args.scale, args.smoke)
     if args.mode == "moto":
@@ -1190,15 +1179,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve(lambda: Worker(args.impl, args.data_dir))
     if args.mode == "loader-run":
         return loader_run(args.name, args.store, args.endpoint, args.data_dir, args.cache)
-    args.data_dir = data_dir_of(args.data_dir, "bench-remote-smoke" if args.smoke else "bench-remote")
-    started = time.perf_counter()
-    info = machine(memory_bytes=memory_bytes(), load_1min_start=load_1min())
-    result = run(args)
-    info["load_1min_end"] = load_1min()
-    result = {"machine": info, "config": {**CFG, **RCFG}, "smoke": args.smoke, **result}
     from tables import remote_report
 
-    return finish(result, started, remote_report, args.json_out)
+    return run_bench(args, "bench-remote", run, {**CFG, **RCFG}, remote_report)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ readers, ``"kind": "remote"``; ``docs/bench/remote.json``) and
 "convert"``; ``docs/bench/convert.json``). This script turns such files
 into the tables the docs show, so that every figure in
 ``docs/BENCHMARKS.md``, ``README.md`` and
-``docs/bench/{typed,field,remote,convert}.md`` (the full reports of those runs)
+``docs/bench/{rust,python,typed,field,remote,convert}.md`` (the full reports)
 comes from one run of each::
 
     python3 benches/tables.py docs/bench/*.json            # print
@@ -44,10 +44,9 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 # The generated docs: the reference, the README, and the full reports of the
-# typed and field runs beside their JSON (the reference keeps their targets).
+# runs beside their JSON (the reference keeps their targets).
 DOCS = (REPO / "docs" / "BENCHMARKS.md", REPO / "README.md",
-        REPO / "docs" / "bench" / "typed.md", REPO / "docs" / "bench" / "field.md",
-        REPO / "docs" / "bench" / "remote.md", REPO / "docs" / "bench" / "convert.md")
+        *(REPO / "docs" / "bench" / f"{name}.md" for name in ("rust", "python", "typed", "field", "remote", "convert")))
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
@@ -317,7 +316,7 @@ def machine_line(m: dict[str, Any]) -> str:
     return (
         f"machine: {m['nproc']} CPUs (nproc), {m['cpu_model']}, {m['system']}; "
         f"Python {m['python']}, numpy {m['numpy']}, loaderx {m['loaderx']}; "
-        f"1-min load at start {m['load_1min']}, at end {m.get('load_1min_end', '?')}"
+        f"1-min load at start {m.get('load_1min_start', m.get('load_1min'))}, at end {m.get('load_1min_end', '?')}"
     )
 
 
@@ -481,6 +480,7 @@ def compare_blocks(result: dict[str, Any]) -> dict[str, str]:
         "loader": criterion_table(benches, "loader-raw") + "\n\n" + criterion_table(benches, "loader-flate"),
         "rust-targets": rust_targets_table(benches),
         "python": compare_report(result),
+        "python-targets": targets_table(result["targets"]) if result.get("targets") else "(no targets in this run)",
         "summary": summary(result),
     }
 
@@ -1257,6 +1257,8 @@ def remote_report(result: dict[str, Any]) -> str:
 
 def remote_blocks(result: dict[str, Any]) -> dict[str, str]:
     return {"remote": remote_report(result), "remote-targets": remote_targets_table(result)}
+
+
 # ----------------------------------------------------------------- convert.py
 
 

@@ -714,7 +714,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     op = result.get("open")
     rec = f"{op['records']:,}" if op else "?"
     add(f"open a v2 store of {rec} records", op and op["open_s"] * 1e3, TARGETS["open_ms"], False, "ms")
-    add(f"RSS added by that open", op and op["rss_added"] / MIB, TARGETS["open_rss_mib"], False, "MiB")
+    add("RSS added by that open", op and op["rss_added"] / MIB, TARGETS["open_rss_mib"], False, "MiB")
     zstd2, zstd1 = g.get(("ours", "dense zstd")), g.get(("ours", "Dataset zstd (format v1)"))
     add("checksums' cost on a zstd gather (v2 vs v1 time − 1)",
         None if zstd2 is None or zstd1 is None else zstd2["per_batch_s"] / zstd1["per_batch_s"] - 1,

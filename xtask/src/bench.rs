@@ -216,36 +216,25 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let mut cmd = script(ws, venv.python(), "compare.py");
     cmd.args(["all", "--smoke", "--json"]).arg(&json);
     steps::run("benches/compare.py all --smoke", &mut cmd)?;
-    let typed_json = dir.join("typed-smoke.json");
-    let mut cmd = script(ws, venv.python(), "typed.py");
-    cmd.args(["--smoke", "--json"]).arg(&typed_json);
+    let (mut cmd, typed_json) = smoke_script(ws, venv, &dir, "typed");
     steps::run(
         "benches/typed.py --smoke (2.4.0 only if <target>/compat24-venv exists)",
         &mut cmd,
     )?;
-    let field_json = dir.join("field-smoke.json");
-    let mut cmd = script(ws, venv.python(), "field.py");
-    cmd.args(["--smoke", "--json"])
-        .arg(&field_json)
-        .arg("--data-dir")
-        .arg(ws.target_dir().join("bench-field-smoke"));
-    let existing = |dir: PathBuf| {
-        let python = Venv::at(dir).python;
-        python.exists().then_some(python)
-    };
-    let bench_venv = existing(requirements_venv_dir(ws, FIELD_REQUIREMENTS, "bench-venv")?);
+    let (mut cmd, field_json) = smoke_script(ws, venv, &dir, "field");
+    let bench_venv = existing_venv(requirements_venv_dir(ws, FIELD_REQUIREMENTS, "bench-venv")?);
     for (flag, python) in [
         (
             "--v054-python",
-            existing(ws.target_dir().join(ORIGINAL_054.venv)),
+            existing_venv(ws.target_dir().join(ORIGINAL_054.venv)),
         ),
         (
             "--v240-python",
-            existing(ws.target_dir().join(ORIGINAL_24.venv)),
+            existing_venv(ws.target_dir().join(ORIGINAL_24.venv)),
         ),
         (
             "--v2819-python",
-            existing(ws.target_dir().join(COMPAT28_VENV)),
+            existing_venv(ws.target_dir().join(COMPAT28_VENV)),
         ),
         ("--field-python", bench_venv.clone()),
     ] {
@@ -263,13 +252,8 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
     let mut cmd = script(ws, venv.python(), "images.py");
     cmd.arg("--smoke");
     steps::run("benches/images.py --smoke", &mut cmd)?;
-    let remote_json = dir.join("remote-smoke.json");
-    let mut cmd = script(ws, venv.python(), "remote.py");
-    cmd.args(["--smoke", "--json"])
-        .arg(&remote_json)
-        .arg("--data-dir")
-        .arg(ws.target_dir().join("bench-remote-smoke"));
-    if let Some(python) = existing(requirements_venv_dir(
+    let (mut cmd, remote_json) = smoke_script(ws, venv, &dir, "remote");
+    if let Some(python) = existing_venv(requirements_venv_dir(
         ws,
         REMOTE_REQUIREMENTS,
         "remote-venv",
@@ -284,13 +268,8 @@ pub fn smoke(ws: &Workspace, venv: &Venv) -> Result<(), Failure> {
         "benches/remote.py --smoke (s3s-fs and the remote bench venv only where they exist)",
         &mut cmd,
     )?;
-    let convert_json = dir.join("convert-smoke.json");
-    let mut cmd = script(ws, venv.python(), "convert.py");
-    cmd.args(["--smoke", "--json"])
-        .arg(&convert_json)
-        .arg("--data-dir")
-        .arg(ws.target_dir().join("bench-convert-smoke"));
-    if let Some(python) = existing(requirements_venv_dir(
+    let (mut cmd, convert_json) = smoke_script(ws, venv, &dir, "convert");
+    if let Some(python) = existing_venv(requirements_venv_dir(
         ws,
         CONVERT_REQUIREMENTS,
         "convert-venv",
@@ -315,6 +294,26 @@ fn script(ws: &Workspace, mut python: Command, name: &str) -> Command {
         .arg(ws.root.join("benches").join(name))
         .current_dir(&ws.root);
     python
+}
+
+/// `benches/NAME.py --smoke`, its data under `<target>/bench-NAME-smoke` and
+/// its run saved as `<dir>/NAME-smoke.json` (returned with the command).
+fn smoke_script(ws: &Workspace, venv: &Venv, dir: &Path, name: &str) -> (Command, PathBuf) {
+    let json = dir.join(format!("{name}-smoke.json"));
+    let mut cmd = script(ws, venv.python(), &format!("{name}.py"));
+    cmd.arg("--smoke");
+    keep_run(
+        &mut cmd,
+        &ws.target_dir().join(format!("bench-{name}-smoke")),
+        &json,
+    );
+    (cmd, json)
+}
+
+/// The interpreter of the venv at `dir`, if that venv exists.
+fn existing_venv(dir: PathBuf) -> Option<PathBuf> {
+    let python = Venv::at(dir).python;
+    python.exists().then_some(python)
 }
 
 /// A script's `--data-dir` (its stores) and `--json` (its run).
