@@ -28,7 +28,7 @@
 //!   32 places lower, which move with the input at a different scale, breaks
 //!   it. This mixes as well as a two-multiply (murmur-style) function at
 //!   half the multiplies, so it is the one kept (the shuffle rows of
-//!   `docs/BENCHMARKS.md`, "Sampler", measure it).
+//!   `docs/bench/rust.md`, "Sampler", measure it).
 //! * **Small index spaces.** A Feistel network over a tiny domain is far
 //!   from a uniform permutation (with 2-bit halves there are only 256
 //!   possible round functions, and such networks only ever produce even

@@ -5,7 +5,7 @@
 //! stepped together give the core two chains to overlap. (Not four: their
 //! sixteen state words no longer fit in the registers, which makes them
 //! slower; the compiler keeps these scalar, since baseline x86-64 has no
-//! vector rotate. `docs/BENCHMARKS.md`, "Sampler".)
+//! vector rotate. `docs/bench/rust.md`, "Sampler".)
 //! Each lane is bit-for-bit
 //! `rand_xoshiro::Xoshiro256PlusPlus::from_seed` of its four state words in
 //! little-endian (a unit test checks this against `rand_xoshiro`).

@@ -221,7 +221,7 @@ impl Placement<'_> {
 /// Relative cost of producing one byte of a record with each codec, in units
 /// of copying a raw byte, for deciding whether a batch is worth sharing with
 /// the pool: the ratios of their per-core decode speeds to a copy's, in
-/// round figures (the decode rows of `docs/BENCHMARKS.md`, "Store").
+/// round figures (the decode rows of `docs/bench/rust.md`, "Store").
 fn decode_cost(codec: CodecTag) -> u64 {
     match codec {
         CodecTag::RAW => 1,

@@ -41,7 +41,7 @@ use crate::Result;
 /// calling thread: sharing it costs more than it saves. A second thread
 /// pays off from a few hundred KiB of raw copying, and already for two
 /// compressed records (their decode cost weighs them: `gather.rs`,
-/// `decode_cost`). The `gather-small` rows of `docs/BENCHMARKS.md`
+/// `decode_cost`). The `gather-small` rows of `docs/bench/rust.md`
 /// ("Store") are what place it; `LOADERX_SERIAL_BYTES` moves it to measure
 /// another machine.
 pub(crate) const SERIAL_BYTES: u64 = 256 << 10;
@@ -281,7 +281,7 @@ fn first_error(errors: Mutex<Vec<(usize, crate::Error)>>) -> Result<()> {
 /// Threads [`for_io_items`] shares writes out to, at least: while one waits
 /// on the disk (faulting in a memory-mapped source, say), another copies.
 /// More only contend for the same disk and cores (the append rows of
-/// `docs/BENCHMARKS.md`, "Store").
+/// `docs/bench/rust.md`, "Store").
 const IO_THREADS: usize = 2;
 
 /// Work below this many bytes goes to [`for_ranges`] instead: starting

@@ -85,7 +85,7 @@ pub struct Store<C: Codec = Deflate, S: Storage = FileStorage> {
     /// once per append window (at most one window, 64 MiB: a window of one
     /// larger record uses an arena of its own). Fresh pages cost a fault
     /// each, a visible share of a large compressed append's time (the
-    /// append rows of `docs/BENCHMARKS.md`, "Store").
+    /// append rows of `docs/bench/rust.md`, "Store").
     /// [`sync`](Self::sync) frees it, and so does closing.
     pub(crate) append_arena: Mutex<Vec<u8>>,
     /// Set, to the first failure, when a write failed halfway and could not

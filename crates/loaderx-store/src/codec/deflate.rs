@@ -3,14 +3,14 @@
 //! `deflate-flate2`). Both write plain raw DEFLATE streams, so each build
 //! reads what the other writes; with both features on, libdeflate is used.
 //!
-//! libdeflate is the faster decoder per core (`docs/BENCHMARKS.md`,
+//! libdeflate is the faster decoder per core (`docs/bench/rust.md`,
 //! "Store", DEFLATE builds), and works on whole buffers, which is exactly a
 //! record. Compressor and decompressor state is kept per
 //! thread, so the hot path allocates nothing.
 
 use super::{Codec, CodecId, DecodeError};
 
-/// DEFLATE level used for writing; chosen by measurement (`docs/BENCHMARKS.md`).
+/// DEFLATE level used for writing; chosen by measurement (`docs/bench/rust.md`).
 #[cfg_attr(
     not(any(feature = "deflate-libdeflate", feature = "deflate-flate2")),
     allow(dead_code)

@@ -2,12 +2,12 @@
 
 use super::{Codec, CodecId, DecodeError};
 
-/// zstd level used for writing; chosen by measurement (`docs/BENCHMARKS.md`).
+/// zstd level used for writing; chosen by measurement (`docs/bench/rust.md`).
 #[cfg_attr(not(feature = "zstd"), allow(dead_code))]
 pub const ZSTD_LEVEL: i32 = 3;
 
 /// zstd: decodes several times faster than DEFLATE for a similar ratio
-/// (`docs/BENCHMARKS.md`, "Store"); not readable by loaderx 0.5.x.
+/// (`docs/bench/rust.md`, "Store"); not readable by loaderx 0.5.x.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Zstd;
 
