@@ -41,6 +41,7 @@ use std::{
 };
 
 use loaderx_loader::BufferAllocator;
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError};
 use pyo3::prelude::*;
 
 /// The size of a transparent huge page on x86-64 and (with 4 KiB base pages)
@@ -71,6 +72,8 @@ pub(crate) enum OutputKind {
     Dense = 0,
     Ragged = 1,
     Images = 2,
+    /// Regions taken by `Allocator.acquire` (an [`OutputPool`] only).
+    Acquired = 3,
 }
 
 /// A new pool for one store handle's direct reads.
@@ -462,6 +465,24 @@ impl OutputPool {
     #[getter]
     fn closed(&self) -> bool {
         self.0.0.closed.load(Ordering::Acquire)
+    }
+
+    /// `size` bytes of the pool (`Allocator.acquire`), as a NumPy `uint8`
+    /// array whose buffer comes back to the pool once it and every view of
+    /// it are gone. A reused buffer holds earlier bytes, a new one zeros.
+    fn acquire<'py>(
+        &self,
+        py: Python<'py>,
+        size: usize,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<u8>>> {
+        if self.closed() {
+            return Err(PyRuntimeError::new_err("allocator is closed"));
+        }
+        let kind = OutputKind::Acquired as usize;
+        let buffer = self.0.allocate(kind, size).ok_or_else(|| {
+            PyMemoryError::new_err(format!("the allocator cannot allocate {size} bytes"))
+        })?;
+        BatchBuffer::into_array(py, buffer, kind, self.0.clone())
     }
 }
 

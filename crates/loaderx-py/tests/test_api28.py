@@ -445,6 +445,48 @@ def test_allocator(tmp_path) -> None:
     allocator.close()
 
 
+def test_allocator_acquire() -> None:
+    from loaderx import Allocation
+
+    with Allocator("cpu", pool_size=1 << 20) as allocator:
+        assert allocator.size_class(1000) == 1024 and allocator.size_class(0) == 1
+        region = allocator.acquire(1000, alignment=64)
+        assert isinstance(region, Allocation)
+        assert region.size == 1024 and region.alignment == 64
+        assert region.device == allocator.device == (1, 0)
+        assert region.owner_base_ptr % 64 == 0
+        grid = region.view(np.float32, (16, 16))
+        assert grid.shape == (16, 16) and grid.dtype == np.float32
+        assert grid.ctypes.data == region.owner_base_ptr
+        grid[:] = 3.5
+        flat = region.view(np.float32, 256)  # the same bytes
+        np.testing.assert_array_equal(flat, 3.5)
+        tail = region.view(np.uint8, (4,), offset=1020)
+        assert tail.ctypes.data == region.owner_base_ptr + 1020
+        for shape, offset in (((1025,), 0), ((8,), 1020)):
+            with pytest.raises(ValueError):
+                region.view(np.uint8, shape, offset)
+        region.close()
+        region.close()
+        with pytest.raises(RuntimeError):
+            region.view(np.uint8, (1,))
+        with allocator.acquire(10) as small:  # 2.8 may hand back a larger idle region
+            assert small.size >= 16 and small.alignment >= 16
+            assert small.owner_base_ptr % 16 == 0
+        with pytest.raises(RuntimeError):
+            small.view(np.uint8, (1,))
+        for bad in (3, 0, -8):
+            with pytest.raises(ValueError):
+                allocator.acquire(8, alignment=bad)
+        with pytest.raises(ValueError):
+            allocator.acquire(-1)
+        for bad_size in (1.5, True):
+            with pytest.raises(TypeError):
+                allocator.acquire(bad_size)
+    with pytest.raises(RuntimeError):
+        allocator.acquire(8)
+
+
 def test_convert_hugging_face_dataset(tmp_path) -> None:
     datasets = pytest.importorskip("datasets")
     from loaderx.converter import convert

@@ -193,6 +193,25 @@ def test_allocator_pool_reuses_dropped_batches_within_pool_size(tmp_path) -> Non
             view[0]
 
 
+def test_acquired_regions_come_from_the_pool_once_nothing_views_them() -> None:
+    allocator = Allocator("cpu", pool_size=1 << 20)
+    region = allocator.acquire(4000, alignment=256)
+    array = region.view(np.int32, (1000,))
+    array[:] = np.arange(1000)
+    region.close()
+    assert allocator.cached_bytes == 0  # `array` still views it
+    np.testing.assert_array_equal(array, np.arange(1000))
+    del array
+    idle = allocator.cached_bytes
+    assert idle >= 4096  # back in the pool
+    again = allocator.acquire(4096, alignment=256)
+    assert allocator.cached_bytes == 0  # reused: nothing idle
+    assert again.owner_base_ptr % 256 == 0
+    again.close()
+    allocator.close()
+    assert allocator.cached_bytes == 0
+
+
 def test_allocator_pool_size_bounds_idle_buffers(tmp_path) -> None:
     _big_stores(tmp_path)
     with DenseStore(tmp_path / "big") as dense:

@@ -29,13 +29,14 @@ from .compat05.zrecord import CODECS, MAX_RECORD_LEN, Zrecord
 from .errors import ERROR_CODES, ZrecordError
 from .remote import push
 from .zrecord import Dense, Ragged
-from .containers.views import Allocator  # noqa: E402 - after .zrecord, which it needs
-from ._loader28 import Loader  # noqa: E402 - after .containers.views
+from .allocator import Allocation, Allocator
+from ._loader28 import Loader
 
 #: The package version, as Cargo builds the native module.
 __version__: str = _native.__version__
 
 __all__ = [
+    "Allocation",
     "Allocator",
     "CODECS",
     "ERROR_CODES",

@@ -1,7 +1,8 @@
 from . import _lib as _lib
 from . import _native as _native
 from . import dtypes as dtypes
-from .containers.views import Allocator as Allocator
+from .allocator import Allocation as Allocation
+from .allocator import Allocator as Allocator
 from ._loader28 import Loader as Loader
 from ._sampler import Sampler as Sampler
 from ._zrecord import CODECS as CODECS
@@ -17,6 +18,7 @@ from .zrecord import Ragged as Ragged
 
 __version__: str
 __all__ = [
+    "Allocation",
     "Allocator",
     "CODECS",
     "ERROR_CODES",

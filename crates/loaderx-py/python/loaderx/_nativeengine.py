@@ -23,6 +23,42 @@ from .compat05.sampler import Sampler
 View = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], Any]
 
 
+def fixed_view(dtype: np.dtype, shape: tuple[int, ...]) -> View:
+    def view(data: np.ndarray, _offsets: np.ndarray | None, _idxs: np.ndarray) -> np.ndarray:
+        return data.view(dtype).reshape((-1, *shape))
+
+    return view
+
+
+def ragged_view(dtype: np.dtype) -> View:
+    def view(data: np.ndarray, offsets: np.ndarray | None, _idxs: np.ndarray) -> list[np.ndarray]:
+        assert offsets is not None  # the loader gives offsets for every ragged stream
+        items = data.view(dtype)
+        bounds = (offsets // dtype.itemsize).tolist()
+        return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+
+    return view
+
+
+def native_plan(name: str, stream: Any) -> tuple[tuple[str, Any, int], View] | None:
+    """How the native loader gathers `stream` and views its columns, or
+    ``None`` when it cannot (the stream is then served by Python threads)."""
+    hook = getattr(stream, "native_stream", None)
+    spec = hook(name) if callable(hook) else None
+    if spec is None:
+        return None
+    indexed = getattr(stream, "native_indexed_batch", None)
+    if callable(indexed):
+        return spec, indexed
+    custom = getattr(stream, "native_batch", None)
+    if callable(custom):
+        return spec, lambda data, offsets, _idxs: custom(data, offsets)
+    dtype = np.dtype(getattr(stream, "dtype", np.uint8))
+    if spec[2] == 0:
+        return spec, ragged_view(dtype)
+    return spec, fixed_view(dtype, tuple(stream.shape))
+
+
 class NativeEngine:
     """Batches from the native loader, as dicts of stream views."""
 

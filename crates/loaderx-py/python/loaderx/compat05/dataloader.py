@@ -70,12 +70,10 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, Callable
 
-import numpy as np
-
 from .._engine import Engine
 from .._engine import name_of as _engine_name_of
 from .._handles import _Closing
-from .._nativeengine import NativeEngine, View
+from .._nativeengine import NativeEngine, native_plan
 from .._pyengine import PyEngine
 from .._transform import TransformStage
 from ..errors import ClosedError, ContainerModeError
@@ -216,42 +214,6 @@ def _check_not_empty(streams: Mapping[str, Any], length: int) -> None:
         )
 
 
-def _fixed_view(dtype: np.dtype, shape: tuple[int, ...]) -> View:
-    def view(data: np.ndarray, _offsets: np.ndarray | None, _idxs: np.ndarray) -> np.ndarray:
-        return data.view(dtype).reshape((-1, *shape))
-
-    return view
-
-
-def _ragged_view(dtype: np.dtype) -> View:
-    def view(data: np.ndarray, offsets: np.ndarray | None, _idxs: np.ndarray) -> list[np.ndarray]:
-        assert offsets is not None  # the loader gives offsets for every ragged stream
-        items = data.view(dtype)
-        bounds = (offsets // dtype.itemsize).tolist()
-        return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
-
-    return view
-
-
-def _native_plan(name: str, stream: Any) -> tuple[tuple[str, Any, int], View] | None:
-    """How the native loader gathers `stream` and views its columns, or
-    ``None`` when it cannot (the stream is then served by Python threads)."""
-    hook = getattr(stream, "native_stream", None)
-    spec = hook(name) if callable(hook) else None
-    if spec is None:
-        return None
-    indexed = getattr(stream, "native_indexed_batch", None)
-    if callable(indexed):
-        return spec, indexed
-    custom = getattr(stream, "native_batch", None)
-    if callable(custom):
-        return spec, lambda data, offsets, _idxs: custom(data, offsets)
-    dtype = np.dtype(getattr(stream, "dtype", np.uint8))
-    if spec[2] == 0:
-        return spec, _ragged_view(dtype)
-    return spec, _fixed_view(dtype, tuple(stream.shape))
-
-
 class DataLoader(_Closing):
     """Endless iterator of batches, one value per stream.
 
@@ -336,7 +298,7 @@ class DataLoader(_Closing):
         self.world_size = sampler.world_size
         #: Records per stream in each batch this rank receives.
         self.local_batch_size = sampler.local_batch_size
-        plans = [_native_plan(name, stream) for name, stream in self.streams.items()]
+        plans = [native_plan(name, stream) for name, stream in self.streams.items()]
         self._engine: Engine | None
         if all(plan is not None for plan in plans):
             native = NativeEngine(

@@ -13,7 +13,7 @@ from .. import _native, _staging
 from .. import zrecord as _settings
 from .._handles import _OPEN, _Closing
 from ..dtypes import from_store_name
-from ..errors import ClosedError, ContainerExistsError, ContainerModeError
+from ..errors import ClosedError, ContainerModeError
 from .args import (
     DEFAULT_QUALITY,
     IMAGE_CODECS,
@@ -24,31 +24,10 @@ from .args import (
     _shards,
     _size,
 )
+from .paths import _is_url, _options, create_local, create_staged, path_text
 from .writing import _pack_files
 
 _T = TypeVar("_T", bound="_Container")
-
-
-def _missing_dirs(path: str) -> list[str]:
-    """`path` and those of its parents that do not exist, deepest first."""
-    missing = []
-    at = os.path.abspath(path)
-    while not os.path.exists(at):
-        missing.append(at)
-        parent = os.path.dirname(at)
-        if parent == at:
-            break
-        at = parent
-    return missing
-
-
-def _remove_empty(dirs: list[str]) -> None:
-    """Removes `dirs` (deepest first) while they are empty directories."""
-    for d in dirs:
-        try:
-            os.rmdir(d)
-        except OSError:
-            return
 
 
 def _reopen(
@@ -56,32 +35,6 @@ def _reopen(
 ) -> _T:
     """Unpickles a reader."""
     return cls._open(path, False, check_raw, storage_options)
-
-
-def _is_url(path: str) -> bool:
-    """Whether `path` names a store by URL (``scheme://``; a scheme of two
-    letters or more, so a Windows drive letter is a path)."""
-    scheme, sep, _ = path.partition("://")
-    return bool(sep) and len(scheme) >= 2 and all(c.isalnum() or c in "+-." for c in scheme)
-
-
-def _options(storage_options: Any) -> list[tuple[str, str]] | None:
-    """`storage_options` as the engine takes them: string keys, values
-    turned to strings (``True`` -> ``"true"``)."""
-    if storage_options is None:
-        return None
-    if not isinstance(storage_options, dict):
-        raise TypeError(
-            f"storage_options must be a dict of str to str, got {type(storage_options).__name__}"
-        )
-    out = []
-    for key, value in storage_options.items():
-        if not isinstance(key, str):
-            raise TypeError(f"storage_options keys must be str, got {key!r}")
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        out.append((key, str(value)))
-    return out
 
 
 class _Container(_Closing):
@@ -178,9 +131,7 @@ class _Container(_Closing):
         check_raw: bool,
         storage_options: dict[str, str] | None = None,
     ) -> _T:
-        shown = os.fspath(path)
-        if not isinstance(shown, str):
-            shown = os.fsdecode(shown)
+        shown = path_text(path)
         options = _options(storage_options)
         if _is_url(shown):
             if writable:
@@ -210,76 +161,17 @@ class _Container(_Closing):
         storage_options: dict[str, Any] | None = None,
         staging_dir: str | os.PathLike[str] | None = None,
     ) -> _T:
-        shown = os.fspath(path)
-        if not isinstance(shown, str):
-            shown = os.fsdecode(shown)
+        shown = path_text(path)
         codec = _codec(codec)
         found = _dtype(dtype)
-        dictionary = _dictionary(codec, dict_bytes)
-        lanes = _shards(data_shards)
+        spec = (cls._KIND, found, shape, ndim, codec, _dictionary(codec, dict_bytes), _shards(data_shards))
         options = _options(storage_options)
-        if _is_url(shown):
-            return cls._create_staged(
-                shown, options, staging_dir, found, shape, ndim, codec, dictionary, lanes
-            )
-        if options:
-            raise ValueError(
-                f"{shown} is a local path: storage_options apply to stores created at a URL"
-            )
-        if staging_dir is not None:
-            raise ValueError(
-                f"{shown} is a local path: staging_dir applies to stores created at a URL"
-            )
-        if (
-            os.path.isdir(shown)
-            and not os.path.exists(os.path.join(shown, "meta.zr"))
-            and os.listdir(shown)
-        ):
-            raise ContainerExistsError(
-                f"{shown} is a directory with other files in it: create a {cls.__name__} in a "
-                f"new or empty directory"
-            )
-        made = _missing_dirs(shown)
-        try:
-            store = _native.Store.create_typed(
-                shown, cls._KIND, _native.dtype_name(found), list(shape), ndim, codec, dictionary, lanes
-            )
-        except FileExistsError as exc:
-            raise ContainerExistsError(str(exc)) from None
-        except BaseException:
-            # A refused create leaves nothing behind: the directories it made.
-            _remove_empty(made)
-            raise
-        return cls._make(store, shown, False, True, False)
-
-    @classmethod
-    def _create_staged(
-        cls: type[_T],
-        url: str,
-        options: list[tuple[str, str]] | None,
-        staging_dir: str | os.PathLike[str] | None,
-        found: np.dtype,
-        shape: tuple[int, ...],
-        ndim: int,
-        codec: str,
-        dictionary: Any,
-        lanes: int,
-    ) -> _T:
-        """A writer for a new store at `url`: written in a local staging
-        directory, published at :meth:`close`."""
-        _staging.check_free(url, options, f"a new {cls.__name__} store")
-        staging = _staging.make_staging(staging_dir)
-        local = os.path.join(staging, "store")
-        try:
-            store = _native.Store.create_typed(
-                local, cls._KIND, _native.dtype_name(found), list(shape), ndim, codec, dictionary,
-                lanes,
-            )
-        except BaseException:
-            _staging.discard(staging)
-            raise
-        made = cls._make(store, url, False, True, False)
-        made._publish_to = (url, options, staging, local)
+        if not _is_url(shown):
+            store = create_local(shown, options, staging_dir, cls.__name__, *spec)
+            return cls._make(store, shown, False, True, False)
+        store, staging, local = create_staged(shown, options, staging_dir, cls.__name__, *spec)
+        made = cls._make(store, shown, False, True, False)
+        made._publish_to = (shown, options, staging, local)
         return made
 
     # --- the handle -------------------------------------------------------------------
@@ -487,13 +379,8 @@ class _Container(_Closing):
 
     def stats(self) -> dict[str, int]:
         """``records``, ``live_bytes``, ``chunk_bytes`` and ``reclaimable``."""
-        records, live, chunk, reclaimable = self._live().stats()
-        return {
-            "records": records,
-            "live_bytes": live,
-            "chunk_bytes": chunk,
-            "reclaimable": reclaimable,
-        }
+        keys = ("records", "live_bytes", "chunk_bytes", "reclaimable")
+        return dict(zip(keys, self._live().stats()))
 
     def has_dict(self) -> bool:
         """Whether the store's records are compressed with a zstd dictionary

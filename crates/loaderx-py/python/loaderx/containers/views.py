@@ -25,135 +25,23 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from .. import _native
+from ..allocator import Allocation, Allocator
 from ..dtypes import from_store_name
 from .dense import Dense
 from .dlpack_in import as_array
 from .ragged import Ragged
+from .ragged_batch import RaggedBatch
 
 DLTensor = _native.DLTensor
 
 #: Codecs of the 2.8 API.
 CODECS_28 = ("raw", "zstd", "zstd_dict")
-
-
-#: The DLPack device type of the CPU (``kDLCPU``).
-DL_CPU = 1
-
-#: What ``Allocator(pool_size=None)`` takes: 2.8's default for the CPU.
-DEFAULT_POOL_SIZE = 256 << 20
-
-
-def _size(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer") from None
-    if value < 0:
-        raise ValueError(f"{name} must be non-negative")
-    return int(value)
-
-
-class Allocator:
-    """Where views materialise their batches: ``Allocator("cpu")`` (the only
-    device type this build has; another is ``ValueError``), device id 0.
-
-    ``device`` is the DLPack device pair, ``(1, 0)`` for the CPU, as
-    ``DLTensor.__dlpack_device__()`` reports it. The allocator owns a pool
-    of batch buffers shared by every view bound to it: a read of at least
-    ``_native.POOLED_OUTPUT_BYTES`` is gathered into one of its buffers,
-    which returns to the pool once the consumer has dropped every array and
-    DLPack capsule of that batch, and the next read of a size it fits reuses
-    it; ``pool_size`` (bytes, default 256 MiB as in 2.8) bounds the idle
-    buffers kept (``cached_bytes``), the longest idle freed first; smaller
-    reads are plain allocations. ``close()`` frees the idle buffers; reads
-    through its views are then ``RuntimeError``, and results already read
-    stay valid.
-    """
-
-    def __init__(
-        self,
-        device_type: str = "cpu",
-        device_id: int = 0,
-        *,
-        minimum_size: int | None = None,
-        pool_size: int | None = None,
-    ) -> None:
-        if not isinstance(device_type, str):
-            raise TypeError("device_type must be a string")
-        device_type = device_type.lower()
-        if not device_type:
-            raise ValueError("device_type must be non-empty")
-        if device_type != "cpu":
-            raise ValueError(f"unsupported device_type {device_type!r}; this build has 'cpu'")
-        device_id = _size(device_id, "device_id")
-        if device_id != 0:
-            raise ValueError("CPU device_id must be 0")
-        self._device_type = device_type
-        self._device_id = device_id
-        self._minimum_size = 1 if minimum_size is None else _size(minimum_size, "size")
-        self._pool_size = DEFAULT_POOL_SIZE if pool_size is None else _size(pool_size, "size")
-        self._pool = _native.OutputPool(self._pool_size)
-
-    @property
-    def device_type(self) -> str:
-        return self._device_type
-
-    @property
-    def device_id(self) -> int:
-        return self._device_id
-
-    @property
-    def device(self) -> tuple[int, int]:
-        """The DLPack device pair: ``(1, 0)``, the CPU."""
-        return (DL_CPU, self._device_id)
-
-    @property
-    def pool_size(self) -> int:
-        """The most bytes of idle batch buffers the pool keeps."""
-        return self._pool_size
-
-    @property
-    def cached_bytes(self) -> int:
-        """The bytes of idle batch buffers the pool holds now."""
-        return int(self._pool.cached_bytes)
-
-    @property
-    def minimum_size(self) -> int:
-        """The smallest allocation 2.8's size classes start from."""
-        return self._minimum_size
-
-    def size_class(self, size: int) -> int:
-        """2.8's size class of a request of `size` bytes: the power of two
-        at or above ``max(size, minimum_size)``."""
-        size = max(_size(size, "size"), self._minimum_size)
-        return 1 << (size - 1).bit_length()
-
-    def close(self) -> None:
-        """Frees the idle buffers and refuses reads through the views
-        (idempotent); results already read stay valid."""
-        self._pool.close()
-
-    def _live_pool(self) -> Any:
-        if self._pool.closed:
-            raise RuntimeError("allocator is closed")
-        return self._pool
-
-    def __enter__(self) -> Allocator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"Allocator({self._device_type!r}, {self._device_id})"
 
 
 def _cpu_array(producer: Any, what: str, dtype: np.dtype | None = None) -> np.ndarray:
@@ -180,57 +68,6 @@ def _indices(idx: Any, length: int) -> tuple[np.ndarray, bool]:
     if idxs.size and (int(idxs.min()) < 0 or int(idxs.max()) >= length):
         raise IndexError(f"record index out of range for container of length {length}")
     return idxs.astype(np.int64, copy=False), one
-
-
-class RaggedBatch:
-    """Packed ragged records: ``values`` (1-D, the store dtype),
-    ``cu_seqlens`` (``int32``, ``n + 1`` offsets from 0) and ``shapes``
-    (``uint32``, ``(n, ndim)``); each field a DLPack producer."""
-
-    def __init__(self, values: Any, cu_seqlens: Any, shapes: Any) -> None:
-        self.values = values
-        self.cu_seqlens = cu_seqlens
-        self.shapes = shapes
-
-    @classmethod
-    def from_records(cls, records: Iterable[Any]) -> RaggedBatch:
-        """Packs a finite iterable of arrays of one dtype and rank (each
-        non-empty, at least one axis) into a new batch."""
-        arrays = [np.asarray(r) for r in records]
-        if not arrays:
-            raise ValueError("from_records needs at least one record")
-        dtype, ndim = arrays[0].dtype, arrays[0].ndim
-        for pos, a in enumerate(arrays):
-            if a.dtype != dtype or a.ndim != ndim:
-                raise ValueError(
-                    f"record {pos} is {a.dtype}[{a.ndim}-d], record 0 {dtype}[{ndim}-d]"
-                )
-            if ndim == 0 or a.size == 0:
-                raise ValueError(f"record {pos}: records have at least one axis and one element")
-        sizes = np.array([a.size for a in arrays], dtype=np.int64)
-        cu = np.zeros(len(arrays) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=cu[1:])
-        if cu[-1] > np.iinfo(np.int32).max:
-            raise ValueError("a ragged batch holds at most 2**31 - 1 values")
-        values = np.concatenate([a.reshape(-1) for a in arrays])
-        shapes = np.array([a.shape for a in arrays], dtype=np.uint32).reshape(len(arrays), ndim)
-        return cls(DLTensor._wrap(values), DLTensor._wrap(cu.astype(np.int32)), DLTensor._wrap(shapes))
-
-    def __len__(self) -> int:
-        return int(np.from_dlpack(self.shapes).shape[0])
-
-    def to_tensors(self) -> list[Any]:
-        """One zero-copy ``DLTensor`` per record, shaped as stored."""
-        values = np.from_dlpack(self.values)
-        cu = np.from_dlpack(self.cu_seqlens).tolist()
-        shapes = np.from_dlpack(self.shapes).tolist()
-        return [
-            DLTensor._wrap(values[lo:hi].reshape(shape))
-            for lo, hi, shape in zip(cu, cu[1:], shapes)
-        ]
-
-    def __repr__(self) -> str:
-        return f"RaggedBatch({len(self)} records)"
 
 
 class _Writer:
@@ -535,6 +372,7 @@ class RaggedStore(_Store):
 
 
 __all__ = [
+    "Allocation",
     "Allocator",
     "DLTensor",
     "DenseStore",
