@@ -21,28 +21,28 @@ DL_CPU = 1
 DEFAULT_POOL_SIZE = 256 << 20
 
 
-def _size(value: Any, name: str) -> int:
+def _integer(value: Any, name: str) -> int:
+    """`value` as an int: ``TypeError`` for a bool or a non-integer."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer")
     try:
-        value = operator.index(value)
+        return int(operator.index(value))
     except TypeError:
         raise TypeError(f"{name} must be an integer") from None
+
+
+def _size(value: Any, name: str) -> int:
+    value = _integer(value, name)
     if value < 0:
         raise ValueError(f"{name} must be non-negative")
-    return int(value)
+    return value
 
 
 def _power_of_two(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer") from None
+    value = _integer(value, name)
     if value < 1 or value & (value - 1):
         raise ValueError(f"{name} must be a positive power of two")
-    return int(value)
+    return value
 
 
 class Allocation:
