@@ -211,21 +211,11 @@ fn run_test() -> Result<(), Failure> {
     Ok(())
 }
 
-/// The library crates: the ones other code builds on, held to rustdoc
-/// without warnings and tested with debug assertions on.
-const LIBRARY_CRATES: [&str; 6] = [
-    "loaderx-format",
-    "loaderx-image",
-    "loaderx-store",
-    "loaderx-remote",
-    "loaderx-sampler",
-    "loaderx-loader",
-];
-
-/// `cargo <command> -p <each library crate> <rest>`.
+/// `cargo <command> -p <each library crate> <rest>`: the crates other code
+/// builds on (the ones published to crates.io).
 fn library_args<'a>(command: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![command];
-    for krate in LIBRARY_CRATES {
+    for krate in crates::PUBLISHED {
         args.extend_from_slice(&["-p", krate]);
     }
     args.extend_from_slice(rest);
