@@ -292,6 +292,85 @@ def test_close_and_exit_do_not_wait_for_user_code_that_never_returns(
     assert lines[1] == "exiting", out.stdout
 
 
+STUCK_ONCE = textwrap.dedent(
+    """
+    import sys, threading, time
+    import numpy as np
+    from loaderx import DataLoader, Dataset
+
+    root, engine = sys.argv[1], sys.argv[2]
+    ds, ls = Dataset(root + "/d"), Dataset(root + "/l")
+    started = threading.Event()
+    calls = []
+
+    def once(value):
+        # The first call never returns; every later one passes its value on.
+        calls.append(1)
+        if len(calls) == 1:
+            started.set()
+            time.sleep(3600)
+        return value
+
+    class Table:
+        def __init__(self, values):
+            self.values = values
+        def __len__(self):
+            return len(self.values)
+        def __getitems__(self, idxs):
+            return self.values[np.asarray(idxs, dtype=np.int64)]
+
+    class StuckOnce(Table):
+        def __getitems__(self, idxs):
+            return once(super().__getitems__(idxs))
+
+    table = np.arange(len(ls))
+    if engine == "native+transform":
+        loader = DataLoader(ds, ls, num_workers=1, batch_size=4, transform=once)
+    elif engine == "python+transform":
+        loader = DataLoader(Table(table), ls, num_workers=1, batch_size=4, transform=once)
+    else:
+        loader = DataLoader(StuckOnce(table), ls, num_workers=1, batch_size=4)
+    assert started.wait(60), "the user code never ran"
+    state = loader.state_dict()
+    start = time.monotonic()
+    loader.load_state_dict(state)
+    print("restored in", round(time.monotonic() - start, 1), flush=True)
+    reference = DataLoader(ds, ls, num_workers=1, batch_size=4)
+    for _ in range(3):
+        got, want = next(loader)["label"], next(reference)["label"]
+        assert np.array_equal(got, want), (got, want)
+    loader.close()
+    reference.close()
+    print("batches as before", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("engine", ["native+transform", "python+transform", "python"])
+def test_load_state_dict_does_not_wait_for_user_code_that_never_returns(
+    pair: Any, engine: str
+) -> None:
+    """A transform (or a stream's ``__getitems__``) blocked for an hour on
+    its first call: ``load_state_dict`` returns within the close bound, the
+    blocked call is left behind (its result dropped when it returns), and
+    the batches from the restored state are the ones a fresh loader yields."""
+    root = Path(pair[0].path).parent
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", STUCK_ONCE, str(root), engine],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"load_state_dict() waited for user code: {exc.stdout!r}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0].startswith("restored in "), out.stdout
+    assert float(lines[0].split()[-1]) <= CLOSE_BOUND, out.stdout
+    assert lines[1] == "batches as before", out.stdout + out.stderr
+
+
 HUGE_SETTING = textwrap.dedent(
     """
     import sys

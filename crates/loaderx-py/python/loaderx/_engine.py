@@ -12,9 +12,11 @@ only ever calls these four methods, whichever it holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
 #: Seconds between checks of a stop flag (and, in ``next()``, for Ctrl-C).
@@ -73,14 +75,18 @@ class Threaded:
     """Threads producing batches under one condition, for an engine that
     hands them out in order.
 
-    A subclass implements ``_run`` (the body of each thread) and, called
-    with the condition held, ``_ready`` (is the next item there?), ``_pop``
-    (take it, as ``(ok, value)``) and ``_discard`` (drop all). Stopping never
-    hangs: the threads finish at most the batch they are on, and a consumer
-    waiting in ``_take`` gets ``StopIteration``. ``close()`` waits at most
-    ``CLOSE_WAIT`` for the threads: one still running user code is left
-    behind (a daemon thread, which finds the engine stopped when the user
-    code returns). In a child forked after the
+    A subclass implements ``_run(gen)`` (the body of each thread of
+    generation `gen`, which ends once ``_gone(gen)``), runs user code inside
+    ``with self._user():`` and, called with the condition held, ``_ready``
+    (is the next item there?), ``_pop`` (take it, as ``(ok, value)``) and
+    ``_discard`` (drop all). Stopping never hangs: the threads finish at
+    most the batch they are on, and a consumer waiting in ``_take`` gets
+    ``StopIteration``. ``close()`` and a restart (``restore``) wait at most
+    ``CLOSE_WAIT`` for a thread running user code: past that it is left
+    behind (a daemon thread, which finds its generation gone when the user
+    code returns, and drops what it made). A restart waits for a thread in
+    the engine's own calls until it is out of them, so the new threads never
+    race the old ones for the engine's state. In a child forked after the
     threads started, their condition may have been held at the fork by a
     thread that does not exist there, so stopping touches nothing (the child
     just stops using the engine) and taking raises ``RuntimeError``.
@@ -91,8 +97,12 @@ class Threaded:
         self.cond = threading.Condition()
         self.stopped = False
         self.threads: list[threading.Thread] = []
+        #: Bumped by each start: a thread of an older one ends at its next check.
+        self.generation = 0
+        #: Idents of the threads running user code now.
+        self.in_user: set[int] = set()
 
-    def _run(self) -> None:
+    def _run(self, gen: int) -> None:
         raise NotImplementedError
 
     def _ready(self) -> bool:
@@ -106,9 +116,31 @@ class Threaded:
 
     def _spawn(self, names: list[str]) -> None:
         self.stopped = False
-        self.threads = [threading.Thread(target=self._run, name=n, daemon=True) for n in names]
+        self.generation += 1
+        gen = self.generation
+        self.threads = [
+            threading.Thread(target=self._run, args=(gen,), name=n, daemon=True) for n in names
+        ]
         for thread in self.threads:
             thread.start()
+
+    def _gone(self, gen: int) -> bool:
+        """Whether a thread of generation `gen` is to end (condition held):
+        the engine stopped, or started again since."""
+        return self.stopped or gen != self.generation
+
+    @contextlib.contextmanager
+    def _user(self) -> Iterator[None]:
+        """Marks the calling thread as running user code, which touches
+        none of the engine's state (a restart need not wait for it)."""
+        me = threading.get_ident()
+        with self.cond:
+            self.in_user.add(me)
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.in_user.discard(me)
 
     def _take(self) -> Any:
         """The next item, once there: its value, or the exception it failed
@@ -128,10 +160,11 @@ class Threaded:
             raise value
         return value
 
-    def _stop(self, wait: float | None = None) -> None:
-        """Stops the threads and waits for them: until they end (a restore,
-        which restarts them from a new position, must not race with them),
-        or at most `wait` seconds in all (``close``)."""
+    def _stop(self, *, restart: bool = False) -> None:
+        """Stops the threads and waits for them, at most ``CLOSE_WAIT``
+        seconds in all for threads running user code. For a `restart` (a
+        restore, which starts threads from a new position), a thread in the
+        engine's own calls is waited for until it leaves them."""
         if os.getpid() != self.pid:
             return
         with self.cond:
@@ -139,7 +172,12 @@ class Threaded:
             self._discard()
             self.cond.notify_all()
         current = threading.current_thread()
-        deadline = None if wait is None else time.monotonic() + wait
+        deadline = time.monotonic() + CLOSE_WAIT
         for thread in self.threads:
-            if thread is not current:
-                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if thread is current:
+                continue
+            while thread.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0 and (not restart or thread.ident in self.in_user):
+                    break
+                thread.join(POLL if restart else left)

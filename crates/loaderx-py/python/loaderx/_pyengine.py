@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import _native
-from ._engine import CLOSE_WAIT, POLL, Threaded, call_user, name_of
+from ._engine import POLL, Threaded, call_user, name_of
 from .compat05.sampler import Sampler
 
 
@@ -63,13 +63,13 @@ class PyEngine(Threaded):
     def _discard(self) -> None:
         self.ready.clear()
 
-    def _run(self) -> None:
+    def _run(self, gen: int) -> None:
         cond = self.cond
         while True:
             with cond:
-                while not self.stopped and self.issued >= self.delivered + self.prefetch:
+                while not self._gone(gen) and self.issued >= self.delivered + self.prefetch:
                     cond.wait(POLL)
-                if self.stopped:
+                if self._gone(gen):
                     return
                 seq = self.issued
                 try:
@@ -81,18 +81,19 @@ class PyEngine(Threaded):
                     continue
                 self.issued += 1
             try:
-                batch = {
-                    name: call_user(s.__getitems__, idxs, self.stream_what[name])
-                    for name, s in self.streams.items()
-                }
-                item: tuple[bool, Any] = (
-                    True,
-                    call_user(self.transform, batch, self.transform_what),
-                )
+                with self._user():
+                    batch = {
+                        name: call_user(s.__getitems__, idxs, self.stream_what[name])
+                        for name, s in self.streams.items()
+                    }
+                    item: tuple[bool, Any] = (
+                        True,
+                        call_user(self.transform, batch, self.transform_what),
+                    )
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 item = (False, exc)
             with cond:
-                if self.stopped:
+                if self._gone(gen):
                     return
                 self.ready[seq] = item
                 cond.notify_all()
@@ -108,7 +109,7 @@ class PyEngine(Threaded):
 
     def restore(self, state: dict[str, Any]) -> None:
         current = self.state()
-        self._stop()
+        self._stop(restart=True)
         try:
             self.sampler.load_state_dict(_native.sampler_state_of(state, self.names))
         except BaseException:
@@ -118,4 +119,4 @@ class PyEngine(Threaded):
             self._start()
 
     def close(self) -> None:
-        self._stop(CLOSE_WAIT)  # not longer: the workers run user code
+        self._stop()  # at most CLOSE_WAIT: the workers run user code

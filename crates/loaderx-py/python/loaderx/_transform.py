@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._engine import CLOSE_WAIT, POLL, Threaded, call_user, name_of
+from ._engine import POLL, Threaded, call_user, name_of
 from ._nativeengine import NativeEngine
 
 
@@ -45,13 +45,13 @@ class TransformStage(Threaded):
     def _discard(self) -> None:
         self.items.clear()
 
-    def _run(self) -> None:
+    def _run(self, gen: int) -> None:
         cond = self.cond
         while True:
             with cond:
-                while not self.stopped and len(self.items) >= self.prefetch:
+                while not self._gone(gen) and len(self.items) >= self.prefetch:
                     cond.wait(POLL)
-                if self.stopped:
+                if self._gone(gen):
                     return
             step = -1
             try:
@@ -59,15 +59,16 @@ class TransformStage(Threaded):
                 if got is None:  # the native loader was closed
                     return
                 step, batch = got
-                item: tuple[int, bool, Any] = (
-                    step,
-                    True,
-                    call_user(self.transform, batch, self.what),
-                )
+                with self._user():
+                    item: tuple[int, bool, Any] = (
+                        step,
+                        True,
+                        call_user(self.transform, batch, self.what),
+                    )
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer
                 item = (step, False, exc)
             with cond:
-                if self.stopped:
+                if self._gone(gen):
                     return
                 self.items.append(item)
                 cond.notify_all()
@@ -83,7 +84,7 @@ class TransformStage(Threaded):
 
     def restore(self, state: dict[str, Any]) -> None:
         current = self.state()
-        self._stop()
+        self._stop(restart=True)
         try:
             self.source.restore(state)
         except BaseException:
@@ -96,4 +97,4 @@ class TransformStage(Threaded):
 
     def close(self) -> None:
         self.source.close()  # wakes the stage thread if it waits in the source
-        self._stop(CLOSE_WAIT)  # not longer: the stage thread runs the transform
+        self._stop()  # at most CLOSE_WAIT: the stage thread runs the transform
