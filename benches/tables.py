@@ -382,7 +382,7 @@ def targets_table(rows: list[dict[str, Any]]) -> str:
     return table(["target", "measured", "goal", "result"], body, right={1, 2})
 
 
-def compare_report(result: dict[str, Any]) -> str:
+def compare_report(result: dict[str, Any], targets: bool = True) -> str:
     """The Python-side comparison of a ``compare.py`` run, as markdown."""
     w = result["workload"]
     parts = [machine_line(result["machine"])]
@@ -424,7 +424,7 @@ def compare_report(result: dict[str, Any]) -> str:
             "",
             loader_table(result["loader"]),
         ]
-    if result.get("targets"):
+    if targets and result.get("targets"):
         parts += ["", "**Targets**", "", targets_table(result["targets"])]
     return "\n".join(parts)
 
@@ -479,7 +479,7 @@ def compare_blocks(result: dict[str, Any]) -> dict[str, str]:
         "sampler": sampler_criterion_table(benches),
         "loader": criterion_table(benches, "loader-raw") + "\n\n" + criterion_table(benches, "loader-flate"),
         "rust-targets": rust_targets_table(benches),
-        "python": compare_report(result),
+        "python": compare_report(result, targets=False),
         "python-targets": targets_table(result["targets"]) if result.get("targets") else "(no targets in this run)",
         "summary": summary(result),
     }

@@ -1,6 +1,6 @@
 //! Gather speed of DEFLATE records in this build: libdeflate (default
 //! features) or flate2 (`--no-default-features --features
-//! deflate-flate2,lz4`). Run both and compare (`docs/BENCHMARKS.md`):
+//! deflate-flate2,lz4`). Run both and compare (`docs/bench/rust.md`):
 //!
 //! ```text
 //! cargo bench -p loaderx-benches --bench deflate_gather

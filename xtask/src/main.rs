@@ -71,9 +71,9 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test            fmt check, clippy, rustdoc, cargo tests (dev profile for the
-                  library crates, then release), Python package tests, stubtest,
-                  benchmark-script smoke run, fuzz smoke run
+  test            fmt check, clippy, rustdoc, cargo tests (the `checked` profile:
+                  optimised, debug assertions on, no LTO), Python package tests,
+                  stubtest, benchmark-script smoke run, fuzz smoke run
   codecs          the codec feature checks alone: the no-C build of loaderx-store
                   (deflate-flate2,lz4) and its tests; libdeflate <-> flate2 stores
   demo            build the package, convert a synthetic dataset with every codec,

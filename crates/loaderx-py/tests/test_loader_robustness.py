@@ -323,9 +323,20 @@ STUCK_ONCE = textwrap.dedent(
         def __getitems__(self, idxs):
             return once(super().__getitems__(idxs))
 
+    class Hooked:
+        # A natively gathered stream whose batch hook is user code.
+        def __len__(self):
+            return len(ds)
+        def native_stream(self, name):
+            return ds.native_stream(name)
+        def native_batch(self, data, offsets):
+            return once(data)
+
     table = np.arange(len(ls))
     if engine == "native+transform":
         loader = DataLoader(ds, ls, num_workers=1, batch_size=4, transform=once)
+    elif engine == "native hook":
+        loader = DataLoader(Hooked(), ls, num_workers=1, batch_size=4, transform=lambda b: b)
     elif engine == "python+transform":
         loader = DataLoader(Table(table), ls, num_workers=1, batch_size=4, transform=once)
     else:
@@ -346,12 +357,12 @@ STUCK_ONCE = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("engine", ["native+transform", "python+transform", "python"])
+@pytest.mark.parametrize("engine", ["native+transform", "native hook", "python+transform", "python"])
 def test_load_state_dict_does_not_wait_for_user_code_that_never_returns(
     pair: Any, engine: str
 ) -> None:
-    """A transform (or a stream's ``__getitems__``) blocked for an hour on
-    its first call: ``load_state_dict`` returns within the close bound, the
+    """A transform (or a stream's ``__getitems__`` or ``native_batch``
+    hook) blocked for an hour on its first call: ``load_state_dict`` returns within the close bound, the
     blocked call is left behind (its result dropped when it returns), and
     the batches from the restored state are the ones a fresh loader yields."""
     root = Path(pair[0].path).parent

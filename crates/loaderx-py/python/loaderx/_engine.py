@@ -22,9 +22,10 @@ from typing import Any, Callable, Protocol
 #: Seconds between checks of a stop flag (and, in ``next()``, for Ctrl-C).
 POLL = 0.1
 
-#: Longest ``close()`` waits for threads to finish the batch they are on.
-#: A thread still running user code (a ``transform``, a duck-typed
-#: stream's ``__getitems__``) after that is not waited for: it is a daemon
+#: Longest ``close()`` and ``load_state_dict()`` wait for threads to
+#: finish the batch they are on. A thread still running user code (a
+#: ``transform``, a duck-typed stream's ``__getitems__``, a stream's
+#: ``native_batch`` hook) after that is not waited for: it is a daemon
 #: thread, and what it produces is dropped.
 CLOSE_WAIT = 1.0
 
@@ -115,9 +116,12 @@ class Threaded:
         raise NotImplementedError
 
     def _spawn(self, names: list[str]) -> None:
-        self.stopped = False
-        self.generation += 1
-        gen = self.generation
+        with self.cond:
+            # The new generation first: a thread of the old one that takes
+            # the lock now must already see itself gone.
+            self.generation += 1
+            gen = self.generation
+            self.stopped = False
         self.threads = [
             threading.Thread(target=self._run, args=(gen,), name=n, daemon=True) for n in names
         ]

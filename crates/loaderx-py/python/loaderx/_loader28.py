@@ -132,14 +132,10 @@ class _ShardedNative(NativeEngine):
     """The native engine, each batch turned from ``{name: [shard, ...]}``
     into ``[{name: shard}, ...]``."""
 
-    # The batch is a list of shards where the parent's is a dict: `Any`.
-    def next_with_step(self) -> tuple[int, Any] | None:
-        got = super().next_with_step()
-        if got is None:
-            return None
-        step, by_name = got
+    def batch_of(self, got: tuple[int, Any, Any]) -> Any:
+        by_name = super().batch_of(got)
         parts = len(next(iter(by_name.values())))
-        return step, [{name: by_name[name][p] for name in by_name} for p in range(parts)]
+        return [{name: by_name[name][p] for name in by_name} for p in range(parts)]
 
 
 def _native_engine(

@@ -86,18 +86,27 @@ class NativeEngine:
             lookahead,
         )
 
-    def next_with_step(self) -> tuple[int, dict[str, Any]] | None:
-        """``(step, batch)`` of the next batch, or ``None`` once closed; a
-        failed batch raises its error."""
-        got = self.loader.next()
-        if got is None:
-            return None
-        step, idxs, columns = got
-        batch = {
+    def next_columns(self) -> tuple[int, Any, Any] | None:
+        """The next batch as the native loader hands it out, ``(step,
+        indices, columns)``, or ``None`` once closed; a failed batch raises
+        its error. Runs no user code."""
+        got: tuple[int, Any, Any] | None = self.loader.next()
+        return got
+
+    def batch_of(self, got: tuple[int, Any, Any]) -> Any:
+        """The batch of `got` (from ``next_columns``): each stream's view of
+        its column, which may run a stream's own hook (user code)."""
+        _step, idxs, columns = got
+        return {
             name: view(data, offsets, idxs)
             for name, view, (data, offsets) in zip(self.names, self.views, columns)
         }
-        return step, batch
+
+    def next_with_step(self) -> tuple[int, Any] | None:
+        """``(step, batch)`` of the next batch, or ``None`` once closed; a
+        failed batch raises its error."""
+        got = self.next_columns()
+        return None if got is None else (got[0], self.batch_of(got))
 
     def next(self) -> dict[str, Any]:
         got = self.next_with_step()

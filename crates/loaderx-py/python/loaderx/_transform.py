@@ -55,11 +55,12 @@ class TransformStage(Threaded):
                     return
             step = -1
             try:
-                got = self.source.next_with_step()
+                got = self.source.next_columns()
                 if got is None:  # the native loader was closed
                     return
-                step, batch = got
-                with self._user():
+                step = got[0]
+                with self._user():  # the streams' hooks and the transform
+                    batch = self.source.batch_of(got)
                     item: tuple[int, bool, Any] = (
                         step,
                         True,
