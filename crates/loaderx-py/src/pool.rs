@@ -354,9 +354,17 @@ impl BufferAllocator for SharedPool {
             let mut free = self.0.free.lock().unwrap_or_else(PoisonError::into_inner);
             free.get_mut(stream).and_then(|list| {
                 // The most recently returned buffer that fits (its pages are
-                // the likeliest to be cached); a ragged stream's batches vary
-                // in size.
-                let at = list.iter().rposition(|b| b.cap >= len)?;
+                // the likeliest to be cached; a ragged stream's batches vary
+                // in size), or for `Allocator.acquire`, whose requests vary
+                // widely, the smallest that fits: a small region must not
+                // tie up a large buffer.
+                let at = if stream == OutputKind::Acquired as usize {
+                    (0..list.len())
+                        .filter(|&i| list[i].cap >= len)
+                        .min_by_key(|&i| list[i].cap)?
+                } else {
+                    list.iter().rposition(|b| b.cap >= len)?
+                };
                 let buf = list.remove(at);
                 self.0.idle_bytes.fetch_sub(buf.cap, Ordering::Relaxed);
                 Some(buf)

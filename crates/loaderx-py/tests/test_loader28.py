@@ -208,6 +208,15 @@ def test_acquired_regions_come_from_the_pool_once_nothing_views_them() -> None:
     assert allocator.cached_bytes == 0  # reused: nothing idle
     assert again.owner_base_ptr % 256 == 0
     again.close()
+    del again
+    # A small request takes the smallest idle region that fits, not a large one.
+    big, small = allocator.acquire(64 << 10), allocator.acquire(100)
+    big_at, small_at = big.owner_base_ptr, small.owner_base_ptr
+    del small  # returned first: the most recent idle region is the big one
+    del big
+    assert allocator.cached_bytes >= (64 << 10) + 128
+    tiny = allocator.acquire(50)
+    assert tiny.owner_base_ptr == small_at != big_at
     allocator.close()
     assert allocator.cached_bytes == 0
 
