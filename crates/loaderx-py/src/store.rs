@@ -46,6 +46,12 @@ use crate::pool::{Output, OutputKind, OutputPool, SharedPool, output_pool};
 use crate::typed::{self, Engine};
 use crate::writer::Behind;
 
+/// The largest gather (in output bytes) of a local store run with the GIL
+/// held ([`Handle::selected_inline`]): a serial copy of this size takes a
+/// few microseconds, which is what a release and retake of the GIL costs
+/// with another thread waiting for it (docs/ARCHITECTURE.md, "The GIL").
+const INLINE_GATHER_BYTES: usize = 64 << 10;
+
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
 pub(crate) struct Store {
     handle: Arc<Handle>,
@@ -258,6 +264,35 @@ impl Handle {
             Err(refusal) => Ok(Err(refusal)),
         })?
         .map_err(|refusal| refusal.into_err(py))
+    }
+
+    /// [`selected`](Self::selected) for a gather of at most
+    /// [`INLINE_GATHER_BYTES`]: run on the calling thread with the GIL held
+    /// when the shared lock is free now and the store is local, since
+    /// releasing and retaking the GIL costs more than such a copy, and can
+    /// hand the GIL to another thread for a whole switch interval. Any
+    /// other case (a writer holding the lock, a remote store, whose reads
+    /// wait on the network) goes through `selected`.
+    fn selected_inline<T, F>(&self, py: Python<'_>, selection: Selection, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(&Engine, Resolved) -> loaderx_store::Result<T> + Send,
+    {
+        if !self.closed.load(Ordering::Acquire)
+            && let Ok(guard) = self.engine.try_read()
+            && let Some(engine) = guard.as_ref()
+            && engine.storage().remote().is_none()
+        {
+            let outcome = match selection.resolve(engine.len(), &self.path) {
+                Ok(resolved) => f(engine, resolved).map(Ok),
+                Err(refusal) => Ok(Err(refusal)),
+            };
+            drop(guard);
+            return outcome
+                .map_err(|err| store_error(py, err))?
+                .map_err(|refusal| refusal.into_err(py));
+        }
+        self.selected(py, selection, f)
     }
 
     /// Runs `f` on the engine under the exclusive lock, with the GIL released.
@@ -798,6 +833,7 @@ impl Store {
         let small = selection
             .count()
             .filter(|&rows| rows.saturating_mul(item_len) < crate::pool::POOLED_OUTPUT_BYTES);
+        let inline = small.is_some_and(|rows| rows.saturating_mul(item_len) <= INLINE_GATHER_BYTES);
         let (out, one) = if let Some(rows) = small {
             let mut one = false;
             // SAFETY: `item_len` is `row_len(proto)`, asked above; and
@@ -807,13 +843,18 @@ impl Store {
             // before any is copied) and reads none.
             let out = unsafe {
                 arrays::new_rows_like(py, proto, item_len, rows, |dst| {
-                    one = self.handle.selected(py, selection, |engine, resolved| {
+                    let gather = |engine: &Engine, resolved: Resolved| {
                         if resolved.idxs.len() != rows {
                             return Err(loaderx_store::Error::OutOfMemory { bytes: u64::MAX });
                         }
                         engine.gather_exact(&resolved.idxs, dst, item_len)?;
                         Ok(resolved.one)
-                    })?;
+                    };
+                    one = if inline {
+                        self.handle.selected_inline(py, selection, gather)?
+                    } else {
+                        self.handle.selected(py, selection, gather)?
+                    };
                     Ok(())
                 })?
             };

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -293,3 +294,51 @@ def test_gather_like_declines_what_it_does_not_handle(tmp_path: Path) -> None:
             store.gather_like(idx, np.empty((0, 512), dtype=np.uint8))
     finally:
         store.close()
+
+
+#: Run in a child: a thread spins in Python while the main thread, with a
+#: switch interval of 1,000 s, reads 16 labels 1,000 times. Had a read let
+#: go of the GIL, the spinner would take it (it does on a good part of such
+#: reads) and keep it for the whole interval (it never waits), and the
+#: child would not print before the test's timeout.
+INLINE_READ = """
+import sys, threading
+import numpy as np
+from loaderx.zrecord import Dense
+reader = Dense.open(sys.argv[1])
+idx = np.array([7, 3, 900, 0, 5, 1, 2, 4, 8, 9, 10, 11, 12, 13, 14, 999])
+assert (reader[idx] == idx).all()  # warm: chunk files and tables open
+stop = False
+def spin():
+    while not stop:
+        pass
+spinner = threading.Thread(target=spin)
+spinner.start()
+sys.setswitchinterval(1000.0)
+for _ in range(1000):
+    got = reader[idx]
+stop = True
+sys.setswitchinterval(0.005)
+spinner.join()
+print("read", int(got.sum()))
+"""
+
+
+def test_a_small_local_read_keeps_the_gil(tmp_path: Path) -> None:
+    """A gather of a few labels runs with the GIL held: a thread waiting
+    for the GIL cannot take it mid-read and keep it for a switch interval
+    (docs/ARCHITECTURE.md, "The GIL")."""
+
+    with Dense.create(tmp_path / "labels", np.int64, (), codec="raw") as w:
+        w.append(np.arange(1000, dtype=np.int64))
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", INLINE_READ, str(tmp_path / "labels")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a 128-byte read let go of the GIL: a spinning thread kept it")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["read", "1998"]  # the 16 labels' sum

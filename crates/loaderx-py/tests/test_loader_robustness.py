@@ -216,6 +216,23 @@ def test_close_wakes_a_consumer_blocked_in_next(pair: Any, engine: str) -> None:
         next(loader)
 
 
+def run_script(script: str, root: Path, engine: str, timeout: float, waiter: str) -> list[str]:
+    """The output lines of `script` run by a new interpreter with arguments
+    `root` and `engine`. The test fails if it has not exited after `timeout`
+    seconds (`waiter` waited for user code) or exits with an error."""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(root), engine],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{waiter} waited for user code: {exc.stdout!r}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.split("\n")
+
+
 BLOCKED_USER_CODE = textwrap.dedent(
     """
     import sys, threading, time
@@ -276,20 +293,11 @@ def test_close_and_exit_do_not_wait_for_user_code_that_never_returns(
     exit with such a loader still open. The thread running the user code is
     not joined (a daemon thread, its result dropped)."""
     root = Path(pair[0].path).parent
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", BLOCKED_USER_CODE, str(root), engine],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"close() or the interpreter's exit waited for user code: {exc.stdout!r}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.split("\n")
-    assert lines[0].startswith("closed in "), out.stdout
-    assert float(lines[0].split()[-1]) <= CLOSE_BOUND, out.stdout
-    assert lines[1] == "exiting", out.stdout
+    waiter = "close() or the interpreter's exit"
+    lines = run_script(BLOCKED_USER_CODE, root, engine, 60, waiter)
+    assert lines[0].startswith("closed in "), lines
+    assert float(lines[0].split()[-1]) <= CLOSE_BOUND, lines
+    assert lines[1] == "exiting", lines
 
 
 STUCK_ONCE = textwrap.dedent(
@@ -366,20 +374,10 @@ def test_load_state_dict_does_not_wait_for_user_code_that_never_returns(
     blocked call is left behind (its result dropped when it returns), and
     the batches from the restored state are the ones a fresh loader yields."""
     root = Path(pair[0].path).parent
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", STUCK_ONCE, str(root), engine],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"load_state_dict() waited for user code: {exc.stdout!r}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.split("\n")
-    assert lines[0].startswith("restored in "), out.stdout
-    assert float(lines[0].split()[-1]) <= CLOSE_BOUND, out.stdout
-    assert lines[1] == "batches as before", out.stdout + out.stderr
+    lines = run_script(STUCK_ONCE, root, engine, 60, "load_state_dict()")
+    assert lines[0].startswith("restored in "), lines
+    assert float(lines[0].split()[-1]) <= CLOSE_BOUND, lines
+    assert lines[1] == "batches as before", lines
 
 
 HUGE_SETTING = textwrap.dedent(

@@ -772,7 +772,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
 /// `arena`, grown to `total` bytes if shorter and otherwise reused as it
 /// is, pages and all (fresh memory costs a page fault per page, and an
 /// append's windows are as large as glibc's allocator then maps afresh
-/// each time). Returns each record's slot in the arena and what was stored.
+/// each time). A fresh arena is not filled: its pages are first touched by
+/// the workers that encode into them ([`crate::hints::zeroed_buffer`]). Returns each record's slot in the arena and what was stored.
 fn encode_all(
     codec: CodecId,
     encode: &EncodeFn<'_>,
@@ -802,11 +803,8 @@ fn encode_all(
     }
     if arena.len() < total as usize {
         *arena = Vec::new();
-        arena
-            .try_reserve_exact(total as usize)
-            .map_err(|_| Error::OutOfMemory { bytes: total })?;
-        crate::hints::advise_huge_pages(arena.spare_capacity_mut());
-        arena.resize(total as usize, 0);
+        *arena = crate::hints::zeroed_buffer(total as usize)
+            .ok_or(Error::OutOfMemory { bytes: total })?;
     }
     let mut slots = Vec::with_capacity(n);
     let mut at = 0usize;

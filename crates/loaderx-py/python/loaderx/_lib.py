@@ -1,14 +1,23 @@
-"""Locate the native extension.
+"""Locate the native extension; check the integer arguments of the pure-Python
+2.8 classes.
 
 loaderx 0.5.x shipped one shared library per component (``zrecord``,
 ``sampler``) and exposed their paths here; code and tests that print or check
 those paths keep working. Every component now lives in one extension module,
 ``loaderx._native``, so every known stem resolves to that file.
+
+:func:`checked_integer` is the one integer check of ``Allocator``,
+``Allocation``, ``Loader`` and ``Sampler``, with the error types and messages
+their tests pin (2.8's and ours).
 """
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 #: Directory holding the extension module.
 LIB_DIR = Path(__file__).resolve().parent
@@ -37,3 +46,45 @@ def path(stem: str) -> str:
             "`maturin develop --release` in crates/loaderx-py or `pip install ./crates/loaderx-py`"
         )
     return str(Path(found).resolve())
+
+
+def checked_integer(
+    value: Any,
+    name: str,
+    low: int | None = None,
+    high: int | None = None,
+    *,
+    must_be: str = "",
+    strict: bool = True,
+) -> int:
+    """`value` as an int (by ``operator.index``) within ``low..high``, both
+    inclusive, ``None`` leaving that side open.
+
+    Args:
+        value: The argument as given.
+        name: The argument's name, first word of every message.
+        low, high: The bounds.
+        must_be: What an argument outside the bounds should have been: the
+            message is ``f"{name} must be {must_be}"``.
+        strict: ``True`` refuses a bool (NumPy's too) and turns every
+            refusal of ``operator.index`` into ``f"{name} must be an
+            integer"``. ``False`` takes what ``operator.index`` takes
+            (``True`` is 1) and lets its own ``TypeError`` through, as
+            :class:`loaderx.sampler.Sampler` does.
+
+    Raises:
+        TypeError: `value` is not an integer.
+        ValueError: `value` is outside the bounds.
+    """
+    if not strict:
+        number = operator.index(value)
+    elif isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer")
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{name} must be an integer") from None
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise ValueError(f"{name} must be {must_be}")
+    return number

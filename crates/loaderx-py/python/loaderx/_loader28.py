@@ -31,13 +31,13 @@ dicts ``{name: value}``, passed through ``transform``. The loader is endless
 
 from __future__ import annotations
 
-import operator
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 
 from ._engine import Engine
+from ._lib import checked_integer
 from ._nativeengine import NativeEngine
 from ._transform import TransformStage
 from .containers.views import DenseView, DLTensor, RaggedBatch, RaggedView, _Store, _Writer
@@ -46,15 +46,6 @@ from .sampler import _NATIVE_MODE, _U64_MAX, Sampler
 
 def _identity(shards: Any) -> Any:
     return shards
-
-
-def _index(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer") from None
 
 
 def _check_streams(streams: dict[str, Any]) -> None:
@@ -216,12 +207,8 @@ class Loader:
         if not callable(transform):
             raise TypeError(f"transform must be callable, got {transform!r}")
         self.transform = transform
-        self.workers = _index(workers, "workers")
-        if self.workers < 0:
-            raise ValueError("workers must be non-negative")
-        self.prefetch = _index(prefetch, "prefetch")
-        if self.prefetch < 1:
-            raise ValueError("prefetch must be positive")
+        self.workers = checked_integer(workers, "workers", 0, must_be="non-negative")
+        self.prefetch = checked_integer(prefetch, "prefetch", 1, must_be="positive")
         if self.workers:
             self._engine = _native_engine(
                 self.streams, sampler, self.workers, self.prefetch, transform

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _native
+from ._lib import checked_integer
 
 #: The DLPack device type of the CPU (``kDLCPU``).
 DL_CPU = 1
@@ -21,25 +22,12 @@ DL_CPU = 1
 DEFAULT_POOL_SIZE = 256 << 20
 
 
-def _integer(value: Any, name: str) -> int:
-    """`value` as an int: ``TypeError`` for a bool or a non-integer."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer")
-    try:
-        return int(operator.index(value))
-    except TypeError:
-        raise TypeError(f"{name} must be an integer") from None
-
-
 def _size(value: Any, name: str) -> int:
-    value = _integer(value, name)
-    if value < 0:
-        raise ValueError(f"{name} must be non-negative")
-    return value
+    return checked_integer(value, name, 0, must_be="non-negative")
 
 
 def _power_of_two(value: Any, name: str) -> int:
-    value = _integer(value, name)
+    value = checked_integer(value, name)
     if value < 1 or value & (value - 1):
         raise ValueError(f"{name} must be a positive power of two")
     return value

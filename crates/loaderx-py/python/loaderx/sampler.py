@@ -27,12 +27,12 @@ meaning.
 from __future__ import annotations
 
 import enum
-import operator
 from typing import Any
 
 import numpy as np
 
 from . import _native
+from ._lib import checked_integer
 
 _U64_MAX = (1 << 64) - 1
 
@@ -41,10 +41,8 @@ _NATIVE_MODE = {0: 0, 1: 1, 2: 3}
 
 
 def _bounded(name: str, value: Any, low: int) -> int:
-    value = operator.index(value)
-    if not low <= value <= _U64_MAX:
-        raise ValueError(f"{name} must be in {low}..2^64-1")
-    return value
+    # Not strict: bools pass as 0 and 1; a non-integer is operator.index's TypeError.
+    return checked_integer(value, name, low, _U64_MAX, must_be=f"in {low}..2^64-1", strict=False)
 
 
 class Sampler:
@@ -61,9 +59,8 @@ class Sampler:
     def __init__(self, length: int, batch_size: int, mode: int, seed: int = 42) -> None:
         length = _bounded("length", length, 1)
         batch_size = _bounded("batch_size", batch_size, 1)
-        mode = operator.index(mode)
-        if mode not in (0, 1, 2):
-            raise ValueError("mode must be Sampler.Mode.SEQUENTIAL, IID, or CYCLIC")
+        modes = "Sampler.Mode.SEQUENTIAL, IID, or CYCLIC"
+        mode = checked_integer(mode, "mode", 0, 2, must_be=modes, strict=False)
         seed = _bounded("seed", seed, 0)
         self._length = length
         self._batch_size = batch_size

@@ -131,10 +131,11 @@ class Dense(_Container):
         """Add one record per slice of `array` along axis 0 (at least one:
         ``ValueError`` otherwise; a 0-d array on a scalar store is one); its
         dtype and ``shape[1:]`` must be ``dtype`` and ``item_shape`` exactly. The array
-        is written from its own memory (no copy when C-contiguous), or, by a
-        writer of a compressing codec, copied and written behind the call
-        (``WRITE_BEHIND_AT_LEAST``): a write error is then raised by the next
-        call on the writer (``append``, ``len``, ``sync`` or ``close``). An
+        is written from its own memory (no copy when C-contiguous); a writer
+        of a compressing codec copies its last ``WRITE_CHUNK_BYTES`` block
+        (all of it when smaller; ``WRITE_BEHIND_AT_LEAST``) and writes that
+        behind the call: a write error is then raised by the next call on
+        the writer (``append``, ``len``, ``sync`` or ``close``). An
         array that views a read-only memory map (``np.load(...,
         mmap_mode="r")``) is always written before the call returns, from
         the map."""
@@ -173,15 +174,19 @@ class Dense(_Container):
         # of 147 KiB records, until durable: 3.2 s with copies written
         # behind, 2.6 s written now from the map).
         read_only_map = mapped is not None and mapped.mode == "r"
-        if self._writes_behind(array.nbytes) and not read_only_map:
-            for start in range(0, array.shape[0], step):
-                block = array[start : start + step]
+        behind = self._writes_behind(array.nbytes) and not read_only_map
+        for start in range(0, array.shape[0], step):
+            block = array[start : start + step]
+            if behind and start + step >= array.shape[0]:
+                # Only the last block is copied (into fresh memory, unless a
+                # finished write's buffer is spare) and written behind. The
+                # call waits for the ones before it in any case, so they are
+                # written from the caller's memory: a copy of each would
+                # only add a pass over fresh memory.
                 owned = self._owned(block)
                 _release_pages(source, block)
                 store.append_dense_behind(owned.reshape(-1).view(np.uint8), owned.shape[0])
-            return
-        for start in range(0, array.shape[0], step):
-            block = array[start : start + step]
+                return
             if not block.flags.c_contiguous:
                 block = np.ascontiguousarray(block)
             flat = block.reshape(-1).view(np.uint8)
