@@ -15,7 +15,7 @@
 //!   scripts and a short run of every fuzz target under AddressSanitizer.
 //! * `codecs` — the codec feature checks alone: the pure-Rust build of
 //!   `loaderx-store` (`deflate-flate2,lz4`) has no C build helper in its
-//!   `cargo tree` and passes the store's tests with `CC=false`; DEFLATE
+//!   `cargo tree` and passes the store's codec tests with `CC=false`; DEFLATE
 //!   stores written by the libdeflate and the flate2 builds read in the
 //!   other.
 //! * `demo`  — build the package, make a synthetic image-like dataset, convert
@@ -75,7 +75,7 @@ commands:
                   optimised, debug assertions on, no LTO), Python package tests,
                   stubtest, benchmark-script smoke run, fuzz smoke run
   codecs          the codec feature checks alone: the no-C build of loaderx-store
-                  (deflate-flate2,lz4) and its tests; libdeflate <-> flate2 stores
+                  (deflate-flate2,lz4) and its codec tests; libdeflate <-> flate2 stores
   demo            build the package, convert a synthetic dataset with every codec,
                   and time the DataLoader over each
   bench [all|typed|field|remote|convert|store|loader|smoke]

@@ -46,10 +46,10 @@ use crate::pool::{Output, OutputKind, OutputPool, SharedPool, output_pool};
 use crate::typed::{self, Engine};
 use crate::writer::Behind;
 
-/// The largest gather (in output bytes) of a local store run with the GIL
-/// held ([`Handle::selected_inline`]): a serial copy of this size takes a
-/// few microseconds, which is what a release and retake of the GIL costs
-/// with another thread waiting for it (docs/ARCHITECTURE.md, "The GIL").
+/// The largest gather (in output bytes) of a local raw store run with the
+/// GIL held ([`Handle::selected_inline`]): a serial copy of this size costs
+/// about what releasing and retaking the GIL does (docs/ARCHITECTURE.md,
+/// "The GIL").
 const INLINE_GATHER_BYTES: usize = 64 << 10;
 
 #[pyclass(module = "loaderx._native", name = "Store", frozen)]
@@ -268,11 +268,12 @@ impl Handle {
 
     /// [`selected`](Self::selected) for a gather of at most
     /// [`INLINE_GATHER_BYTES`]: run on the calling thread with the GIL held
-    /// when the shared lock is free now and the store is local, since
-    /// releasing and retaking the GIL costs more than such a copy, and can
-    /// hand the GIL to another thread for a whole switch interval. Any
-    /// other case (a writer holding the lock, a remote store, whose reads
-    /// wait on the network) goes through `selected`.
+    /// when the store is local and raw (a copy, no decode) and its shared
+    /// lock is free now. Releasing and retaking the GIL costs about as much
+    /// as such a copy, and with another Python thread waiting it can hand
+    /// the GIL over for a whole switch interval. Anything else (a writer
+    /// holding the lock, a compressed store, a remote one, whose reads wait
+    /// on the network) goes through `selected`.
     fn selected_inline<T, F>(&self, py: Python<'_>, selection: Selection, f: F) -> PyResult<T>
     where
         T: Send,
@@ -282,6 +283,9 @@ impl Handle {
             && let Ok(guard) = self.engine.try_read()
             && let Some(engine) = guard.as_ref()
             && engine.storage().remote().is_none()
+            && engine
+                .schema()
+                .is_some_and(|schema| schema.codec == loaderx_store::format::CodecTag::RAW)
         {
             let outcome = match selection.resolve(engine.len(), &self.path) {
                 Ok(resolved) => f(engine, resolved).map(Ok),

@@ -296,11 +296,12 @@ def test_gather_like_declines_what_it_does_not_handle(tmp_path: Path) -> None:
         store.close()
 
 
-#: Run in a child: a thread spins in Python while the main thread, with a
-#: switch interval of 1,000 s, reads 16 labels 1,000 times. Had a read let
-#: go of the GIL, the spinner would take it (it does on a good part of such
-#: reads) and keep it for the whole interval (it never waits), and the
-#: child would not print before the test's timeout.
+#: Run in a child. With a switch interval of 1,000 s set before any other
+#: thread exists, a second thread waits for the GIL (then spins in Python,
+#: never letting go of it) while the main thread reads 16 labels 1,000
+#: times. Had a read let go of the GIL, the waiting thread would take it (it
+#: does on a good part of such reads) and keep it for the whole interval,
+#: and the child would not print before the test's timeout.
 INLINE_READ = """
 import sys, threading
 import numpy as np
@@ -308,13 +309,18 @@ from loaderx.zrecord import Dense
 reader = Dense.open(sys.argv[1])
 idx = np.array([7, 3, 900, 0, 5, 1, 2, 4, 8, 9, 10, 11, 12, 13, 14, 999])
 assert (reader[idx] == idx).all()  # warm: chunk files and tables open
+sys.setswitchinterval(1000.0)
+gate = threading.Lock()
+gate.acquire()
 stop = False
 def spin():
+    with gate:
+        pass
     while not stop:
         pass
 spinner = threading.Thread(target=spin)
 spinner.start()
-sys.setswitchinterval(1000.0)
+gate.release()
 for _ in range(1000):
     got = reader[idx]
 stop = True

@@ -802,7 +802,8 @@ fn encode_all(
         return Ok((Vec::new(), encoded));
     }
     if arena.len() < total as usize {
-        *arena = Vec::new();
+        // The old arena goes first, so the two are never held at once.
+        drop(std::mem::take(arena));
         *arena = crate::hints::zeroed_buffer(total as usize)
             .ok_or(Error::OutOfMemory { bytes: total })?;
     }

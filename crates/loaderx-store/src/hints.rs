@@ -10,9 +10,11 @@
 //! the call: a prefetch reads nothing the program sees and never faults,
 //! and `madvise(MADV_HUGEPAGE)` changes how the kernel backs pages this
 //! process owns, not their contents. Errors and refusals are ignored.
-//! [`zeroed_buffer`] builds a `Vec` from `alloc_zeroed` memory with the
-//! layout `Vec` itself frees it with, and every byte of it initialised
-//! (to zero).
+//! [`zeroed_buffer`] is the one that allocates: it builds a `Vec` from
+//! `alloc_zeroed` memory with the layout the `Vec` frees it with, every
+//! byte initialised (to zero); it is `vec![0u8; len]` (which also takes
+//! zeroed memory from the allocator) with an allocation failure returned,
+//! not aborting the process.
 
 /// Asks for every cache line of each of `slices`, so their loads (and TLB
 /// walks) run in parallel ahead of the work that reads them. On x86-64 each
@@ -74,10 +76,10 @@ pub(crate) fn advise_huge_pages(_region: &mut [std::mem::MaybeUninit<u8>]) {}
 
 /// A `len`-byte buffer of zeros, or `None` when the allocator cannot give
 /// one. Unlike `Vec::resize(len, 0)` it makes no pass over the buffer: a
-/// large one comes straight from the kernel (`calloc` maps fresh pages,
-/// which are zero), so each page is first touched by whoever writes it
-/// (the encode workers, in parallel) and pages never written are never
-/// touched. Asks for huge pages under it before any touch.
+/// buffer above the C allocator's mapping threshold (at most 32 MiB in
+/// glibc) is fresh pages from the kernel, which are zero, so each page is
+/// first touched by whoever writes it (the encode workers, in parallel) and
+/// pages never written are never touched. Asks for huge pages under it.
 pub(crate) fn zeroed_buffer(len: usize) -> Option<Vec<u8>> {
     if len == 0 {
         return Some(Vec::new());

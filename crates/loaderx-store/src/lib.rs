@@ -85,7 +85,7 @@ mod fork;
 mod frontier;
 #[allow(unsafe_code)] // disjoint writes into the caller's buffer: see the module's invariant
 mod gather;
-#[allow(unsafe_code)] // cache-line prefetch and madvise hints: see the module's invariant
+#[allow(unsafe_code)] // prefetch and madvise hints, a zeroed allocation: see the module's invariant
 mod hints;
 mod layout;
 mod lock;

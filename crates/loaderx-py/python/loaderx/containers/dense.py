@@ -131,11 +131,13 @@ class Dense(_Container):
         """Add one record per slice of `array` along axis 0 (at least one:
         ``ValueError`` otherwise; a 0-d array on a scalar store is one); its
         dtype and ``shape[1:]`` must be ``dtype`` and ``item_shape`` exactly. The array
-        is written from its own memory (no copy when C-contiguous); a writer
-        of a compressing codec copies its last ``WRITE_CHUNK_BYTES`` block
-        (all of it when smaller; ``WRITE_BEHIND_AT_LEAST``) and writes that
-        behind the call: a write error is then raised by the next call on
-        the writer (``append``, ``len``, ``sync`` or ``close``). An
+        is written from its own memory (no copy when C-contiguous). A writer
+        of a compressing codec writes an append of at least
+        ``WRITE_BEHIND_AT_LEAST`` bytes behind the call: it copies the array
+        (of one larger than ``WRITE_CHUNK_BYTES``, only the last block of
+        that size; the blocks before are written first) and returns, and a
+        write error is raised by the next call on the writer (``append``,
+        ``len``, ``sync`` or ``close``). An
         array that views a read-only memory map (``np.load(...,
         mmap_mode="r")``) is always written before the call returns, from
         the map."""
@@ -177,12 +179,12 @@ class Dense(_Container):
         behind = self._writes_behind(array.nbytes) and not read_only_map
         for start in range(0, array.shape[0], step):
             block = array[start : start + step]
-            if behind and start + step >= array.shape[0]:
-                # Only the last block is copied (into fresh memory, unless a
-                # finished write's buffer is spare) and written behind. The
-                # call waits for the ones before it in any case, so they are
-                # written from the caller's memory: a copy of each would
-                # only add a pass over fresh memory.
+            if behind and (start + step >= array.shape[0] or not block.flags.c_contiguous):
+                # The last block is copied (into a finished write's buffer
+                # when one is spare) and written behind. The call waits for
+                # the ones before it in any case, so those are written from
+                # the caller's memory, unless they need a copy to be
+                # contiguous: then into a spare buffer, as the last.
                 owned = self._owned(block)
                 _release_pages(source, block)
                 store.append_dense_behind(owned.reshape(-1).view(np.uint8), owned.shape[0])
