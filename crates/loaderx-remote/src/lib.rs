@@ -192,6 +192,13 @@ impl Storage for AnyStorage {
     ) -> std::result::Result<R, (FileId, std::io::Error)> {
         forward!(self, s => s.with_many_bytes(ranges, f))
     }
+    fn with_bytes_as_fetched(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        f: &mut loaderx_store::storage::OnFetched<'_>,
+    ) -> std::result::Result<(), (FileId, std::io::Error)> {
+        forward!(self, s => s.with_bytes_as_fetched(ranges, f))
+    }
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         forward!(self, s => s.read_at(file, offset, buf))
     }

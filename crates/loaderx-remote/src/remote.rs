@@ -672,19 +672,7 @@ impl RemoteStorage {
         for (file, span, _) in &requests {
             let seen = self.seen(*file).map_err(|e| (*file, e))?;
             if span.end > seen.size {
-                return Err((
-                    *file,
-                    io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "{}: bytes {}..{} are past its end ({} bytes when opened)",
-                            self.object_url(*file),
-                            span.start,
-                            span.end,
-                            seen.size
-                        ),
-                    ),
-                ));
+                return Err((*file, past_end(&self.object_url(*file), span, seen.size)));
             }
             tasks.push((
                 *file,
@@ -723,6 +711,91 @@ impl RemoteStorage {
             }
         }
         Ok(out)
+    }
+
+    /// [`request`](Self::request), handing each request's ranges to `on`
+    /// as its body arrives (`on(positions in ranges, their bytes)`, on this
+    /// thread), then letting the body go: at most `concurrency` bodies
+    /// are held at a time (in flight or waiting to be handed over), never a
+    /// whole batch's. The requests run on the runtime meanwhile, all within
+    /// the handle's timeout; the first failure ends the wait (and aborts
+    /// the requests still running).
+    fn request_each(
+        &self,
+        ranges: &[(FileId, Range<u64>)],
+        on: &mut loaderx_store::storage::OnFetched<'_>,
+    ) -> Result<(), (FileId, io::Error)> {
+        let requests = self.plan(ranges);
+        let permits = Arc::new(tokio::sync::Semaphore::new(self.options.concurrency.max(1)));
+        let timeout = self.options.timeout;
+        let mut started = AbortOnDrop(Vec::with_capacity(requests.len()));
+        let mut running = stream::FuturesUnordered::new();
+        for (k, (file, span, _)) in requests.iter().enumerate() {
+            let seen = self.seen(*file).map_err(|e| (*file, e))?;
+            if span.end > seen.size {
+                return Err((*file, past_end(&self.object_url(*file), span, seen.size)));
+            }
+            let (store, path, url) = (
+                self.store.clone(),
+                self.object(*file),
+                self.object_url(*file),
+            );
+            let (permits, span) = (permits.clone(), span.clone());
+            // The permit goes back once the body is handed over, not when
+            // it arrives: at most `concurrency` bodies are held at a time.
+            let task = runtime().spawn(async move {
+                let permit = permits
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+                tokio::time::timeout(timeout, get(&*store, &path, &url, span, &seen))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out(&url, timeout)))
+                    .map(|body| (body, permit))
+            });
+            started.0.push(task.abort_handle());
+            running.push(task.map(move |joined| (k, joined)));
+        }
+        let first = requests.first().map_or(FileId::Meta, |r| r.0);
+        let url = self.url.clone();
+        runtime().block_on(async {
+            let expiry = tokio::time::sleep(timeout);
+            tokio::pin!(expiry);
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    next = running.next() => {
+                        let Some((k, joined)) = next else { return Ok(()) };
+                        let (file, span, members) = &requests[k];
+                        let (body, _permit) = joined
+                            .map_err(|e| io::Error::other(e.to_string()))
+                            .and_then(|got| got)
+                            .map_err(|e| (*file, e))?;
+                        let slices: Vec<&[u8]> = members
+                            .iter()
+                            .map(|&i| {
+                                let r = &ranges[i].1;
+                                let at = (r.start - span.start) as usize;
+                                &body[at..at + (r.end - r.start) as usize]
+                            })
+                            .collect();
+                        on(members, &slices);
+                    }
+                    () = &mut expiry => return Err((first, timed_out(&url, timeout))),
+                    _ = tick.tick() => {
+                        if INTERRUPT.get().is_some_and(|check| check()) {
+                            return Err((
+                                first,
+                                io::Error::new(
+                                    io::ErrorKind::Interrupted,
+                                    format!("interrupted while waiting on {url}"),
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        })
     }
 
     /// The bytes `range` of the table, from its pages (fetching those not
@@ -838,6 +911,30 @@ fn runtime_head(
         e_tag: meta.e_tag.map(quoted),
         version: meta.version,
     })
+}
+
+/// The error of a request for bytes past the end an object had when
+/// opened.
+fn past_end(url: &str, span: &Range<u64>, size: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!(
+            "{url}: bytes {}..{} are past its end ({size} bytes when opened)",
+            span.start, span.end
+        ),
+    )
+}
+
+/// Aborts the tasks it holds when dropped: requests a failed or
+/// interrupted wait no longer wants.
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// One conditional ranged GET: the bytes `span` of the object at `path`,
@@ -1140,6 +1237,72 @@ impl Storage for RemoteStorage {
             })
             .collect();
         Ok(f(&slices))
+    }
+
+    /// Records straight from the network are handed over request by
+    /// request as they arrive (those a loader's lookahead holds first);
+    /// anything else (table ranges, a block cache) all at once.
+    fn with_bytes_as_fetched(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        f: &mut loaderx_store::storage::OnFetched<'_>,
+    ) -> Result<(), (FileId, io::Error)> {
+        if self.cache.is_some() || ranges.iter().any(|r| r.0 == FileId::Meta) {
+            return self.with_many_bytes(ranges, |all| {
+                let positions: Vec<usize> = (0..all.len()).collect();
+                f(&positions, all);
+            });
+        }
+        // Empty records need no request (and S3 refuses an empty range).
+        let (empty, wanted): (Vec<usize>, Vec<usize>) =
+            (0..ranges.len()).partition(|&i| ranges[i].2 == 0);
+        if !empty.is_empty() {
+            f(&empty, &vec![&[][..]; empty.len()]);
+        }
+        let wanted_ranges: Vec<(FileId, Range<u64>)> = wanted
+            .iter()
+            .map(|&i| {
+                let (file, offset, len) = ranges[i];
+                (file, offset..offset + len as u64)
+            })
+            .collect();
+        // What the lookahead holds, then the rest from the network.
+        let mut rest = Vec::new();
+        let taken = self.take_staged(&wanted_ranges, &mut rest);
+        if taken.is_empty() {
+            // Nothing staged: `take_staged` sorted nothing out.
+            rest = (0..wanted_ranges.len()).collect();
+        } else {
+            let bodies = futures::future::join_all(taken.iter().map(|(_, s, _)| s.body.clone()));
+            let got = wait_for(&self.url, None, async move { Ok(bodies.await) })
+                .map_err(|e| (wanted_ranges[0].0, e))?;
+            for ((start, _, members), body) in taken.iter().zip(got) {
+                match body {
+                    Ok(body) => {
+                        let slices: Vec<&[u8]> = members
+                            .iter()
+                            .map(|&m| {
+                                let r = &wanted_ranges[m].1;
+                                let at = (r.start - start) as usize;
+                                &body[at..at + (r.end - r.start) as usize]
+                            })
+                            .collect();
+                        let positions: Vec<usize> = members.iter().map(|&m| wanted[m]).collect();
+                        f(&positions, &slices);
+                    }
+                    Err(_) => rest.extend_from_slice(members),
+                }
+            }
+        }
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let asked: Vec<(FileId, Range<u64>)> =
+            rest.iter().map(|&m| wanted_ranges[m].clone()).collect();
+        self.request_each(&asked, &mut |members, bytes| {
+            let positions: Vec<usize> = members.iter().map(|&k| wanted[rest[k]]).collect();
+            f(&positions, bytes);
+        })
     }
 
     fn fetches(&self) -> bool {

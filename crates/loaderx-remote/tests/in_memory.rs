@@ -102,6 +102,53 @@ fn a_gather_reads_the_records_asked_for_raw_and_compressed() {
     }
 }
 
+/// Ranges far apart are handed over request by request as they arrive,
+/// each once, with the bytes a plain read gives: a batch's bodies are not
+/// held until the last one is in.
+#[test]
+fn ranges_are_handed_over_request_by_request() {
+    use loaderx_store::storage::{FileId, Storage};
+    let options = RemoteOptions {
+        coalesce_bytes: 0,
+        concurrency: 2,
+        ..RemoteOptions::default()
+    };
+    let (_mem, _data, storage) = uploaded(2000, CodecTag::RAW, options);
+    let store = open(storage);
+    let storage = remote(&store);
+    // Ten 100-byte ranges 10,000 bytes apart, an empty one, out of order.
+    let mut ranges: Vec<(FileId, u64, usize)> = (0..10u64)
+        .rev()
+        .map(|k| (FileId::Chunk(0), k * 10_000, 100))
+        .collect();
+    ranges.push((FileId::Chunk(0), 5, 0));
+    let mut got: Vec<Option<Vec<u8>>> = vec![None; ranges.len()];
+    let mut groups = 0;
+    storage
+        .with_bytes_as_fetched(&ranges, &mut |positions, bytes| {
+            groups += 1;
+            assert_eq!(positions.len(), bytes.len());
+            for (&p, b) in positions.iter().zip(bytes) {
+                assert!(got[p].replace(b.to_vec()).is_none(), "range {p} twice");
+            }
+        })
+        .unwrap();
+    // One group for the empty range, one for each request.
+    assert_eq!(groups, 11);
+    for (p, &(file, offset, len)) in ranges.iter().enumerate() {
+        let mut want = vec![0u8; len];
+        storage.read_at(file, offset, &mut want).unwrap();
+        assert_eq!(got[p].as_deref(), Some(&want[..]), "range {p}");
+    }
+    // Past the end: the error names the object, nothing is handed over.
+    let err = storage
+        .with_bytes_as_fetched(&[(FileId::Chunk(0), 1 << 40, 8)], &mut |_, _| {
+            panic!("handed over")
+        })
+        .unwrap_err();
+    assert!(err.1.to_string().contains("0.zr"), "{}", err.1);
+}
+
 /// A store with a run table, read by pages: every record's block is
 /// fetched and checked against its CRC before the record is copied out,
 /// and a damaged byte fails the records of its block only.

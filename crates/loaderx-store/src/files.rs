@@ -167,6 +167,19 @@ impl<S: Storage> Files<S> {
             .map_err(|(file, e)| self.fail(file, op)(e))
     }
 
+    /// Calls `f` with groups of `ranges` as their bytes are at hand
+    /// ([`Storage::with_bytes_as_fetched`]).
+    pub(crate) fn with_bytes_as_fetched(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        op: &'static str,
+        f: &mut crate::storage::OnFetched<'_>,
+    ) -> Result<()> {
+        self.storage
+            .with_bytes_as_fetched(ranges, f)
+            .map_err(|(file, e)| self.fail(file, op)(e))
+    }
+
     /// Whether the storage reads by requests ([`Storage::fetches`]).
     #[inline]
     pub(crate) fn fetches(&self) -> bool {

@@ -371,8 +371,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// the records' exact stored ranges handed over at once (but those that
     /// lie in one of `blocks`, the run blocks the table read fetched and
     /// checked, taken from there), then each decoded from its bytes into
-    /// its validated place (in parallel for batches worth it), checked as
-    /// any record is.
+    /// its validated place as its request arrives (the records of one
+    /// request in parallel when worth it), checked as any record is, so
+    /// the fetched bytes of a whole batch are never held at once. Of
+    /// records that fail, the first in `idxs` is reported.
     fn decode_fetched_batch(
         &self,
         idxs: &[u64],
@@ -396,10 +398,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
             (f == file && within + len <= bytes.len() as u64)
                 .then(|| &bytes[within as usize..(within + len) as usize])
         };
-        let ranges: Vec<(FileId, u64, usize)> = locs
+        let asked: Vec<usize> = (0..locs.len())
+            .filter(|&i| in_block(&locs[i].1).is_none())
+            .collect();
+        let ranges: Vec<(FileId, u64, usize)> = asked
             .iter()
-            .filter(|(_, l)| in_block(l).is_none())
-            .map(|(_, l)| {
+            .map(|&i| {
+                let l = &locs[i].1;
                 (
                     FileId::Chunk(l.chunk_id),
                     u64::from(l.offset),
@@ -408,28 +413,55 @@ impl<C: Codec, S: Storage> Store<C, S> {
             })
             .collect();
         let shared = SharedDst::new(dst);
-        // The bytes as the storage holds them (no copy of a record).
-        self.files.with_many_bytes(&ranges, "read", |asked| {
-            let mut asked = asked.iter();
-            let bytes: Vec<&[u8]> = locs
-                .iter()
-                .map(|(_, l)| {
-                    in_block(l).unwrap_or_else(|| asked.next().copied().unwrap_or_default())
-                })
-                .collect();
-            parallel::for_ranges(idxs.len(), work, |range| {
-                for i in range {
+        let first: std::sync::Mutex<Option<(usize, Error)>> = std::sync::Mutex::new(None);
+        // Decodes the records at `positions` of `locs` from `bytes`, one
+        // each; keeps the failure first in `idxs`.
+        let decode = |positions: &[usize], bytes: &[&[u8]]| {
+            let part = (work / locs.len().max(1) as u64).saturating_mul(positions.len() as u64);
+            let _ = parallel::for_ranges(positions.len(), part, |range| {
+                for k in range {
+                    let i = positions[k];
                     let (at, loc) = &locs[i];
                     // SAFETY: as in `gather_placed`: `at + logic_length` lies
                     // inside the destination, distinct records' ranges do not
-                    // overlap, and each index belongs to one range handed to
-                    // one worker.
+                    // overlap, and each record is decoded once: the ones in
+                    // blocks here, every other one in the one group the
+                    // storage hands it over in, and within a call each index
+                    // belongs to one range handed to one worker.
                     let out = unsafe { shared.range_mut(*at, loc.logic_length as usize) };
-                    self.decode_fetched(idxs[i], loc, bytes[i], out)?;
+                    if let Err(e) = self.decode_fetched(idxs[i], loc, bytes[k], out) {
+                        let mut first = first
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if first.as_ref().is_none_or(|(j, _)| i < *j) {
+                            *first = Some((i, e));
+                        }
+                    }
                 }
                 Ok(())
-            })
-        })?
+            });
+        };
+        let held: Vec<usize> = (0..locs.len())
+            .filter(|&i| in_block(&locs[i].1).is_some())
+            .collect();
+        let held_bytes: Vec<&[u8]> = held
+            .iter()
+            .map(|&i| in_block(&locs[i].1).unwrap_or_default())
+            .collect();
+        decode(&held, &held_bytes);
+        // The bytes as the storage holds them (no copy of a record).
+        self.files
+            .with_bytes_as_fetched(&ranges, "read", &mut |group, bytes| {
+                let positions: Vec<usize> = group.iter().map(|&g| asked[g]).collect();
+                decode(&positions, bytes);
+            })?;
+        match first
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// The entries of `idxs` into `decoded`: from the handle's index of

@@ -44,6 +44,10 @@ impl FileId {
     }
 }
 
+/// What [`Storage::with_bytes_as_fetched`] calls with each group of ranges:
+/// their positions in the ranges asked for, and their bytes.
+pub type OnFetched<'a> = dyn FnMut(&[usize], &[&[u8]]) + 'a;
+
 /// Byte storage for one store's files.
 ///
 /// Contract the engine relies on: bytes written with [`write_at`](Storage::write_at)
@@ -102,6 +106,28 @@ pub trait Storage: Send + Sync + fmt::Debug {
         f: impl FnOnce(&[&[u8]]) -> R,
     ) -> Result<R, (FileId, io::Error)> {
         lend::nested(self, ranges, f)
+    }
+
+    /// Calls `f` with every range of `ranges`, `(file, offset, len)`, once,
+    /// in groups as their bytes are at hand: `f(positions, bytes)`, the
+    /// positions in `ranges` of a group and their bytes. A storage that
+    /// [`fetches`](Storage::fetches) hands over each request's ranges as it
+    /// arrives and lets its buffer go once `f` returns, so a large batch is
+    /// never held whole; the default lends every range at once, in one
+    /// group ([`with_many_bytes`](Storage::with_many_bytes)).
+    ///
+    /// # Errors
+    /// The first range that cannot be read, with its I/O error (groups
+    /// handed over before it stay handed over).
+    fn with_bytes_as_fetched(
+        &self,
+        ranges: &[(FileId, u64, usize)],
+        f: &mut OnFetched<'_>,
+    ) -> Result<(), (FileId, io::Error)> {
+        self.with_many_bytes(ranges, |all| {
+            let positions: Vec<usize> = (0..all.len()).collect();
+            f(&positions, all);
+        })
     }
 
     /// Whether every read is a request to a server (a store in object
