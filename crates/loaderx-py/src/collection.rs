@@ -25,6 +25,7 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::arrays;
 use crate::errors::{closed, store_error};
 use crate::indices::{self, Resolved, Selection};
+use crate::pool::{Output, OutputKind, SharedPool, output_pool};
 use crate::typed;
 
 type Coll = collection::Collection<Deflate, AnyStorage>;
@@ -73,7 +74,7 @@ impl Collection {
         max_open_parts: Option<usize>,
     ) -> PyResult<Self> {
         let options = storage_options.unwrap_or_default();
-        let max = max_open_parts.unwrap_or(collection::DEFAULT_MAX_OPEN_PARTS);
+        let max = max_open_parts.unwrap_or_else(collection::default_max_open_parts);
         if max == 0 {
             return Err(PyValueError::new_err("max_open_parts must be >= 1, got 0"));
         }
@@ -140,6 +141,7 @@ impl Collection {
             label: format!("{}[{name:?}]", self.inner.root().display()),
             column: Arc::new(ColumnSource(column)),
             closed: AtomicBool::new(false),
+            outputs: output_pool(),
         })
     }
 }
@@ -238,6 +240,8 @@ pub(crate) struct CollectionColumn {
     label: String,
     column: Arc<ColumnSource>,
     closed: AtomicBool,
+    /// Recycled buffers for large direct reads, as a store handle's.
+    outputs: SharedPool,
 }
 
 impl CollectionColumn {
@@ -308,6 +312,7 @@ impl CollectionColumn {
     /// Stops this handle; loaders already reading keep their own.
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.outputs.0.close();
     }
 
     /// Dense records `idx` selects, as `Store.get_dense`.
@@ -326,17 +331,22 @@ impl CollectionColumn {
             .ok_or_else(|| {
                 PyValueError::new_err("proto must be an empty (0, *item_shape) array of plain data")
             })?;
+        // A large batch into a recycled buffer (warm pages), as a store's
+        // `get_dense` does; a small one into a heap allocation.
+        let outputs = &self.outputs;
         let (data, rows, one) = self.selected(py, selection, |col, resolved| {
             let len = item_len
                 .checked_mul(resolved.idxs.len())
                 .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
-            let mut out = buffer::<u8>(len)?;
-            col.gather_exact(&resolved.idxs, &mut out, item_len)?;
+            let mut out = Output::allocate(outputs, OutputKind::Dense, len)
+                .ok_or(loaderx_store::Error::OutOfMemory { bytes: len as u64 })?;
+            col.gather_exact(&resolved.idxs, out.as_mut(), item_len)?;
             Ok((out, resolved.idxs.len(), resolved.one))
         })?;
         let mut shape = vec![rows];
         shape.extend_from_slice(&proto.shape()[1..]);
-        let out = PyArray1::from_vec(py, data)
+        let out = data
+            .into_array(py, outputs, OutputKind::Dense)?
             .call_method1("view", (proto.dtype(),))?
             .call_method1("reshape", (PyTuple::new(py, shape)?,))?;
         if one { out.get_item(0) } else { Ok(out) }

@@ -287,7 +287,8 @@ from loaderx.errors import ZrecordError
 root, cap = sys.argv[1], int(sys.argv[2])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
-col = lc.open(root, max_open_parts=cap)
+col = lc.open(root, max_open_parts=cap or None)
+cap = col.max_open_parts
 n = len(col)
 want_a = np.arange(n, dtype=np.int64)
 order = np.random.default_rng(0).permutation(n)
@@ -315,8 +316,13 @@ def test_more_parts_than_the_open_cap_and_the_descriptor_limit_read_whole(tmp_pa
             root, p, {"a": ids, "b": [np.arange(int(i) % 7 + 1, dtype=np.int16) for i in ids]}
         )
     lc.commit(root)
+    import resource
+
+    # By default, a quarter of the descriptor limit (16 to 4096).
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     with lc.open(root) as col:
-        assert col.max_open_parts == 128
+        want = 4096 if soft == resource.RLIM_INFINITY else min(max(soft // 4, 16), 4096)
+        assert col.max_open_parts == want
     with lc.open(root, max_open_parts=5) as col:
         assert col.max_open_parts == 5
         np.testing.assert_array_equal(col["a"][::-1], np.arange(600)[::-1])
@@ -329,6 +335,10 @@ def test_more_parts_than_the_open_cap_and_the_descriptor_limit_read_whole(tmp_pa
     capped = run(16)
     assert capped.returncode == 0, capped.stdout + capped.stderr
     assert capped.stdout.startswith("ok")
+    # The default fits the limit (32 part stores at 128 descriptors).
+    default = run(0)
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert default.stdout.startswith("ok")
     # Without a cap that fits, the same reads run out of descriptors: an
     # error naming the part, not a crash.
     uncapped = run(10_000)

@@ -79,8 +79,8 @@ impl<C: Codec + Default> PartOpener<C, FileStorage> for LocalParts {
 }
 
 /// How many part stores (one column of one part each) a collection keeps
-/// open at most unless told otherwise
-/// ([`Collection::with_max_open_parts`]).
+/// open unless told otherwise where the descriptor limit cannot be read
+/// (elsewhere: [`default_max_open_parts`]).
 ///
 /// A local part store holds a few file descriptors (its table and chunk
 /// files) and its table's pages; a remote one its table pages and the
@@ -88,6 +88,39 @@ impl<C: Codec + Default> PartOpener<C, FileStorage> for LocalParts {
 /// 1,024 descriptors per process, with room for the rest of a training
 /// process.
 pub const DEFAULT_MAX_OPEN_PARTS: usize = 128;
+
+/// The fewest part stores [`default_max_open_parts`] keeps open.
+pub const MIN_DEFAULT_OPEN_PARTS: usize = 16;
+
+/// The most part stores [`default_max_open_parts`] keeps open.
+pub const MAX_DEFAULT_OPEN_PARTS: usize = 4096;
+
+/// How many part stores a collection keeps open unless told otherwise
+/// ([`Collection::with_max_open_parts`]): as many as a quarter of the
+/// process's descriptor limit (its soft `RLIMIT_NOFILE`) allows, a local
+/// part store holding about two descriptors, so half the limit stays with
+/// the rest of the process; at least [`MIN_DEFAULT_OPEN_PARTS`] and at
+/// most [`MAX_DEFAULT_OPEN_PARTS`]. A random batch touches most parts of
+/// a collection of small parts: closing and reopening part stores for
+/// each batch costs far more than holding them. The limit is read, never
+/// raised.
+#[must_use]
+pub fn default_max_open_parts() -> usize {
+    #[cfg(unix)]
+    {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        match limit.current {
+            Some(soft) => usize::try_from(soft / 4)
+                .unwrap_or(usize::MAX)
+                .clamp(MIN_DEFAULT_OPEN_PARTS, MAX_DEFAULT_OPEN_PARTS),
+            None => MAX_DEFAULT_OPEN_PARTS,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        DEFAULT_MAX_OPEN_PARTS
+    }
+}
 
 /// An open part store and when it was last used.
 type Held<C, S> = (Arc<Store<C, S>>, u64);
@@ -201,12 +234,12 @@ impl<C: Codec, S: Storage> Collection<C, S> {
                 held: HashMap::new(),
                 tick: 0,
             }),
-            max_open: DEFAULT_MAX_OPEN_PARTS,
+            max_open: default_max_open_parts(),
         })
     }
 
     /// Keeps at most `max` part stores open (at least 1;
-    /// [`DEFAULT_MAX_OPEN_PARTS`] unless set): past it, the store used
+    /// [`default_max_open_parts`] unless set): past it, the store used
     /// least recently is closed, and opened again when a read needs it.
     /// A store a read is using stays open until that read ends, so the
     /// stores open at one instant are at most `max` plus the parts being
@@ -406,6 +439,34 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         Ok(Split { groups, contiguous })
     }
 
+    /// Checks that `dst` holds `idxs.len()` slots of `slot` elements and
+    /// splits `idxs` by part: the split and `dst` cut to the batch, or
+    /// `None` for an empty batch.
+    fn prepared<'d, T>(
+        &self,
+        idxs: &[u64],
+        dst: &'d mut [T],
+        slot: usize,
+        what: &'static str,
+    ) -> Result<Option<(Split, &'d mut [T])>> {
+        let need = idxs
+            .len()
+            .checked_mul(slot)
+            .ok_or(Error::OutOfMemory { bytes: u64::MAX })?;
+        if dst.len() < need {
+            return Err(Error::BufferTooSmall {
+                what,
+                position: 0,
+                need: need as u64,
+                have: dst.len() as u64,
+            });
+        }
+        if idxs.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some((self.split(idxs)?, &mut dst[..need])))
+    }
+
     /// Runs `f(store, local indices, out)` for every part a batch of
     /// `idxs.len()` slots of `slot` elements touches, `out` being that
     /// part's slots in order; the parts in parallel; results land in
@@ -423,24 +484,27 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         T: Copy + Default + Send + Sync,
         F: Fn(&Store<C, S>, &[u64], &mut [T]) -> Result<()> + Sync,
     {
-        let need = idxs
-            .len()
-            .checked_mul(slot)
-            .ok_or(Error::OutOfMemory { bytes: u64::MAX })?;
-        if dst.len() < need {
-            return Err(Error::BufferTooSmall {
-                what,
-                position: 0,
-                need: need as u64,
-                have: dst.len() as u64,
-            });
+        match self.prepared(idxs, dst, slot, what)? {
+            Some((split, dst)) => self.fixed_split(column, &split, dst, slot, f),
+            None => Ok(()),
         }
-        let dst = &mut dst[..need];
-        if idxs.is_empty() {
-            return Ok(());
-        }
-        let split = self.split(idxs)?;
-        let bytes = (need * std::mem::size_of::<T>()) as u64;
+    }
+
+    /// [`fixed`](Self::fixed) of a batch split already, `dst` its slots.
+    fn fixed_split<T, F>(
+        &self,
+        column: usize,
+        split: &Split,
+        dst: &mut [T],
+        slot: usize,
+        f: F,
+    ) -> Result<()>
+    where
+        T: Copy + Default + Send + Sync,
+        F: Fn(&Store<C, S>, &[u64], &mut [T]) -> Result<()> + Sync,
+    {
+        let need = dst.len();
+        let bytes = std::mem::size_of_val(dst) as u64;
         if split.groups.len() == 1 {
             let g = &split.groups[0];
             return f(&*self.store(column, g.part)?, &g.local, dst);
@@ -596,7 +660,8 @@ impl<C: Codec, S: Storage> Column<C, S> {
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`] (nothing read), [`Error::BufferTooSmall`],
-    /// and the errors of the parts' gathers, naming the part's store.
+    /// and the errors of the parts' gathers, naming the part's store (other
+    /// parts' records may have been written then).
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         self.coll
             .fixed(self.index, idxs, dst, stride, "destination", |s, l, out| {
@@ -609,14 +674,25 @@ impl<C: Codec, S: Storage> Column<C, S> {
     /// # Errors
     /// As [`gather`](Self::gather), plus [`Error::RecordLength`].
     pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
-        self.coll.fixed(
-            self.index,
-            idxs,
-            dst,
-            item_len,
-            "destination",
-            |s, l, out| s.gather_exact(l, out, item_len),
-        )
+        let coll = &self.coll;
+        let Some((split, dst)) = coll.prepared(idxs, dst, item_len, "destination")? else {
+            return Ok(());
+        };
+        if split.contiguous || split.groups.len() == 1 || item_len == 0 {
+            return coll.fixed_split(self.index, &split, dst, item_len, |s, l, out| {
+                s.gather_exact(l, out, item_len)
+            });
+        }
+        // Parts' records interleave: each part writes its slots in place.
+        let groups: Vec<(&[usize], &[u64])> = split
+            .groups
+            .iter()
+            .map(|g| (g.positions.as_slice(), g.local.as_slice()))
+            .collect();
+        let bytes = dst.len() as u64;
+        crate::gather::gather_exact_spread(dst, item_len, &groups, bytes, |k| {
+            coll.store(self.index, split.groups[k].part)
+        })
     }
 
     /// As [`Store::lengths`], over global indices.

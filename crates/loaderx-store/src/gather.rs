@@ -165,6 +165,10 @@ enum Placement<'a> {
     Exact(usize),
     /// At `offsets[i]`; ranges must not overlap.
     Offsets(&'a [u64]),
+    /// At `slots[i] · item_len` (`Slots(slots, item_len)`), each record
+    /// exactly `item_len` bytes; the slots are distinct (the caller's
+    /// promise: [`Store::gather_exact_slots`]).
+    Slots(&'a [usize], usize),
 }
 
 impl Placement<'_> {
@@ -191,7 +195,7 @@ impl Placement<'_> {
                 }
                 (i as u64).checked_mul(stride as u64)
             }
-            Placement::Exact(item_len) => {
+            Placement::Exact(item_len) | Placement::Slots(_, item_len) => {
                 if len != item_len as u64 {
                     return Err(Error::RecordLength {
                         path: store.path().to_path_buf(),
@@ -201,7 +205,11 @@ impl Placement<'_> {
                         found: loc.logic_length,
                     });
                 }
-                (i as u64).checked_mul(item_len as u64)
+                let slot = match self {
+                    Placement::Slots(slots, _) => slots[i],
+                    _ => i,
+                };
+                (slot as u64).checked_mul(item_len as u64)
             }
             Placement::Offsets(offsets) => Some(offsets[i]),
         };
@@ -243,7 +251,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// not fit its slot or `dst`, [`Error::Corrupt`] for a damaged entry or
     /// record; `dst` is untouched unless every check passed.
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-        self.gather_placed(idxs, dst, Placement::Strided(stride))
+        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Strided(stride))
     }
 
     /// Decodes record `idxs[i]` into `dst[i · item_len ..]` for every `i`,
@@ -256,7 +264,31 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// # Errors
     /// As [`gather`](Self::gather), plus [`Error::RecordLength`].
     pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
-        self.gather_placed(idxs, dst, Placement::Exact(item_len))
+        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Exact(item_len))
+    }
+
+    /// [`gather_exact`](Self::gather_exact) into slots of a destination
+    /// other calls write too: record `idxs[i]` into the `item_len` bytes at
+    /// `slots[i] · item_len` of `dst` (a collection's parts filling one
+    /// batch side by side).
+    ///
+    /// # Safety
+    /// The slots are distinct, and no other thread reads or writes their
+    /// bytes while this runs (their bounds are checked here); `dst`
+    /// outlives the call.
+    ///
+    /// # Errors
+    /// As [`gather_exact`](Self::gather_exact); the slots are untouched
+    /// unless every check passed.
+    pub(crate) unsafe fn gather_exact_slots(
+        &self,
+        idxs: &[u64],
+        dst: &SharedDst,
+        slots: &[usize],
+        item_len: usize,
+    ) -> Result<()> {
+        Error::check_len("slots", idxs.len(), slots.len())?;
+        self.gather_placed(idxs, dst, Placement::Slots(slots, item_len))
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]` for every `i`.
@@ -267,10 +299,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::OverlappingDestinations`].
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
         Error::check_len("offsets", idxs.len(), offsets.len())?;
-        self.gather_placed(idxs, dst, Placement::Offsets(offsets))
+        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Offsets(offsets))
     }
 
-    fn gather_placed(&self, idxs: &[u64], dst: &mut [u8], place: Placement<'_>) -> Result<()> {
+    /// Every gather: records `idxs` into their places in `dst`, whose bytes
+    /// there no other thread touches meanwhile (an exclusive borrow made
+    /// it, or [`gather_exact_slots`](Self::gather_exact_slots)' contract).
+    fn gather_placed(&self, idxs: &[u64], dst: &SharedDst, place: Placement<'_>) -> Result<()> {
         self.check_usable()?;
         if idxs.is_empty() {
             return Ok(());
@@ -336,10 +371,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             self.files.prefetch_records(locs.iter().map(|(_, l)| l));
         }
 
-        let shared = SharedDst::new(dst);
+        let shared = dst;
         parallel::for_ranges(idxs.len(), work, |range| {
             if all_mapped_raw {
-                return self.copy_raw_runs(&locs[range], &shared, prefetch);
+                return self.copy_raw_runs(&locs[range], shared, prefetch);
             }
             for i in range {
                 let (at, loc) = &locs[i];
@@ -379,7 +414,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         &self,
         idxs: &[u64],
         locs: &[(usize, RecordLoc)],
-        dst: &mut [u8],
+        dst: &SharedDst,
         work: u64,
         blocks: &[(FileId, u64, Vec<u8>)],
     ) -> Result<()> {
@@ -412,7 +447,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 )
             })
             .collect();
-        let shared = SharedDst::new(dst);
+        let shared = dst;
         let first: std::sync::Mutex<Option<(usize, Error)>> = std::sync::Mutex::new(None);
         // Decodes the records at `positions` of `locs` from `bytes`, one
         // each; keeps the failure first in `idxs`.
@@ -509,13 +544,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
     fn gather_covered(
         &self,
         idxs: &[u64],
-        dst: &mut [u8],
+        dst: &SharedDst,
         place: Placement<'_>,
         head: &Head,
     ) -> Result<bool> {
         let stride = match place {
             Placement::Strided(stride) | Placement::Exact(stride) => stride,
-            Placement::Offsets(_) => return Ok(false),
+            Placement::Offsets(_) | Placement::Slots(..) => return Ok(false),
         };
         let Some(runs) = runs_now(&self.raw_runs) else {
             return Ok(false);
@@ -562,7 +597,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             // Not `parallel::for_strided`: its extra closure layer costs
             // instructions per record on this path, where a scalar record
             // costs only a few.
-            let shared = SharedDst::new(dst);
+            let shared = dst;
             parallel::for_ranges(idxs.len(), bytes, |range| {
                 let span = (range.len() - 1) * stride + len;
                 // SAFETY: the last record's slot ends inside `dst` (checked
@@ -770,6 +805,76 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 }
 
+/// Gathers a batch of `item_len`-byte records spread over several stores
+/// (a collection's parts) straight into their slots of `dst`: group `k`,
+/// `groups[k] = (slots, idxs)`, puts record `idxs[j]` of store `store(k)`
+/// at `slots[j] · item_len`. Groups run side by side when `bytes` of work
+/// is worth it. The slots of all groups are checked to be distinct and
+/// inside `dst` first: that is what lets the groups write into one buffer
+/// at once.
+///
+/// # Errors
+/// [`Error::BufferTooSmall`] for a slot outside `dst`,
+/// [`Error::OverlappingDestinations`] for a slot given twice; else the
+/// error of the first group that failed (groups after it may have
+/// written their slots).
+pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
+    dst: &mut [u8],
+    item_len: usize,
+    groups: &[(&[usize], &[u64])],
+    bytes: u64,
+    store: impl Fn(usize) -> Result<std::sync::Arc<Store<C, S>>> + Sync,
+) -> Result<()> {
+    let slots = dst.len().checked_div(item_len).unwrap_or(0);
+    let mut taken = vec![0u64; slots.div_ceil(64)];
+    let mut position = 0;
+    for (group, _) in groups {
+        for &slot in *group {
+            if slot >= slots {
+                return Err(Error::BufferTooSmall {
+                    what: "destination",
+                    position,
+                    need: (slot as u64 + 1).saturating_mul(item_len as u64),
+                    have: dst.len() as u64,
+                });
+            }
+            let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+            if taken[word] & bit != 0 {
+                return Err(Error::OverlappingDestinations {
+                    first: slot,
+                    second: slot,
+                });
+            }
+            taken[word] |= bit;
+            position += 1;
+        }
+    }
+    let shared = SharedDst::new(dst);
+    let errors: std::sync::Mutex<Vec<(usize, Error)>> = std::sync::Mutex::new(Vec::new());
+    parallel::for_each_part((0..groups.len()).collect(), bytes, |k: usize| {
+        let (slots, idxs) = groups[k];
+        let done = store(k).and_then(|store| {
+            // SAFETY: every group's slots lie inside `dst` and no slot is
+            // any other's (checked above), so the groups' writes are
+            // disjoint; `dst` is borrowed for this whole call.
+            unsafe { store.gather_exact_slots(idxs, &shared, slots, item_len) }
+        });
+        if let Err(e) = done {
+            errors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((k, e));
+        }
+    });
+    let errors = errors
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match errors.into_iter().min_by_key(|(k, _)| *k) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Refuses explicit destination ranges that overlap (a parallel decode into
 /// overlapping ranges would be a data race).
 fn check_disjoint(locs: &[(usize, RecordLoc)]) -> Result<()> {
@@ -812,6 +917,50 @@ fn runs_now(
 #[cfg(test)]
 mod tests {
     use crate::{Deflate, Error, ErrorCode, Store};
+
+    #[test]
+    fn a_batch_spread_over_stores_lands_in_its_slots_and_refuses_shared_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores: Vec<std::sync::Arc<Store<Deflate>>> = (0..2u8)
+            .map(|k| {
+                let store: Store<Deflate> = Store::open(dir.path().join(format!("s{k}"))).unwrap();
+                let src: Vec<u8> = (0..32).map(|b| b + 100 * k).collect();
+                store.append_fixed(&src, 4, 8).unwrap();
+                std::sync::Arc::new(store)
+            })
+            .collect();
+        let record =
+            |k: u8, i: u8| -> Vec<u8> { (i * 8..i * 8 + 8).map(|b| b + 100 * k).collect() };
+        // Store 0's records 3 and 0 at slots 1 and 3; store 1's record 2
+        // at slots 0 and 2 (a record asked for twice).
+        let groups: Vec<(&[usize], &[u64])> = vec![(&[1, 3], &[3, 0]), (&[0, 2], &[2, 2])];
+        let mut dst = vec![0u8; 32];
+        super::gather_exact_spread(&mut dst, 8, &groups, 32, |k| Ok(stores[k].clone())).unwrap();
+        let want: Vec<u8> = [record(1, 2), record(0, 3), record(1, 2), record(0, 0)].concat();
+        assert_eq!(dst, want);
+        // A slot given twice, or outside the buffer: refused before a write.
+        for (groups, code) in [
+            (
+                vec![
+                    (&[1usize, 3][..], &[3u64, 0][..]),
+                    (&[3, 2][..], &[2, 2][..]),
+                ],
+                "overlap",
+            ),
+            (vec![(&[1usize, 4][..], &[3u64, 0][..])], "small"),
+        ] {
+            let mut dst = vec![0xAAu8; 32];
+            let err =
+                super::gather_exact_spread(&mut dst, 8, &groups, 32, |k| Ok(stores[k].clone()))
+                    .unwrap_err();
+            match (code, &err) {
+                ("overlap", Error::OverlappingDestinations { .. })
+                | ("small", Error::BufferTooSmall { .. }) => {}
+                _ => panic!("{code}: {err:?}"),
+            }
+            assert!(dst.iter().all(|&b| b == 0xAA));
+        }
+    }
 
     #[test]
     fn gather_exact_refuses_a_record_of_another_size_before_writing() {

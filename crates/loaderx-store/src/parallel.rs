@@ -463,6 +463,11 @@ impl SharedDst {
         }
     }
 
+    /// The buffer's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// `len` bytes of the buffer starting at `start`.
     ///
     /// # Safety
