@@ -175,6 +175,13 @@ impl Storage for AnyStorage {
     fn current_len(&self, file: FileId) -> std::io::Result<u64> {
         forward!(self, s => s.current_len(file))
     }
+    fn current_len_since(
+        &self,
+        file: FileId,
+        drained: &loaderx_store::storage::Drained,
+    ) -> std::io::Result<u64> {
+        forward!(self, s => s.current_len_since(file, drained))
+    }
     #[inline]
     fn with_bytes<R>(
         &self,

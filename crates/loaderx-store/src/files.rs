@@ -138,6 +138,19 @@ impl<S: Storage> Files<S> {
             .map_err(self.fail(file, "stat"))
     }
 
+    /// [`current_len`](Self::current_len), from what was checked before
+    /// when `drained` shows the file unchanged since
+    /// ([`Storage::current_len_since`]).
+    pub(crate) fn current_len_since(
+        &self,
+        file: FileId,
+        drained: &crate::storage::Drained,
+    ) -> Result<u64> {
+        self.storage
+            .current_len_since(file, drained)
+            .map_err(self.fail(file, "stat"))
+    }
+
     /// Calls `f` with `len` bytes of `file` at `offset` (a range the caller
     /// checked against the file's known length).
     #[inline]

@@ -165,10 +165,11 @@ enum Placement<'a> {
     Exact(usize),
     /// At `offsets[i]`; ranges must not overlap.
     Offsets(&'a [u64]),
-    /// At `slots[i] · item_len` (`Slots(slots, item_len)`), each record
-    /// exactly `item_len` bytes; the slots are distinct (the caller's
-    /// promise: [`Store::gather_exact_slots`]).
-    Slots(&'a [usize], usize),
+    /// At `slots[i] · item_len` (`Slots(slots, item_len, drained)`), each
+    /// record exactly `item_len` bytes; the slots are distinct (the
+    /// caller's promise: [`Store::gather_exact_slots`]); chunk lengths
+    /// checked against `drained`, the batch's drain of file watches.
+    Slots(&'a [usize], usize, &'a crate::storage::Drained),
 }
 
 impl Placement<'_> {
@@ -195,7 +196,7 @@ impl Placement<'_> {
                 }
                 (i as u64).checked_mul(stride as u64)
             }
-            Placement::Exact(item_len) | Placement::Slots(_, item_len) => {
+            Placement::Exact(item_len) | Placement::Slots(_, item_len, _) => {
                 if len != item_len as u64 {
                     return Err(Error::RecordLength {
                         path: store.path().to_path_buf(),
@@ -206,7 +207,7 @@ impl Placement<'_> {
                     });
                 }
                 let slot = match self {
-                    Placement::Slots(slots, _) => slots[i],
+                    Placement::Slots(slots, ..) => slots[i],
                     _ => i,
                 };
                 (slot as u64).checked_mul(item_len as u64)
@@ -272,6 +273,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// `slots[i] · item_len` of `dst` (a collection's parts filling one
     /// batch side by side).
     ///
+    /// The chunks' lengths are checked against `drained` (one drain of
+    /// the file watches for the whole batch).
+    ///
     /// # Safety
     /// The slots are distinct, and no other thread reads or writes their
     /// bytes while this runs (their bounds are checked here); `dst`
@@ -286,9 +290,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
         dst: &SharedDst,
         slots: &[usize],
         item_len: usize,
+        drained: &crate::storage::Drained,
     ) -> Result<()> {
         Error::check_len("slots", idxs.len(), slots.len())?;
-        self.gather_placed(idxs, dst, Placement::Slots(slots, item_len))
+        self.gather_placed(idxs, dst, Placement::Slots(slots, item_len, drained))
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]` for every `i`.
@@ -362,7 +367,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if let Placement::Offsets(_) = place {
             check_disjoint(&locs)?;
         }
-        self.check_chunks_still_hold(idxs, &locs)?;
+        let drained = match place {
+            Placement::Slots(_, _, drained) => Some(drained),
+            _ => None,
+        };
+        self.check_chunks_still_hold(idxs, &locs, drained)?;
         if self.files.fetches() {
             return self.decode_fetched_batch(idxs, &locs, dst, work, &blocks);
         }
@@ -774,18 +783,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Re-checks, against the chunk files' lengths as they are now, that every
     /// record's bytes are still there: a chunk file truncated behind our back
     /// must give an error, not a SIGBUS. One length check
-    /// ([`Storage::current_len`]) per distinct chunk.
+    /// ([`Storage::current_len`]) per distinct chunk; with `drained`, a
+    /// file it shows unchanged since its last check keeps that check's
+    /// length ([`Storage::current_len_since`]).
     pub(crate) fn check_chunks_still_hold(
         &self,
         idxs: &[u64],
         locs: &[(usize, RecordLoc)],
+        drained: Option<&crate::storage::Drained>,
     ) -> Result<()> {
         let mut seen: Vec<(u32, u64)> = Vec::new();
         for (i, (_, loc)) in locs.iter().enumerate() {
             let len = if let Some(&(_, len)) = seen.iter().find(|(c, _)| *c == loc.chunk_id) {
                 len
             } else {
-                let len = self.current_chunk_len(loc.chunk_id)?;
+                let len = self.current_chunk_len_since(loc.chunk_id, drained)?;
                 seen.push((loc.chunk_id, len));
                 len
             };
@@ -825,6 +837,8 @@ pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
     bytes: u64,
     store: impl Fn(usize) -> Result<std::sync::Arc<Store<C, S>>> + Sync,
 ) -> Result<()> {
+    // One drain of the file watches for all the parts' chunk checks.
+    let drained = crate::storage::Drained::now();
     let slots = dst.len().checked_div(item_len).unwrap_or(0);
     let mut taken = vec![0u64; slots.div_ceil(64)];
     let mut position = 0;
@@ -857,7 +871,7 @@ pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
             // SAFETY: every group's slots lie inside `dst` and no slot is
             // any other's (checked above), so the groups' writes are
             // disjoint; `dst` is borrowed for this whole call.
-            unsafe { store.gather_exact_slots(idxs, &shared, slots, item_len) }
+            unsafe { store.gather_exact_slots(idxs, &shared, slots, item_len, &drained) }
         });
         if let Err(e) = done {
             errors

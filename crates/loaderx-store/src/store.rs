@@ -296,8 +296,23 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// may be growing the file between the `stat` and the store, and lowering
     /// the shared value then would hide its records from later readers.
     pub(crate) fn current_chunk_len(&self, id: u32) -> Result<u64> {
+        self.current_chunk_len_since(id, None)
+    }
+
+    /// [`current_chunk_len`](Self::current_chunk_len), from the length
+    /// checked before when `drained` shows the file unchanged since
+    /// ([`Storage::current_len_since`](crate::storage::Storage::current_len_since)).
+    pub(crate) fn current_chunk_len_since(
+        &self,
+        id: u32,
+        drained: Option<&crate::storage::Drained>,
+    ) -> Result<u64> {
         let known = self.chunk_lens.get(id);
-        let now = self.files.current_len(FileId::Chunk(id))?;
+        let file = FileId::Chunk(id);
+        let now = match drained {
+            Some(drained) => self.files.current_len_since(file, drained)?,
+            None => self.files.current_len(file)?,
+        };
         Ok(known.min(now))
     }
 

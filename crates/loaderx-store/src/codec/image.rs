@@ -394,7 +394,7 @@ mod imp {
                 }
                 locs.push((i * item, loc));
             }
-            self.check_chunks_still_hold(idxs, &locs)?;
+            self.check_chunks_still_hold(idxs, &locs, None)?;
             // From storage that fetches: every record's bytes at once.
             let fetched = if self.files.fetches() {
                 let ranges: Vec<_> = locs

@@ -41,6 +41,10 @@ pub const META_EXTENT: u64 = 1 << 38;
 struct Mapped {
     file: File,
     view: View,
+    /// The file's inotify watch (read-only handles on Linux, local file
+    /// systems): its length is asked again only after an event.
+    #[cfg(target_os = "linux")]
+    watch: Option<super::watch::Watch>,
 }
 
 /// Read-only shared maps of one file, in one of two modes.
@@ -418,7 +422,18 @@ impl Storage for FileStorage {
         // for how far it reaches on each platform).
         let len = md.len();
         let view = View::new(&f, self.extent(file), len)?;
-        let _ = self.slot(file).set(Mapped { file: f, view });
+        // Only chunk files of read-only handles: a writer's own appends
+        // would raise an event per write, and the table is checked apart.
+        #[cfg(target_os = "linux")]
+        let watch = (self.read_only && matches!(file, FileId::Chunk(_)))
+            .then(|| super::watch::Watch::new(&f))
+            .flatten();
+        let _ = self.slot(file).set(Mapped {
+            file: f,
+            view,
+            #[cfg(target_os = "linux")]
+            watch,
+        });
         Ok(Some(len))
     }
 
@@ -427,6 +442,20 @@ impl Storage for FileStorage {
         // one thread, but takes a lock on the open file that the loader's
         // threads and forked workers would share (docs/ARCHITECTURE.md).
         Ok(self.mapped(file)?.file.metadata()?.len())
+    }
+
+    #[cfg(target_os = "linux")]
+    fn current_len_since(&self, file: FileId, drained: &super::Drained) -> io::Result<u64> {
+        let m = self.mapped(file)?;
+        let Some(watch) = &m.watch else {
+            return Ok(m.file.metadata()?.len());
+        };
+        if let Some(len) = watch.unchanged(drained) {
+            return Ok(len);
+        }
+        let len = m.file.metadata()?.len();
+        watch.record(drained, len);
+        Ok(len)
     }
 
     fn with_bytes<R>(

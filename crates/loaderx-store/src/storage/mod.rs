@@ -13,10 +13,29 @@ mod file;
 mod lend;
 #[cfg(feature = "testing")]
 mod memory;
+#[cfg(target_os = "linux")]
+mod watch;
 
 use std::{fmt, io, path::Path};
 
 pub use self::file::{FileStorage, META_EXTENT};
+#[cfg(target_os = "linux")]
+pub use self::watch::Drained;
+
+/// A drain of the process's watches of mapped files (Linux only; here
+/// nothing is watched, and a length is always asked again).
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, Clone, Default)]
+pub struct Drained;
+
+#[cfg(not(target_os = "linux"))]
+impl Drained {
+    /// Nothing to read where nothing is watched.
+    #[must_use]
+    pub fn now() -> Drained {
+        Drained
+    }
+}
 #[cfg(feature = "testing")]
 pub use self::memory::MemStorage;
 
@@ -77,6 +96,19 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// # Errors
     /// The underlying I/O error.
     fn current_len(&self, file: FileId) -> io::Result<u64>;
+
+    /// [`current_len`](Storage::current_len), which may answer with the
+    /// length it checked before when `drained` (a [`Drained::now`] taken
+    /// for this batch) shows that the file had no event since: a storage
+    /// that watches its files (Linux, local file systems). The default
+    /// asks again.
+    ///
+    /// # Errors
+    /// The underlying I/O error.
+    fn current_len_since(&self, file: FileId, drained: &Drained) -> io::Result<u64> {
+        let _ = drained;
+        self.current_len(file)
+    }
 
     /// Calls `f` with `len` bytes of an open `file` starting at `offset`.
     /// The caller guarantees the range lies inside the file's real length.
