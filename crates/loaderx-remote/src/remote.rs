@@ -715,26 +715,31 @@ impl RemoteStorage {
 
     /// [`request`](Self::request), handing each request's ranges to `on`
     /// as its body arrives (`on(positions in ranges, their bytes)`, on this
-    /// thread), then letting the body go: at most `concurrency` bodies
-    /// are held at a time (in flight or waiting to be handed over), never a
-    /// whole batch's. The requests run on the runtime meanwhile, all within
-    /// the handle's timeout; the first failure ends the wait (and aborts
-    /// the requests still running).
+    /// thread and outside the runtime), then letting the body go: at most
+    /// `concurrency` bodies are held at a time (in flight or waiting to be
+    /// handed over), never a whole batch's. Every request is checked
+    /// before any goes out; each has the handle's timeout, and so has the
+    /// wait for the next body. The first failure to arrive ends the wait
+    /// (and aborts the requests still running).
     fn request_each(
         &self,
         ranges: &[(FileId, Range<u64>)],
         on: &mut loaderx_store::storage::OnFetched<'_>,
     ) -> Result<(), (FileId, io::Error)> {
         let requests = self.plan(ranges);
+        let mut seen = Vec::with_capacity(requests.len());
+        for (file, span, _) in &requests {
+            let object = self.seen(*file).map_err(|e| (*file, e))?;
+            if span.end > object.size {
+                return Err((*file, past_end(&self.object_url(*file), span, object.size)));
+            }
+            seen.push(object);
+        }
         let permits = Arc::new(tokio::sync::Semaphore::new(self.options.concurrency.max(1)));
         let timeout = self.options.timeout;
         let mut started = AbortOnDrop(Vec::with_capacity(requests.len()));
         let mut running = stream::FuturesUnordered::new();
-        for (k, (file, span, _)) in requests.iter().enumerate() {
-            let seen = self.seen(*file).map_err(|e| (*file, e))?;
-            if span.end > seen.size {
-                return Err((*file, past_end(&self.object_url(*file), span, seen.size)));
-            }
+        for (k, ((file, span, _), seen)) in requests.iter().zip(seen).enumerate() {
             let (store, path, url) = (
                 self.store.clone(),
                 self.object(*file),
@@ -757,45 +762,45 @@ impl RemoteStorage {
             running.push(task.map(move |joined| (k, joined)));
         }
         let first = requests.first().map_or(FileId::Meta, |r| r.0);
-        let url = self.url.clone();
-        runtime().block_on(async {
-            let expiry = tokio::time::sleep(timeout);
-            tokio::pin!(expiry);
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
-            loop {
-                tokio::select! {
-                    next = running.next() => {
-                        let Some((k, joined)) = next else { return Ok(()) };
-                        let (file, span, members) = &requests[k];
-                        let (body, _permit) = joined
-                            .map_err(|e| io::Error::other(e.to_string()))
-                            .and_then(|got| got)
-                            .map_err(|e| (*file, e))?;
-                        let slices: Vec<&[u8]> = members
-                            .iter()
-                            .map(|&i| {
-                                let r = &ranges[i].1;
-                                let at = (r.start - span.start) as usize;
-                                &body[at..at + (r.end - r.start) as usize]
-                            })
-                            .collect();
-                        on(members, &slices);
-                    }
-                    () = &mut expiry => return Err((first, timed_out(&url, timeout))),
-                    _ = tick.tick() => {
-                        if INTERRUPT.get().is_some_and(|check| check()) {
-                            return Err((
-                                first,
-                                io::Error::new(
-                                    io::ErrorKind::Interrupted,
-                                    format!("interrupted while waiting on {url}"),
-                                ),
-                            ));
+        let url = &self.url;
+        loop {
+            // The runtime only waits; the caller's work runs out of it.
+            let next = runtime().block_on(async {
+                let idle = tokio::time::sleep(timeout);
+                tokio::pin!(idle);
+                let mut tick = tokio::time::interval(Duration::from_millis(50));
+                loop {
+                    tokio::select! {
+                        biased;
+                        next = running.next() => return Ok(next),
+                        () = &mut idle => return Err((first, timed_out(url, timeout))),
+                        _ = tick.tick() => {
+                            if INTERRUPT.get().is_some_and(|check| check()) {
+                                return Err((
+                                    first,
+                                    io::Error::new(
+                                        io::ErrorKind::Interrupted,
+                                        format!("interrupted while waiting on {url}"),
+                                    ),
+                                ));
+                            }
                         }
                     }
                 }
-            }
-        })
+            })?;
+            let Some((k, joined)) = next else {
+                return Ok(());
+            };
+            let (file, span, members) = &requests[k];
+            let (body, _permit) = joined
+                .map_err(|e| io::Error::other(e.to_string()))
+                .and_then(|got| got)
+                .map_err(|e| (*file, e))?;
+            on(
+                members,
+                &member_slices(&body, span.start, members, |i| &ranges[i].1),
+            );
+        }
     }
 
     /// The bytes `range` of the table, from its pages (fetching those not
@@ -911,6 +916,24 @@ fn runtime_head(
         e_tag: meta.e_tag.map(quoted),
         version: meta.version,
     })
+}
+
+/// The slices of `body` (the bytes from `start` on) that `members` asked
+/// for, `range(m)` being member `m`'s byte range.
+fn member_slices<'b, 'r>(
+    body: &'b [u8],
+    start: u64,
+    members: &[usize],
+    range: impl Fn(usize) -> &'r Range<u64>,
+) -> Vec<&'b [u8]> {
+    members
+        .iter()
+        .map(|&m| {
+            let r = range(m);
+            let at = (r.start - start) as usize;
+            &body[at..at + (r.end - r.start) as usize]
+        })
+        .collect()
 }
 
 /// The error of a request for bytes past the end an object had when
@@ -1276,21 +1299,15 @@ impl Storage for RemoteStorage {
             let bodies = futures::future::join_all(taken.iter().map(|(_, s, _)| s.body.clone()));
             let got = wait_for(&self.url, None, async move { Ok(bodies.await) })
                 .map_err(|e| (wanted_ranges[0].0, e))?;
-            for ((start, _, members), body) in taken.iter().zip(got) {
+            // Each staged body goes once handed over.
+            for ((start, _, members), body) in taken.into_iter().zip(got) {
                 match body {
                     Ok(body) => {
-                        let slices: Vec<&[u8]> = members
-                            .iter()
-                            .map(|&m| {
-                                let r = &wanted_ranges[m].1;
-                                let at = (r.start - start) as usize;
-                                &body[at..at + (r.end - r.start) as usize]
-                            })
-                            .collect();
+                        let slices = member_slices(&body, start, &members, |m| &wanted_ranges[m].1);
                         let positions: Vec<usize> = members.iter().map(|&m| wanted[m]).collect();
                         f(&positions, &slices);
                     }
-                    Err(_) => rest.extend_from_slice(members),
+                    Err(_) => rest.extend_from_slice(&members),
                 }
             }
         }

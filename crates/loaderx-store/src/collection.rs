@@ -96,11 +96,14 @@ pub const MIN_DEFAULT_OPEN_PARTS: usize = 16;
 pub const MAX_DEFAULT_OPEN_PARTS: usize = 4096;
 
 /// How many part stores a collection keeps open unless told otherwise
-/// ([`Collection::with_max_open_parts`]): as many as a quarter of the
-/// process's descriptor limit (its soft `RLIMIT_NOFILE`) allows, a local
-/// part store holding about two descriptors, so half the limit stays with
-/// the rest of the process; at least [`MIN_DEFAULT_OPEN_PARTS`] and at
-/// most [`MAX_DEFAULT_OPEN_PARTS`]. A random batch touches most parts of
+/// ([`Collection::with_max_open_parts`]): an eighth of the process's
+/// descriptor limit (its soft `RLIMIT_NOFILE`); a local part store holds
+/// three descriptors (its table, its presence lock, a chunk file), so
+/// well over half the limit stays with the rest of the process (other
+/// collections, a loader's reopened columns); at least
+/// [`MIN_DEFAULT_OPEN_PARTS`] and at most [`MAX_DEFAULT_OPEN_PARTS`].
+/// (A remote part store holds no descriptor; the cap bounds its table
+/// pages in memory.) A random batch touches most parts of
 /// a collection of small parts: closing and reopening part stores for
 /// each batch costs far more than holding them. The limit is read, never
 /// raised.
@@ -110,7 +113,7 @@ pub fn default_max_open_parts() -> usize {
     {
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
         match limit.current {
-            Some(soft) => usize::try_from(soft / 4)
+            Some(soft) => usize::try_from(soft / 8)
                 .unwrap_or(usize::MAX)
                 .clamp(MIN_DEFAULT_OPEN_PARTS, MAX_DEFAULT_OPEN_PARTS),
             None => MAX_DEFAULT_OPEN_PARTS,

@@ -181,16 +181,71 @@ impl<S: Storage> Files<S> {
     }
 
     /// Calls `f` with groups of `ranges` as their bytes are at hand
-    /// ([`Storage::with_bytes_as_fetched`]).
+    /// ([`Storage::with_bytes_as_fetched`]), holding the storage to its
+    /// contract: `f` sees every range at most once, with as many bytes as
+    /// asked, and the call fails unless every range was handed over (a
+    /// storage is outside code: its mistakes must not reach the engine's
+    /// writes as overlaps or as slots left unwritten).
     pub(crate) fn with_bytes_as_fetched(
         &self,
         ranges: &[(FileId, u64, usize)],
         op: &'static str,
         f: &mut crate::storage::OnFetched<'_>,
     ) -> Result<()> {
+        let mut done = vec![false; ranges.len()];
+        let mut wrong: Option<(FileId, String)> = None;
         self.storage
-            .with_bytes_as_fetched(ranges, f)
-            .map_err(|(file, e)| self.fail(file, op)(e))
+            .with_bytes_as_fetched(ranges, &mut |group, bytes| {
+                if wrong.is_some() {
+                    return;
+                }
+                if group.len() != bytes.len() {
+                    wrong = Some((
+                        FileId::Meta,
+                        format!(
+                            "{} ranges handed over with {} slices",
+                            group.len(),
+                            bytes.len()
+                        ),
+                    ));
+                    return;
+                }
+                for (&g, b) in group.iter().zip(bytes) {
+                    match ranges.get(g) {
+                        Some(&(file, offset, len)) if done[g] || b.len() != len => {
+                            wrong = Some((
+                                file,
+                                format!(
+                                    "bytes {offset}..{} handed over twice or as {} bytes",
+                                    offset + len as u64,
+                                    b.len()
+                                ),
+                            ));
+                            return;
+                        }
+                        Some(_) => done[g] = true,
+                        None => {
+                            wrong = Some((FileId::Meta, format!("range {g} was not asked for")));
+                            return;
+                        }
+                    }
+                }
+                f(group, bytes);
+            })
+            .map_err(|(file, e)| self.fail(file, op)(e))?;
+        let missing = done.iter().position(|&d| !d).map(|g| {
+            let (file, offset, len) = ranges[g];
+            (
+                file,
+                format!("bytes {offset}..{} never handed over", offset + len as u64),
+            )
+        });
+        match wrong.or(missing) {
+            Some((file, reason)) => Err(self.fail(file, op)(std::io::Error::other(format!(
+                "the storage broke its contract: {reason}"
+            )))),
+            None => Ok(()),
+        }
     }
 
     /// Whether the storage reads by requests ([`Storage::fetches`]).

@@ -250,7 +250,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// # Errors
     /// [`Error::IndexOutOfRange`], [`Error::BufferTooSmall`] when a record does
     /// not fit its slot or `dst`, [`Error::Corrupt`] for a damaged entry or
-    /// record; `dst` is untouched unless every check passed.
+    /// record; `dst` is untouched unless every index and place passed its
+    /// check (a record found damaged while decoding, or a read that fails,
+    /// leaves the records decoded before it written).
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
         self.gather_placed(idxs, &SharedDst::new(dst), Placement::Strided(stride))
     }
@@ -417,8 +419,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// checked, taken from there), then each decoded from its bytes into
     /// its validated place as its request arrives (the records of one
     /// request in parallel when worth it), checked as any record is, so
-    /// the fetched bytes of a whole batch are never held at once. Of
-    /// records that fail, the first in `idxs` is reported.
+    /// the fetched bytes of a whole batch are never held at once. A
+    /// request that fails ends the gather with its error; else, of records
+    /// that fail their check or decode, the first in `idxs` is reported.
+    /// Either way the records decoded before stay written in `dst`.
     fn decode_fetched_batch(
         &self,
         idxs: &[u64],
@@ -470,8 +474,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
                     // inside the destination, distinct records' ranges do not
                     // overlap, and each record is decoded once: the ones in
                     // blocks here, every other one in the one group the
-                    // storage hands it over in, and within a call each index
-                    // belongs to one range handed to one worker.
+                    // storage hands it over in (`Files::with_bytes_as_fetched`
+                    // passes on no range twice, whatever the storage does),
+                    // and within a call each index belongs to one range
+                    // handed to one worker.
                     let out = unsafe { shared.range_mut(*at, loc.logic_length as usize) };
                     if let Err(e) = self.decode_fetched(idxs[i], loc, bytes[k], out) {
                         let mut first = first
@@ -837,6 +843,9 @@ pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
     bytes: u64,
     store: impl Fn(usize) -> Result<std::sync::Arc<Store<C, S>>> + Sync,
 ) -> Result<()> {
+    // Zero-byte records have no slots to tell apart: the collection gathers
+    // them part by part instead (`Column::gather_exact`).
+    debug_assert!(item_len > 0, "a spread batch of zero-byte records");
     // One drain of the file watches for all the parts' chunk checks.
     let drained = crate::storage::Drained::now();
     let slots = dst.len().checked_div(item_len).unwrap_or(0);

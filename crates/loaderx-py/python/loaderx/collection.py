@@ -55,8 +55,8 @@ def open(  # noqa: A001 - the module's verb, as in loaderx.collection.open
     ``file://``; `storage_options` as for ``Dense.open``). Opening reads
     the manifest only; each part store is opened when a read first touches
     it. At most `max_open_parts` part stores (one column of one part each;
-    by default a quarter of the process's descriptor limit, 16 to 4096)
-    are held open: past that, the least recently used is
+    by default an eighth of the process's descriptor limit, 16 to 4096,
+    and 128 where it cannot be read) are held open: past that, the least recently used is
     closed, and reopened when a read needs it again."""
     if max_open_parts is not None and (
         isinstance(max_open_parts, bool) or not isinstance(max_open_parts, int)

@@ -149,8 +149,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// group ([`with_many_bytes`](Storage::with_many_bytes)).
     ///
     /// # Errors
-    /// The first range that cannot be read, with its I/O error (groups
-    /// handed over before it stay handed over).
+    /// A range that could not be read (the first failure met), with its
+    /// I/O error; groups handed over before it stay handed over.
     fn with_bytes_as_fetched(
         &self,
         ranges: &[(FileId, u64, usize)],
