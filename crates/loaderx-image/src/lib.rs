@@ -23,7 +23,8 @@
 //! is caught and reported as an error too.
 //!
 //! Decoders: `zune-jpeg` (SIMD, about as fast as libjpeg-turbo on one core)
-//! and `png`; encoders: `jpeg-encoder` and `png`.
+//! and `png`; encoders: our own baseline JPEG encoder (written from ITU-T
+//! T.81, SIMD-friendly `f32` DCT) and `png`.
 //!
 //! ```
 //! use loaderx_image::{Format, Layout, decode_into, encode_png, read_header};
@@ -42,6 +43,7 @@
 
 mod decode;
 mod encode;
+mod jpeg;
 mod resize;
 
 use std::fmt;
