@@ -38,11 +38,13 @@
 //! assert_eq!(out, pixels);
 //! ```
 #![warn(missing_docs)]
+#![deny(unsafe_code)]
 #![warn(clippy::pedantic)]
 #![allow(clippy::cast_possible_truncation)]
 
 mod decode;
 mod encode;
+#[allow(unsafe_code)] // SIMD kernels of the JPEG encoder: see docs/ARCHITECTURE.md
 mod jpeg;
 mod resize;
 
