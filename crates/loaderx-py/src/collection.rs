@@ -338,8 +338,7 @@ impl CollectionColumn {
             let len = item_len
                 .checked_mul(resolved.idxs.len())
                 .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
-            let mut out = Output::allocate(outputs, OutputKind::Dense, len)
-                .ok_or(loaderx_store::Error::OutOfMemory { bytes: len as u64 })?;
+            let mut out = Output::allocate_or_oom(outputs, OutputKind::Dense, len)?;
             col.gather_exact(&resolved.idxs, out.as_mut(), item_len)?;
             Ok((out, resolved.idxs.len(), resolved.one))
         })?;

@@ -101,6 +101,16 @@ impl Output {
         Some(Output::Heap(heap))
     }
 
+    /// [`allocate`](Self::allocate), or the engine's out-of-memory error.
+    pub(crate) fn allocate_or_oom(
+        pool: &SharedPool,
+        kind: OutputKind,
+        len: usize,
+    ) -> loaderx_store::Result<Output> {
+        Output::allocate(pool, kind, len)
+            .ok_or(loaderx_store::Error::OutOfMemory { bytes: len as u64 })
+    }
+
     /// A NumPy `uint8` array over the bytes: a pooled buffer goes back to
     /// `pool` once the array and its views are gone.
     pub(crate) fn into_array<'py>(

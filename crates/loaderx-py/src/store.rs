@@ -869,7 +869,7 @@ impl Store {
                 let len = item_len
                     .checked_mul(resolved.idxs.len())
                     .ok_or(loaderx_store::Error::OutOfMemory { bytes: u64::MAX })?;
-                let mut out = allocate(outputs, OutputKind::Dense, len)?;
+                let mut out = Output::allocate_or_oom(outputs, OutputKind::Dense, len)?;
                 engine.gather_exact(&resolved.idxs, out.as_mut(), item_len)?;
                 Ok((out, resolved.idxs.len(), resolved.one))
             })?;
@@ -912,7 +912,7 @@ impl Store {
         let (gathered, ndim, one) = self.handle.selected(py, selection, |engine, resolved| {
             let ndim = typed::ragged_ndim(engine)?;
             let gathered = typed::gather_ragged(engine, &resolved.idxs, |len| {
-                allocate(outputs, OutputKind::Ragged, len)
+                Output::allocate_or_oom(outputs, OutputKind::Ragged, len)
             })?;
             Ok((gathered, ndim, resolved.one))
         })?;
@@ -955,7 +955,7 @@ impl Store {
         let outputs = &self.outputs;
         let (data, rows, one) = self.handle.selected(py, selection, |engine, resolved| {
             let len = images_len(height, width, resolved.idxs.len())?;
-            let mut out = allocate(outputs, OutputKind::Images, len)?;
+            let mut out = Output::allocate_or_oom(outputs, OutputKind::Images, len)?;
             engine.gather_images(&resolved.idxs, out.as_mut(), height, width, layout)?;
             Ok((out, resolved.idxs.len(), resolved.one))
         })?;
@@ -1267,13 +1267,6 @@ pub(crate) fn image_layout(layout: &str) -> PyResult<loaderx_store::ImageLayout>
             "layout must be \"hwc\" or \"chw\", got {other:?}"
         ))),
     }
-}
-
-/// `len` bytes for a direct read's output ([`Output::allocate`]), or the
-/// engine's out-of-memory error.
-fn allocate(outputs: &SharedPool, kind: OutputKind, len: usize) -> loaderx_store::Result<Output> {
-    Output::allocate(outputs, kind, len)
-        .ok_or(loaderx_store::Error::OutOfMemory { bytes: len as u64 })
 }
 
 impl Handle {
