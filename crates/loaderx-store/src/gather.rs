@@ -339,8 +339,14 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .map_err(|_| oom(idxs.len() * std::mem::size_of::<RecordLoc>()))?;
         // Blocks of runs a store read by requests fetched to check them.
         let mut blocks = Vec::new();
+        // A batch spread over stores checks file lengths against one drain
+        // of the file watches.
+        let drained = match place {
+            Placement::Slots(_, _, drained) => Some(drained),
+            _ => None,
+        };
         let (indexed, mut fault) =
-            self.batch_entries(idxs, &head, raw_checked, &mut decoded, &mut blocks)?;
+            self.batch_entries(idxs, &head, raw_checked, &mut decoded, &mut blocks, drained)?;
         let copy_reads_at = parallel::copy_reads_at();
         let mut all_mapped_raw = !raw_checked;
         let mut stored = 0u64;
@@ -369,10 +375,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if let Placement::Offsets(_) = place {
             check_disjoint(&locs)?;
         }
-        let drained = match place {
-            Placement::Slots(_, _, drained) => Some(drained),
-            _ => None,
-        };
         self.check_chunks_still_hold(idxs, &locs, drained)?;
         if self.files.fetches() {
             return self.decode_fetched_batch(idxs, &locs, dst, work, &blocks);
@@ -525,6 +527,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         raw_checked: bool,
         decoded: &mut Vec<RecordLoc>,
         blocks: &mut Vec<(FileId, u64, Vec<u8>)>,
+        drained: Option<&crate::storage::Drained>,
     ) -> Result<(bool, Option<(usize, Error)>)> {
         // `try_read`: a gather never waits for the index (another thread
         // may be extending it, or, in a forked child, a thread of the parent
@@ -537,7 +540,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             decoded.extend(idxs.iter().map(|&i| runs.loc(i)));
             return Ok((true, None));
         }
-        self.check_meta_len(head)?;
+        self.check_meta_len_since(head, drained)?;
         Ok((
             false,
             self.files

@@ -279,8 +279,21 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Checks that `meta.zr` still holds the table `header` describes: a file
     /// truncated behind our back must give an error, not a SIGBUS.
     pub(crate) fn check_meta_len(&self, head: &Head) -> Result<()> {
+        self.check_meta_len_since(head, None)
+    }
+
+    /// [`check_meta_len`](Self::check_meta_len), with `meta.zr`'s length
+    /// from its last check when `drained` shows no event for it since.
+    pub(crate) fn check_meta_len_since(
+        &self,
+        head: &Head,
+        drained: Option<&crate::storage::Drained>,
+    ) -> Result<()> {
         let need = self.files.table_end(head.length)?;
-        let have = self.files.current_len(FileId::Meta)?;
+        let have = match drained {
+            Some(drained) => self.files.current_len_since(FileId::Meta, drained)?,
+            None => self.files.current_len(FileId::Meta)?,
+        };
         if have < need {
             return Err(Error::format(
                 self.file_path(FileId::Meta),
@@ -301,7 +314,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
     /// [`current_chunk_len`](Self::current_chunk_len), from the length
     /// checked before when `drained` shows the file unchanged since
-    /// ([`Storage::current_len_since`](crate::storage::Storage::current_len_since)).
+    /// ([`Storage::current_len_since`]).
     pub(crate) fn current_chunk_len_since(
         &self,
         id: u32,

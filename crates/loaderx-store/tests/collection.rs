@@ -512,5 +512,21 @@ fn a_part_chunk_cut_between_batches_is_an_error_not_a_crash() {
         out,
         others.iter().copied().flat_map(item).collect::<Vec<u8>>()
     );
+    // Part 2's table (records 5..14) cut to a page boundary before its
+    // entries' end (reading them through the map would fault): an error
+    // naming its meta.zr, not a crash.
+    let meta = root.join("part-00002").join("x").join("meta.zr");
+    let len = fs::metadata(&meta).unwrap().len();
+    let keep = len / 4096 * 4096;
+    assert!(keep < len && keep > 0, "{len}");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&meta)
+        .unwrap()
+        .set_len(keep)
+        .unwrap();
+    let err = x.gather_exact(&others, &mut out, ITEM).unwrap_err();
+    assert!(err.to_string().contains("meta.zr"), "{err}");
+    assert!(err.to_string().contains("part-00002"), "{err}");
     assert!(n > 26);
 }

@@ -422,10 +422,10 @@ impl Storage for FileStorage {
         // for how far it reaches on each platform).
         let len = md.len();
         let view = View::new(&f, self.extent(file), len)?;
-        // Only chunk files of read-only handles: a writer's own appends
-        // would raise an event per write, and the table is checked apart.
+        // Only the table and chunk files of read-only handles: a writer's
+        // own appends would raise an event per write.
         #[cfg(target_os = "linux")]
-        let watch = (self.read_only && matches!(file, FileId::Chunk(_)))
+        let watch = (self.read_only && matches!(file, FileId::Chunk(_) | FileId::Meta))
             .then(|| super::watch::Watch::new(&f))
             .flatten();
         let _ = self.slot(file).set(Mapped {

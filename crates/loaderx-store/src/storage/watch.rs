@@ -1,12 +1,13 @@
 //! Which mapped chunk files may have changed, without asking the kernel
 //! about each one (Linux).
 //!
-//! A gather re-checks, before it copies from a chunk's map, that the file
-//! still holds the records (a file cut behind the store's back must give an
-//! error, not a `SIGBUS`): one `statx` per chunk file. A collection's batch
-//! touches hundreds of part stores, each with its own chunk file, so those
-//! checks cost more than the copies. Here one inotify instance per process
-//! watches the chunk files read-only handles map (`IN_MODIFY`, which
+//! A gather re-checks, before it reads a map, that the file still holds
+//! what it reads (a file cut behind the store's back must give an error,
+//! not a `SIGBUS`): one `statx` per file (`meta.zr` for the table, each
+//! chunk file). A collection's batch touches hundreds of part stores, each
+//! with its own files, so those checks cost more than the copies. Here one
+//! inotify instance per process watches the table and chunk files
+//! read-only handles map (`IN_MODIFY`, which
 //! every write, truncation and hole punch raises, and `IN_ATTRIB`); one
 //! non-blocking read of its queue ([`Drained::now`]) tells which files
 //! had events since, and a file with none keeps the length checked last.
