@@ -136,6 +136,27 @@ struct OpenParts<C: Codec, S: Storage> {
     tick: u64,
 }
 
+impl<C: Codec, S: Storage> OpenParts<C, S> {
+    /// The store of `column` in `part` if held, marked as used now.
+    fn get(&mut self, column: usize, part: usize) -> Option<Arc<Store<C, S>>> {
+        self.tick += 1;
+        let now = self.tick;
+        let (store, used) = self.held.get_mut(&(column, part))?;
+        *used = now;
+        Some(Arc::clone(store))
+    }
+
+    /// Takes out the store used least recently.
+    fn oldest(&mut self) -> Option<Arc<Store<C, S>>> {
+        let key = self
+            .held
+            .iter()
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(key, _)| *key)?;
+        self.held.remove(&key).map(|(store, _)| store)
+    }
+}
+
 /// An open collection: the manifest, and the part stores read lately (at
 /// most [`max_open_parts`](Collection::max_open_parts) of them, least
 /// recently used closed first).
@@ -293,11 +314,7 @@ impl<C: Codec, S: Storage> Collection<C, S> {
     /// [`max_open_parts`](Self::max_open_parts)).
     #[must_use]
     pub fn opened_parts(&self) -> usize {
-        self.open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .held
-            .len()
+        self.held().held.len()
     }
 
     /// Column `name`, to read from.
@@ -337,24 +354,49 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         Ok((part, idx - self.starts[part]))
     }
 
+    /// The open part stores, locked.
+    fn held(&self) -> std::sync::MutexGuard<'_, OpenParts<C, S>> {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The store of `column` in `part`: held, or opened (and checked
     /// against the manifest), then held in place of the one used least
     /// recently when `max_open` are held already.
     fn store(&self, column: usize, part: usize) -> Result<Arc<Store<C, S>>> {
-        let lock = || {
-            self.open
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        {
-            let mut open = lock();
-            open.tick += 1;
-            let now = open.tick;
-            if let Some((store, used)) = open.held.get_mut(&(column, part)) {
-                *used = now;
-                return Ok(Arc::clone(store));
-            }
+        let held = self.held().get(column, part);
+        match held {
+            Some(store) => Ok(store),
+            None => self.open_part(column, part),
         }
+    }
+
+    /// The stores of `column` in the parts `split` touches, in the order of
+    /// its groups: those held found under one lock (a batch touches many
+    /// parts), the rest opened as [`store`](Self::store) opens them.
+    fn stores(&self, column: usize, split: &Split) -> Result<Vec<Arc<Store<C, S>>>> {
+        let found: Vec<Option<Arc<Store<C, S>>>> = {
+            let mut open = self.held();
+            split
+                .groups
+                .iter()
+                .map(|g| open.get(column, g.part))
+                .collect()
+        };
+        found
+            .into_iter()
+            .zip(&split.groups)
+            .map(|(held, g)| match held {
+                Some(store) => Ok(store),
+                None => self.open_part(column, g.part),
+            })
+            .collect()
+    }
+
+    /// Opens the store of `column` in `part`, checks it against the
+    /// manifest and holds it (see [`store`](Self::store)).
+    fn open_part(&self, column: usize, part: usize) -> Result<Arc<Store<C, S>>> {
         let def = &self.manifest.columns[column];
         let p = &self.manifest.parts[part];
         let store = self.opener.open(&p.name, &def.name)?;
@@ -386,24 +428,16 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         let store = Arc::new(store);
         // Opened without the lock held (it may take requests); another
         // thread may have opened it meanwhile: either copy will do.
-        let mut evicted = None;
-        let mut open = lock();
-        open.tick += 1;
+        let mut open = self.held();
+        if let Some(held) = open.get(column, part) {
+            return Ok(held);
+        }
+        let evicted = if open.held.len() >= self.max_open {
+            open.oldest()
+        } else {
+            None
+        };
         let now = open.tick;
-        if let Some((held, used)) = open.held.get_mut(&(column, part)) {
-            *used = now;
-            return Ok(Arc::clone(held));
-        }
-        if open.held.len() >= self.max_open {
-            let oldest = open
-                .held
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(key, _)| *key);
-            if let Some(key) = oldest {
-                evicted = open.held.remove(&key);
-            }
-        }
         open.held.insert((column, part), (Arc::clone(&store), now));
         drop(open);
         // Closed (when no read holds it) outside the lock.
@@ -411,35 +445,45 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         Ok(store)
     }
 
-    /// Splits `idxs` by part: one group per part touched, in order of
-    /// first appearance, each with its positions in `idxs` (increasing)
-    /// and its local indices.
+    /// Splits `idxs` by part: one group per part touched, in the order of
+    /// the parts, each with its positions in `idxs` (increasing) and its
+    /// local indices.
     fn split(&self, idxs: &[u64]) -> Result<Split> {
-        let mut groups: Vec<Group> = Vec::new();
-        let mut by_part: HashMap<usize, usize> = HashMap::new();
-        let mut last: Option<(usize, usize)> = None; // (part, group)
+        let mut order: Vec<(usize, usize, u64)> = Vec::new();
+        order
+            .try_reserve_exact(idxs.len())
+            .map_err(|_| Error::OutOfMemory {
+                bytes: (idxs.len() * std::mem::size_of::<(usize, usize, u64)>()) as u64,
+            })?;
         for (pos, &idx) in idxs.iter().enumerate() {
             let (part, local) = self.locate(idx)?;
-            let g = match last {
-                Some((p, g)) if p == part => g,
-                _ => *by_part.entry(part).or_insert_with(|| {
-                    groups.push(Group {
-                        part,
-                        positions: Vec::new(),
-                        local: Vec::new(),
-                    });
-                    groups.len() - 1
-                }),
-            };
-            last = Some((part, g));
-            groups[g].positions.push(pos);
-            groups[g].local.push(local);
+            order.push((part, pos, local));
         }
+        if !order.is_sorted_by_key(|&(part, ..)| part) {
+            order.sort_unstable_by_key(|&(part, pos, _)| (part, pos));
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        for (k, &(part, ..)) in order.iter().enumerate() {
+            match groups.last_mut() {
+                Some(g) if g.part == part => g.range.end = k + 1,
+                _ => groups.push(Group {
+                    part,
+                    range: k..k + 1,
+                }),
+            }
+        }
+        let positions: Vec<usize> = order.iter().map(|&(_, pos, _)| pos).collect();
+        let local = order.iter().map(|&(.., local)| local).collect();
         let contiguous = groups.iter().all(|g| {
-            g.positions.last().map_or(0, |l| l + 1) - g.positions.first().copied().unwrap_or(0)
-                == g.positions.len()
+            let mine = &positions[g.range.clone()];
+            mine[mine.len() - 1] + 1 - mine[0] == mine.len()
         });
-        Ok(Split { groups, contiguous })
+        Ok(Split {
+            groups,
+            positions,
+            local,
+            contiguous,
+        })
     }
 
     /// Checks that `dst` holds `idxs.len()` slots of `slot` elements and
@@ -508,24 +552,22 @@ impl<C: Codec, S: Storage> Collection<C, S> {
     {
         let need = dst.len();
         let bytes = std::mem::size_of_val(dst) as u64;
+        let stores = self.stores(column, split)?;
         if split.groups.len() == 1 {
-            let g = &split.groups[0];
-            return f(&*self.store(column, g.part)?, &g.local, dst);
+            return f(&stores[0], split.local(0), dst);
         }
         if split.contiguous {
             // Each part's slots are one run of `dst`: gather in place.
-            let mut order: Vec<&Group> = split.groups.iter().collect();
-            order.sort_by_key(|g| g.positions[0]);
+            let mut order: Vec<usize> = (0..split.groups.len()).collect();
+            order.sort_by_key(|&n| split.positions(n)[0]);
             let mut jobs = Vec::with_capacity(order.len());
             let mut rest = dst;
-            for (n, g) in order.into_iter().enumerate() {
-                let (mine, tail) = rest.split_at_mut(g.local.len() * slot);
+            for n in order {
+                let (mine, tail) = rest.split_at_mut(split.local(n).len() * slot);
                 rest = tail;
-                jobs.push((n, g, mine));
+                jobs.push((n, mine));
             }
-            return run_jobs(jobs, bytes, |g, out| {
-                f(&*self.store(column, g.part)?, &g.local, out)
-            });
+            return run_jobs(jobs, bytes, |n, out| f(&stores[n], split.local(n), out));
         }
         // Scattered: each part gathers into its run of a scratch buffer,
         // then every slot is copied to its place.
@@ -537,19 +579,13 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         let mut jobs = Vec::with_capacity(split.groups.len());
         let mut rest = scratch.as_mut_slice();
         for (n, g) in split.groups.iter().enumerate() {
-            let (mine, tail) = rest.split_at_mut(g.local.len() * slot);
+            let (mine, tail) = rest.split_at_mut(g.range.len() * slot);
             rest = tail;
-            jobs.push((n, g, mine));
+            jobs.push((n, mine));
         }
-        run_jobs(jobs, bytes, |g, out| {
-            f(&*self.store(column, g.part)?, &g.local, out)
-        })?;
-        let mut at = 0;
-        for g in &split.groups {
-            for &pos in &g.positions {
-                dst[pos * slot..][..slot].copy_from_slice(&scratch[at..at + slot]);
-                at += slot;
-            }
+        run_jobs(jobs, bytes, |n, out| f(&stores[n], split.local(n), out))?;
+        for (&pos, from) in split.positions.iter().zip(scratch.chunks_exact(slot)) {
+            dst[pos * slot..][..slot].copy_from_slice(from);
         }
         Ok(())
     }
@@ -566,27 +602,46 @@ fn same_schema(store: &Schema, column: &Schema) -> bool {
         && store.codecs == column.codecs
 }
 
+/// The records of a batch in one part: `Split`'s entries `range`.
 struct Group {
     part: usize,
-    positions: Vec<usize>,
-    local: Vec<u64>,
+    range: std::ops::Range<usize>,
 }
 
+/// A batch split by part.
 struct Split {
+    /// The parts touched, ascending.
     groups: Vec<Group>,
+    /// Each record's position in the batch, grouped by part, increasing
+    /// within a group.
+    positions: Vec<usize>,
+    /// Each record's index within its part, in the order of `positions`.
+    local: Vec<u64>,
     /// Whether each group's positions are one run.
     contiguous: bool,
 }
 
-/// Runs `work` on every `(n, group, out)` job, in parallel when worth it;
-/// the error of the lowest `n` that failed.
-fn run_jobs<T: Send, F>(jobs: Vec<(usize, &Group, &mut [T])>, bytes: u64, work: F) -> Result<()>
+impl Split {
+    /// Group `n`'s positions in the batch.
+    fn positions(&self, n: usize) -> &[usize] {
+        &self.positions[self.groups[n].range.clone()]
+    }
+
+    /// Group `n`'s indices within its part.
+    fn local(&self, n: usize) -> &[u64] {
+        &self.local[self.groups[n].range.clone()]
+    }
+}
+
+/// Runs `work(n, out)` on every `(n, out)` job (`n` a group of the split),
+/// in parallel when worth it; the error of the lowest `n` that failed.
+fn run_jobs<T: Send, F>(jobs: Vec<(usize, &mut [T])>, bytes: u64, work: F) -> Result<()>
 where
-    F: Fn(&Group, &mut [T]) -> Result<()> + Sync,
+    F: Fn(usize, &mut [T]) -> Result<()> + Sync,
 {
     let errors: Mutex<Vec<(usize, Error)>> = Mutex::new(Vec::new());
-    parallel::for_each_part(jobs, bytes, |(n, g, out)| {
-        if let Err(e) = work(g, out) {
+    parallel::for_each_part(jobs, bytes, |(n, out)| {
+        if let Err(e) = work(n, out) {
             errors
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -687,15 +742,11 @@ impl<C: Codec, S: Storage> Column<C, S> {
             });
         }
         // Parts' records interleave: each part writes its slots in place.
-        let groups: Vec<(&[usize], &[u64])> = split
-            .groups
-            .iter()
-            .map(|g| (g.positions.as_slice(), g.local.as_slice()))
+        let groups: Vec<(&[usize], &[u64])> = (0..split.groups.len())
+            .map(|n| (split.positions(n), split.local(n)))
             .collect();
-        let bytes = dst.len() as u64;
-        crate::gather::gather_exact_spread(dst, item_len, &groups, bytes, |k| {
-            coll.store(self.index, split.groups[k].part)
-        })
+        let stores = coll.stores(self.index, &split)?;
+        crate::gather::gather_exact_spread(dst, item_len, &groups, &stores)
     }
 
     /// As [`Store::lengths`], over global indices.
@@ -739,12 +790,9 @@ impl<C: Codec, S: Storage> Column<C, S> {
             return Ok(());
         }
         let split = self.coll.split(idxs)?;
+        let stores = self.coll.stores(self.index, &split)?;
         if split.groups.len() == 1 {
-            let g = &split.groups[0];
-            return self
-                .coll
-                .store(self.index, g.part)?
-                .gather_ragged(&g.local, dst, offsets);
+            return stores[0].gather_ragged(split.local(0), dst, offsets);
         }
         let mut lens = vec![0u32; idxs.len()];
         self.lengths(idxs, &mut lens)?;
@@ -788,10 +836,10 @@ impl<C: Codec, S: Storage> Column<C, S> {
         let mut jobs = Vec::with_capacity(split.groups.len());
         let mut local_offsets = Vec::with_capacity(split.groups.len());
         let mut rest = scratch.as_mut_slice();
-        for g in &split.groups {
-            let mut offs = Vec::with_capacity(g.positions.len());
+        for n in 0..split.groups.len() {
+            let mut offs = Vec::with_capacity(split.positions(n).len());
             let mut at = 0u64;
-            for &pos in &g.positions {
+            for &pos in split.positions(n) {
                 offs.push(at);
                 at += u64::from(lens[pos]);
             }
@@ -800,31 +848,16 @@ impl<C: Codec, S: Storage> Column<C, S> {
             local_offsets.push(offs);
             jobs.push(mine);
         }
-        let jobs: Vec<_> = jobs
-            .into_iter()
-            .enumerate()
-            .map(|(n, out)| (n, &split.groups[n], out))
-            .collect();
-        let index = self.index;
-        let coll = &self.coll;
-        let by_group: HashMap<usize, &Vec<u64>> = split
-            .groups
-            .iter()
-            .zip(&local_offsets)
-            .map(|(g, o)| (g.part, o))
-            .collect();
-        run_jobs(jobs, total as u64, |g, out| {
-            coll.store(index, g.part)?
-                .gather_ragged(&g.local, out, by_group[&g.part])
+        let jobs: Vec<_> = jobs.into_iter().enumerate().collect();
+        run_jobs(jobs, total as u64, |n, out| {
+            stores[n].gather_ragged(split.local(n), out, &local_offsets[n])
         })?;
         let mut at = 0usize;
-        for g in &split.groups {
-            for &pos in &g.positions {
-                let len = lens[pos] as usize;
-                let start = offsets[pos] as usize;
-                dst[start..start + len].copy_from_slice(&scratch[at..at + len]);
-                at += len;
-            }
+        for &pos in &split.positions {
+            let len = lens[pos] as usize;
+            let start = offsets[pos] as usize;
+            dst[start..start + len].copy_from_slice(&scratch[at..at + len]);
+            at += len;
         }
         Ok(())
     }

@@ -295,7 +295,101 @@ impl<C: Codec, S: Storage> Store<C, S> {
         drained: &crate::storage::Drained,
     ) -> Result<()> {
         Error::check_len("slots", idxs.len(), slots.len())?;
+        // SAFETY: this function's contract.
+        if unsafe { self.gather_covered_slots(idxs, dst, slots, item_len, drained)? } {
+            return Ok(());
+        }
         self.gather_placed(idxs, dst, Placement::Slots(slots, item_len, drained))
+    }
+
+    /// [`gather_exact_slots`](Self::gather_exact_slots) from the handle's
+    /// index of small raw records (`runs.rs`), indexing the store first
+    /// when it has not been (a collection's part is often a few records,
+    /// each batch asking for one or two: the fixed cost of the table path,
+    /// paid per part, would cost more than the copies). Every chunk file
+    /// the index spans is checked against its length, then borrowed with
+    /// the others at once; each record is found in the runs and copied to
+    /// its slot. `false`, with nothing written, when the index does not
+    /// cover the records or cannot serve them (the general path takes
+    /// them then, and names what is wrong).
+    ///
+    /// # Safety
+    /// As [`gather_exact_slots`](Self::gather_exact_slots).
+    unsafe fn gather_covered_slots(
+        &self,
+        idxs: &[u64],
+        dst: &SharedDst,
+        slots: &[usize],
+        item_len: usize,
+        drained: &crate::storage::Drained,
+    ) -> Result<bool> {
+        if self.files.fetches() || (self.layout().checksums() && self.check_raw) {
+            return Ok(false);
+        }
+        let fits = |&slot: &usize| {
+            slot.checked_add(1)
+                .and_then(|n| n.checked_mul(item_len))
+                .is_some_and(|end| end <= dst.len())
+        };
+        if !slots.iter().all(fits) {
+            return Ok(false);
+        }
+        self.check_usable()?;
+        let head = self.head();
+        let covered = |runs: &crate::runs::RawRuns| {
+            runs.usable(&head).map(|len| len as usize) == Some(item_len)
+                && runs.chunks().len() <= MAX_CHUNKS
+                && idxs.iter().all(|&i| i < runs.covered())
+        };
+        let Some(mut runs) = runs_now(&self.raw_runs) else {
+            return Ok(false);
+        };
+        if !covered(&runs) {
+            if !runs.wants_more(&head) {
+                return Ok(false);
+            }
+            drop(runs);
+            self.index_raw_runs(&head);
+            match runs_now(&self.raw_runs) {
+                Some(now) if covered(&now) => runs = now,
+                _ => return Ok(false),
+            }
+        }
+        let mut ranges = [(FileId::Meta, 0, 0); MAX_CHUNKS];
+        for (range, (id, end)) in ranges.iter_mut().zip(runs.chunks()) {
+            let Ok(lent) = usize::try_from(end) else {
+                return Ok(false);
+            };
+            if !self
+                .current_chunk_len_since(id, Some(drained))
+                .is_ok_and(|held| end <= held)
+            {
+                return Ok(false);
+            }
+            *range = (FileId::Chunk(id), 0, lent);
+        }
+        let ranges = &ranges[..runs.chunks().len()];
+        let finder = runs.finder();
+        let copied = self.files.with_many_bytes(ranges, "read", |maps| {
+            let mut found = Vec::new();
+            found.try_reserve_exact(idxs.len()).ok()?;
+            // Every record is found before any is written: a broken index
+            // (which its invariants rule out) leaves the slots untouched.
+            for &i in idxs {
+                let (chunk, offset) = finder.find(i);
+                let at = usize::try_from(offset).ok()?;
+                found.push(maps.get(chunk)?.get(at..at.checked_add(item_len)?)?);
+            }
+            for (src, &slot) in found.iter().zip(slots) {
+                // SAFETY: the slot lies inside `dst` (`fits`), no other
+                // thread touches it (this function's contract), and it is
+                // `item_len` bytes, as is `src`.
+                let out = unsafe { dst.range_mut(slot * item_len, item_len) };
+                copy_small(out, src);
+            }
+            Some(())
+        });
+        Ok(matches!(copied, Ok(Some(()))))
     }
 
     /// Decodes record `idxs[i]` into `dst[offsets[i] ..]` for every `i`.
@@ -828,77 +922,65 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
 /// Gathers a batch of `item_len`-byte records spread over several stores
 /// (a collection's parts) straight into their slots of `dst`: group `k`,
-/// `groups[k] = (slots, idxs)`, puts record `idxs[j]` of store `store(k)`
-/// at `slots[j] · item_len`. Groups run side by side when `bytes` of work
-/// is worth it. The slots of all groups are checked to be distinct and
-/// inside `dst` first: that is what lets the groups write into one buffer
-/// at once.
+/// `groups[k] = (slots, idxs)`, puts record `idxs[j]` of `stores[k]` at
+/// `slots[j] · item_len`. The slots of all groups are checked to be
+/// distinct and inside `dst` first: that is what lets the groups write
+/// into one buffer at once. The groups are then shared out in runs, a
+/// few per thread (a group is often a single record: handing each to the
+/// pool on its own would cost more than its copy).
 ///
 /// # Errors
 /// [`Error::BufferTooSmall`] for a slot outside `dst`,
-/// [`Error::OverlappingDestinations`] for a slot given twice; else the
-/// error of the first group that failed (groups after it may have
-/// written their slots).
+/// [`Error::OverlappingDestinations`] for a slot given twice (naming the
+/// two positions, counted over the groups in order); else the error of
+/// the first group that failed (groups after it may have written their
+/// slots).
 pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
     dst: &mut [u8],
     item_len: usize,
     groups: &[(&[usize], &[u64])],
-    bytes: u64,
-    store: impl Fn(usize) -> Result<std::sync::Arc<Store<C, S>>> + Sync,
+    stores: &[std::sync::Arc<Store<C, S>>],
 ) -> Result<()> {
     // Zero-byte records have no slots to tell apart: the collection gathers
     // them part by part instead (`Column::gather_exact`).
     debug_assert!(item_len > 0, "a spread batch of zero-byte records");
-    // One drain of the file watches for all the parts' chunk checks.
-    let drained = crate::storage::Drained::now();
+    Error::check_len("stores", groups.len(), stores.len())?;
     let slots = dst.len().checked_div(item_len).unwrap_or(0);
     let mut taken = vec![0u64; slots.div_ceil(64)];
-    let mut position = 0;
-    for (group, _) in groups {
-        for &slot in *group {
-            if slot >= slots {
-                return Err(Error::BufferTooSmall {
-                    what: "destination",
-                    position,
-                    need: (slot as u64 + 1).saturating_mul(item_len as u64),
-                    have: dst.len() as u64,
-                });
-            }
-            let (word, bit) = (slot / 64, 1u64 << (slot % 64));
-            if taken[word] & bit != 0 {
-                return Err(Error::OverlappingDestinations {
-                    first: slot,
-                    second: slot,
-                });
-            }
-            taken[word] |= bit;
-            position += 1;
+    let every_slot = || groups.iter().flat_map(|(slots, _)| slots.iter().copied());
+    for (position, slot) in every_slot().enumerate() {
+        if slot >= slots {
+            return Err(Error::BufferTooSmall {
+                what: "destination",
+                position,
+                need: (slot as u64 + 1).saturating_mul(item_len as u64),
+                have: dst.len() as u64,
+            });
         }
+        let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+        if taken[word] & bit != 0 {
+            let first = every_slot().position(|s| s == slot).unwrap_or(position);
+            return Err(Error::OverlappingDestinations {
+                first,
+                second: position,
+            });
+        }
+        taken[word] |= bit;
     }
+    // One drain of the file watches for all the parts' chunk checks.
+    let drained = crate::storage::Drained::now();
     let shared = SharedDst::new(dst);
-    let errors: std::sync::Mutex<Vec<(usize, Error)>> = std::sync::Mutex::new(Vec::new());
-    parallel::for_each_part((0..groups.len()).collect(), bytes, |k: usize| {
-        let (slots, idxs) = groups[k];
-        let done = store(k).and_then(|store| {
+    let bytes = shared.len() as u64;
+    parallel::for_ranges(groups.len(), bytes, |range| {
+        for k in range {
+            let (slots, idxs) = groups[k];
             // SAFETY: every group's slots lie inside `dst` and no slot is
             // any other's (checked above), so the groups' writes are
             // disjoint; `dst` is borrowed for this whole call.
-            unsafe { store.gather_exact_slots(idxs, &shared, slots, item_len, &drained) }
-        });
-        if let Err(e) = done {
-            errors
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((k, e));
+            unsafe { stores[k].gather_exact_slots(idxs, &shared, slots, item_len, &drained)? };
         }
-    });
-    let errors = errors
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match errors.into_iter().min_by_key(|(k, _)| *k) {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
+        Ok(())
+    })
 }
 
 /// Refuses explicit destination ranges that overlap (a parallel decode into
@@ -961,7 +1043,7 @@ mod tests {
         // at slots 0 and 2 (a record asked for twice).
         let groups: Vec<(&[usize], &[u64])> = vec![(&[1, 3], &[3, 0]), (&[0, 2], &[2, 2])];
         let mut dst = vec![0u8; 32];
-        super::gather_exact_spread(&mut dst, 8, &groups, 32, |k| Ok(stores[k].clone())).unwrap();
+        super::gather_exact_spread(&mut dst, 8, &groups, &stores).unwrap();
         let want: Vec<u8> = [record(1, 2), record(0, 3), record(1, 2), record(0, 0)].concat();
         assert_eq!(dst, want);
         // A slot given twice, or outside the buffer: refused before a write.
@@ -976,11 +1058,17 @@ mod tests {
             (vec![(&[1usize, 4][..], &[3u64, 0][..])], "small"),
         ] {
             let mut dst = vec![0xAAu8; 32];
-            let err =
-                super::gather_exact_spread(&mut dst, 8, &groups, 32, |k| Ok(stores[k].clone()))
-                    .unwrap_err();
+            let err = super::gather_exact_spread(&mut dst, 8, &groups, &stores[..groups.len()])
+                .unwrap_err();
             match (code, &err) {
-                ("overlap", Error::OverlappingDestinations { .. })
+                // Slot 3: positions 1 and 2 of the batch, over the groups.
+                (
+                    "overlap",
+                    Error::OverlappingDestinations {
+                        first: 1,
+                        second: 2,
+                    },
+                )
                 | ("small", Error::BufferTooSmall { .. }) => {}
                 _ => panic!("{code}: {err:?}"),
             }
