@@ -14,7 +14,6 @@ mod common;
 
 use std::{
     io,
-    path::Path,
     sync::{
         Mutex,
         atomic::{AtomicBool, Ordering},
@@ -24,21 +23,24 @@ use std::{
     time::Duration,
 };
 
-use common::small_chunks;
+use common::{
+    forward::{Overridden, Overrides},
+    small_chunks,
+};
 use loaderx_store::{
     Raw, Store,
-    storage::{FileId, MemStorage, Storage},
+    storage::{Drained, FileId, MemStorage, Storage},
 };
 
 /// How long either side waits for the other before the test fails (instead
 /// of hanging) because the race was not replayed.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Storage that, once armed, holds the next `stat` of chunk 0 after the
-/// length is measured and before it is returned, until the test lets it go.
+/// Overrides of a [`MemStorage`] that, once armed, hold the next `stat` of
+/// chunk 0 after the length is measured and before it is returned, until
+/// the test lets it go.
 #[derive(Debug)]
 struct StatPause {
-    inner: MemStorage,
     armed: AtomicBool,
     /// Tells the test that the paused `stat` has measured the length.
     measured: Mutex<Sender<()>>,
@@ -53,14 +55,16 @@ struct Controls {
 }
 
 impl StatPause {
-    fn new() -> (StatPause, Controls) {
+    fn new() -> (Overridden<MemStorage, StatPause>, Controls) {
         let (measured_tx, measured_rx) = channel();
         let (release_tx, release_rx) = channel();
-        let storage = StatPause {
+        let storage = Overridden {
             inner: MemStorage::new(),
-            armed: AtomicBool::new(false),
-            measured: Mutex::new(measured_tx),
-            release: Mutex::new(release_rx),
+            overrides: StatPause {
+                armed: AtomicBool::new(false),
+                measured: Mutex::new(measured_tx),
+                release: Mutex::new(release_rx),
+            },
         };
         let controls = Controls {
             measured: measured_rx,
@@ -70,21 +74,9 @@ impl StatPause {
     }
 }
 
-impl Storage for StatPause {
-    fn location(&self) -> &Path {
-        self.inner.location()
-    }
-
-    fn is_read_only(&self) -> bool {
-        self.inner.is_read_only()
-    }
-
-    fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>> {
-        self.inner.open_file(file, create, create_len)
-    }
-
-    fn current_len(&self, file: FileId) -> io::Result<u64> {
-        let len = self.inner.current_len(file)?;
+impl Overrides<MemStorage> for StatPause {
+    fn current_len(&self, inner: &MemStorage, file: FileId) -> io::Result<u64> {
+        let len = inner.current_len(file)?;
         if file == FileId::Chunk(0) && self.armed.swap(false, Ordering::SeqCst) {
             self.measured.lock().unwrap().send(()).unwrap();
             self.release
@@ -96,67 +88,25 @@ impl Storage for StatPause {
         Ok(len)
     }
 
-    fn with_bytes<R>(
-        &self,
-        file: FileId,
-        offset: u64,
-        len: usize,
-        f: impl FnOnce(&[u8]) -> R,
-    ) -> io::Result<R> {
-        self.inner.with_bytes(file, offset, len, f)
-    }
-
-    fn with_many_bytes<R>(
-        &self,
-        ranges: &[(FileId, u64, usize)],
-        f: impl FnOnce(&[&[u8]]) -> R,
-    ) -> Result<R, (FileId, io::Error)> {
-        self.inner.with_many_bytes(ranges, f)
-    }
-
-    fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()> {
-        self.inner.write_at(file, offset, bytes)
-    }
-
-    fn sync(&self, file: FileId) -> io::Result<()> {
-        self.inner.sync(file)
-    }
-
-    fn truncate(&mut self, file: FileId, len: u64) -> io::Result<()> {
-        self.inner.truncate(file, len)
-    }
-
-    fn remove(&mut self, file: FileId) -> io::Result<()> {
-        self.inner.remove(file)
-    }
-
-    fn chunk_ids(&self) -> io::Result<Vec<u32>> {
-        self.inner.chunk_ids()
-    }
-
-    fn sync_dir(&self) -> io::Result<()> {
-        self.inner.sync_dir()
-    }
-
-    fn create_meta(&self, head: &[u8], len: u64) -> io::Result<bool> {
-        self.inner.create_meta(head, len)
-    }
-
-    fn exists(&self, file: FileId) -> io::Result<bool> {
-        self.inner.exists(file)
+    /// A gather checks its chunks through this one; `Storage`'s default
+    /// answers with `current_len`, held above (forwarding it would skip the
+    /// pause).
+    fn current_len_since(&self, inner: &MemStorage, file: FileId, _: &Drained) -> io::Result<u64> {
+        self.current_len(inner, file)
     }
 }
 
 #[test]
 fn a_stat_racing_an_append_does_not_hide_the_appended_records() {
     let (storage, controls) = StatPause::new();
-    let store: Store<Raw, StatPause> = Store::open_in(storage, small_chunks(1 << 20)).unwrap();
-    let storage = store.storage();
+    let store: Store<Raw, Overridden<MemStorage, StatPause>> =
+        Store::open_in(storage, small_chunks(1 << 20)).unwrap();
+    let pause = &store.storage().overrides;
     let old: Vec<u8> = (0..4u8).flat_map(|k| [k; 100]).collect();
     store.append_fixed(&old, 4, 100).unwrap();
 
     let new: Vec<u8> = (4..8u8).flat_map(|k| [k; 100]).collect();
-    storage.armed.store(true, Ordering::SeqCst);
+    pause.armed.store(true, Ordering::SeqCst);
     thread::scope(|s| {
         // A reader of the old records: its check of chunk 0 measures 400
         // bytes, then stalls.

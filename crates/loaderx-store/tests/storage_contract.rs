@@ -2,13 +2,16 @@
 //! handed over twice, one never handed over, bytes of the wrong size) gets
 //! an error naming it, never an overlapping write or a stale slot.
 
-use std::io;
-use std::path::Path;
+mod common;
 
+use std::io;
+
+use common::forward::{Overridden, Overrides};
 use loaderx_store::format::{CodecTag, v2::Schema};
 use loaderx_store::storage::{FileId, FileStorage, OnFetched, Storage};
 use loaderx_store::{ErrorCode, OpenOptions, Store};
 
+/// A fault in the way a storage hands bytes over.
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     None,
@@ -17,45 +20,21 @@ enum Fault {
     Short,
 }
 
-/// A local store that reads as a fetching one, with `fault` in the way it
-/// hands bytes over.
-#[derive(Debug)]
-struct Faulty {
-    inner: FileStorage,
-    fault: Fault,
-}
+/// A local store that reads as a fetching one, with a [`Fault`] in the way
+/// it hands bytes over.
+type Faulty = Overridden<FileStorage, Fault>;
 
-impl Storage for Faulty {
-    fn location(&self) -> &Path {
-        self.inner.location()
-    }
-    fn is_read_only(&self) -> bool {
-        self.inner.is_read_only()
-    }
-    fn open_file(&self, file: FileId, create: bool, create_len: u64) -> io::Result<Option<u64>> {
-        self.inner.open_file(file, create, create_len)
-    }
-    fn current_len(&self, file: FileId) -> io::Result<u64> {
-        self.inner.current_len(file)
-    }
-    fn with_bytes<R>(
-        &self,
-        file: FileId,
-        offset: u64,
-        len: usize,
-        f: impl FnOnce(&[u8]) -> R,
-    ) -> io::Result<R> {
-        self.inner.with_bytes(file, offset, len, f)
-    }
+impl Overrides<FileStorage> for Fault {
     fn with_bytes_as_fetched(
         &self,
+        inner: &FileStorage,
         ranges: &[(FileId, u64, usize)],
         f: &mut OnFetched<'_>,
     ) -> Result<(), (FileId, io::Error)> {
-        self.inner.with_many_bytes(ranges, |all| {
+        inner.with_many_bytes(ranges, |all| {
             let mut positions: Vec<usize> = (0..all.len()).collect();
             let mut bytes: Vec<&[u8]> = all.to_vec();
-            match self.fault {
+            match self {
                 Fault::None => {}
                 Fault::Twice => {
                     positions.push(0);
@@ -70,32 +49,9 @@ impl Storage for Faulty {
             f(&positions, &bytes);
         })
     }
-    fn fetches(&self) -> bool {
+
+    fn fetches(&self, _: &FileStorage) -> bool {
         true
-    }
-    fn write_at(&self, file: FileId, offset: u64, bytes: &[u8]) -> io::Result<()> {
-        self.inner.write_at(file, offset, bytes)
-    }
-    fn sync(&self, file: FileId) -> io::Result<()> {
-        self.inner.sync(file)
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        self.inner.sync_dir()
-    }
-    fn create_meta(&self, head: &[u8], len: u64) -> io::Result<bool> {
-        self.inner.create_meta(head, len)
-    }
-    fn truncate(&mut self, file: FileId, len: u64) -> io::Result<()> {
-        self.inner.truncate(file, len)
-    }
-    fn remove(&mut self, file: FileId) -> io::Result<()> {
-        self.inner.remove(file)
-    }
-    fn exists(&self, file: FileId) -> io::Result<bool> {
-        self.inner.exists(file)
-    }
-    fn chunk_ids(&self) -> io::Result<Vec<u32>> {
-        self.inner.chunk_ids()
     }
 }
 
@@ -118,7 +74,7 @@ fn a_storage_that_breaks_the_hand_over_contract_is_an_error() {
     for fault in [Fault::None, Fault::Twice, Fault::Missing, Fault::Short] {
         let storage = Faulty {
             inner: FileStorage::new(&path, true),
-            fault,
+            overrides: fault,
         };
         let store: Store<loaderx_store::Deflate, Faulty> =
             Store::open_in(storage, OpenOptions::read_only()).unwrap();

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod forward;
+
 use loaderx_store::{
     Codec, OpenOptions, Store,
     storage::{MemStorage, Storage},
