@@ -372,10 +372,20 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         }
     }
 
-    /// The stores of `column` in the parts `split` touches, in the order of
-    /// its groups: those held found under one lock (a batch touches many
-    /// parts), the rest opened as [`store`](Self::store) opens them.
-    fn stores(&self, column: usize, split: &Split) -> Result<Vec<Arc<Store<C, S>>>> {
+    /// The stores of `column` in the parts `split` touches, by group: when
+    /// the batch touches no more parts than are held open, those held
+    /// found under one lock (a batch touches many parts) and the rest
+    /// opened, all at once; else each looked up when its group's turn
+    /// comes, so that no more than the cap and the parts being read are
+    /// open at one instant.
+    fn stores(&self, column: usize, split: &Split) -> Result<PartStores<'_, C, S>> {
+        if split.groups.len() > self.max_open {
+            return Ok(PartStores::Each {
+                coll: self,
+                column,
+                parts: split.groups.iter().map(|g| g.part).collect(),
+            });
+        }
         let found: Vec<Option<Arc<Store<C, S>>>> = {
             let mut open = self.held();
             split
@@ -384,14 +394,15 @@ impl<C: Codec, S: Storage> Collection<C, S> {
                 .map(|g| open.get(column, g.part))
                 .collect()
         };
-        found
+        let all = found
             .into_iter()
             .zip(&split.groups)
             .map(|(held, g)| match held {
                 Some(store) => Ok(store),
                 None => self.open_part(column, g.part),
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok(PartStores::All(all))
     }
 
     /// Opens the store of `column` in `part`, checks it against the
@@ -554,7 +565,7 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         let bytes = std::mem::size_of_val(dst) as u64;
         let stores = self.stores(column, split)?;
         if split.groups.len() == 1 {
-            return f(&stores[0], split.local(0), dst);
+            return f(&*stores.get(0)?, split.local(0), dst);
         }
         if split.contiguous {
             // Each part's slots are one run of `dst`: gather in place.
@@ -567,7 +578,9 @@ impl<C: Codec, S: Storage> Collection<C, S> {
                 rest = tail;
                 jobs.push((n, mine));
             }
-            return run_jobs(jobs, bytes, |n, out| f(&stores[n], split.local(n), out));
+            return run_jobs(jobs, bytes, |n, out| {
+                f(&*stores.get(n)?, split.local(n), out)
+            });
         }
         // Scattered: each part gathers into its run of a scratch buffer,
         // then every slot is copied to its place.
@@ -583,11 +596,40 @@ impl<C: Codec, S: Storage> Collection<C, S> {
             rest = tail;
             jobs.push((n, mine));
         }
-        run_jobs(jobs, bytes, |n, out| f(&stores[n], split.local(n), out))?;
+        run_jobs(jobs, bytes, |n, out| {
+            f(&*stores.get(n)?, split.local(n), out)
+        })?;
         for (&pos, from) in split.positions.iter().zip(scratch.chunks_exact(slot)) {
             dst[pos * slot..][..slot].copy_from_slice(from);
         }
         Ok(())
+    }
+}
+
+/// The part stores of one column a batch reads, by group of its split
+/// ([`Collection::stores`]).
+pub(crate) enum PartStores<'c, C: Codec, S: Storage> {
+    /// Every group's, found at once.
+    All(Vec<Arc<Store<C, S>>>),
+    /// Each group's looked up (opened if need be) when asked for.
+    Each {
+        coll: &'c Collection<C, S>,
+        column: usize,
+        parts: Vec<usize>,
+    },
+}
+
+impl<C: Codec, S: Storage> PartStores<'_, C, S> {
+    /// Group `n`'s store.
+    pub(crate) fn get(&self, n: usize) -> Result<Arc<Store<C, S>>> {
+        match self {
+            PartStores::All(all) => Ok(Arc::clone(&all[n])),
+            PartStores::Each {
+                coll,
+                column,
+                parts,
+            } => coll.store(*column, parts[n]),
+        }
     }
 }
 
@@ -792,7 +834,7 @@ impl<C: Codec, S: Storage> Column<C, S> {
         let split = self.coll.split(idxs)?;
         let stores = self.coll.stores(self.index, &split)?;
         if split.groups.len() == 1 {
-            return stores[0].gather_ragged(split.local(0), dst, offsets);
+            return stores.get(0)?.gather_ragged(split.local(0), dst, offsets);
         }
         let mut lens = vec![0u32; idxs.len()];
         self.lengths(idxs, &mut lens)?;
@@ -850,7 +892,9 @@ impl<C: Codec, S: Storage> Column<C, S> {
         }
         let jobs: Vec<_> = jobs.into_iter().enumerate().collect();
         run_jobs(jobs, total as u64, |n, out| {
-            stores[n].gather_ragged(split.local(n), out, &local_offsets[n])
+            stores
+                .get(n)?
+                .gather_ragged(split.local(n), out, &local_offsets[n])
         })?;
         let mut at = 0usize;
         for &pos in &split.positions {

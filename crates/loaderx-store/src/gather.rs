@@ -922,7 +922,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
 
 /// Gathers a batch of `item_len`-byte records spread over several stores
 /// (a collection's parts) straight into their slots of `dst`: group `k`,
-/// `groups[k] = (slots, idxs)`, puts record `idxs[j]` of `stores[k]` at
+/// `groups[k] = (slots, idxs)`, puts record `idxs[j]` of `stores.get(k)` at
 /// `slots[j] · item_len`. The slots of all groups are checked to be
 /// distinct and inside `dst` first: that is what lets the groups write
 /// into one buffer at once. The groups are then shared out in runs, a
@@ -939,12 +939,11 @@ pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
     dst: &mut [u8],
     item_len: usize,
     groups: &[(&[usize], &[u64])],
-    stores: &[std::sync::Arc<Store<C, S>>],
+    stores: &crate::collection::PartStores<'_, C, S>,
 ) -> Result<()> {
     // Zero-byte records have no slots to tell apart: the collection gathers
     // them part by part instead (`Column::gather_exact`).
     debug_assert!(item_len > 0, "a spread batch of zero-byte records");
-    Error::check_len("stores", groups.len(), stores.len())?;
     let slots = dst.len().checked_div(item_len).unwrap_or(0);
     let mut taken = vec![0u64; slots.div_ceil(64)];
     let every_slot = || groups.iter().flat_map(|(slots, _)| slots.iter().copied());
@@ -977,7 +976,11 @@ pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
             // SAFETY: every group's slots lie inside `dst` and no slot is
             // any other's (checked above), so the groups' writes are
             // disjoint; `dst` is borrowed for this whole call.
-            unsafe { stores[k].gather_exact_slots(idxs, &shared, slots, item_len, &drained)? };
+            unsafe {
+                stores
+                    .get(k)?
+                    .gather_exact_slots(idxs, &shared, slots, item_len, &drained)?;
+            };
         }
         Ok(())
     })
@@ -1043,7 +1046,8 @@ mod tests {
         // at slots 0 and 2 (a record asked for twice).
         let groups: Vec<(&[usize], &[u64])> = vec![(&[1, 3], &[3, 0]), (&[0, 2], &[2, 2])];
         let mut dst = vec![0u8; 32];
-        super::gather_exact_spread(&mut dst, 8, &groups, &stores).unwrap();
+        let all = crate::collection::PartStores::All(stores.clone());
+        super::gather_exact_spread(&mut dst, 8, &groups, &all).unwrap();
         let want: Vec<u8> = [record(1, 2), record(0, 3), record(1, 2), record(0, 0)].concat();
         assert_eq!(dst, want);
         // A slot given twice, or outside the buffer: refused before a write.
@@ -1058,8 +1062,7 @@ mod tests {
             (vec![(&[1usize, 4][..], &[3u64, 0][..])], "small"),
         ] {
             let mut dst = vec![0xAAu8; 32];
-            let err = super::gather_exact_spread(&mut dst, 8, &groups, &stores[..groups.len()])
-                .unwrap_err();
+            let err = super::gather_exact_spread(&mut dst, 8, &groups, &all).unwrap_err();
             match (code, &err) {
                 // Slot 3: positions 1 and 2 of the batch, over the groups.
                 (
