@@ -778,12 +778,14 @@ impl<C: Codec, S: Storage> Column<C, S> {
         let Some((split, dst)) = coll.prepared(idxs, dst, item_len, "destination")? else {
             return Ok(());
         };
-        if split.contiguous || split.groups.len() == 1 || item_len == 0 {
+        if split.groups.len() == 1 || item_len == 0 {
             return coll.fixed_split(self.index, &split, dst, item_len, |s, l, out| {
                 s.gather_exact(l, out, item_len)
             });
         }
-        // Parts' records interleave: each part writes its slots in place.
+        // Each part writes its slots in place, interleaved or not (a random
+        // batch over many parts is mostly one record per part: a run each),
+        // its files checked against one drain of the watches for all.
         let groups: Vec<(&[usize], &[u64])> = (0..split.groups.len())
             .map(|n| (split.positions(n), split.local(n)))
             .collect();
