@@ -542,20 +542,26 @@ impl<C: Codec, S: Storage> Store<C, S> {
             (f == file && within + len <= bytes.len() as u64)
                 .then(|| &bytes[within as usize..(within + len) as usize])
         };
-        let asked: Vec<usize> = (0..locs.len())
-            .filter(|&i| in_block(&locs[i].1).is_none())
-            .collect();
-        let ranges: Vec<(FileId, u64, usize)> = asked
-            .iter()
-            .map(|&i| {
-                let l = &locs[i].1;
-                (
+        // Each record is either held in a block (its position in `locs`,
+        // and its bytes there) or asked for (its position, and its stored
+        // range).
+        let mut held: Vec<usize> = Vec::new();
+        let mut held_bytes: Vec<&[u8]> = Vec::new();
+        let mut asked: Vec<usize> = Vec::new();
+        let mut ranges: Vec<(FileId, u64, usize)> = Vec::new();
+        for (i, (_, l)) in locs.iter().enumerate() {
+            if let Some(bytes) = in_block(l) {
+                held.push(i);
+                held_bytes.push(bytes);
+            } else {
+                asked.push(i);
+                ranges.push((
                     FileId::Chunk(l.chunk_id),
                     u64::from(l.offset),
                     l.phys_length as usize,
-                )
-            })
-            .collect();
+                ));
+            }
+        }
         let shared = dst;
         let first: std::sync::Mutex<Option<(usize, Error)>> = std::sync::Mutex::new(None);
         // Decodes the records at `positions` of `locs` from `bytes`, one
@@ -587,13 +593,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 Ok(())
             });
         };
-        let held: Vec<usize> = (0..locs.len())
-            .filter(|&i| in_block(&locs[i].1).is_some())
-            .collect();
-        let held_bytes: Vec<&[u8]> = held
-            .iter()
-            .map(|&i| in_block(&locs[i].1).unwrap_or_default())
-            .collect();
         decode(&held, &held_bytes);
         // The bytes as the storage holds them (no copy of a record).
         self.files
