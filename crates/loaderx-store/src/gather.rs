@@ -165,11 +165,10 @@ enum Placement<'a> {
     Exact(usize),
     /// At `offsets[i]`; ranges must not overlap.
     Offsets(&'a [u64]),
-    /// At `slots[i] · item_len` (`Slots(slots, item_len, drained)`), each
-    /// record exactly `item_len` bytes; the slots are distinct (the
-    /// caller's promise: [`Store::gather_exact_slots`]); chunk lengths
-    /// checked against `drained`, the batch's drain of file watches.
-    Slots(&'a [usize], usize, &'a crate::storage::Drained),
+    /// At `slots[i] · item_len` (`Slots(slots, item_len)`), each record
+    /// exactly `item_len` bytes; the slots are distinct (the caller's
+    /// promise: [`Store::gather_exact_slots`]).
+    Slots(&'a [usize], usize),
 }
 
 impl Placement<'_> {
@@ -196,7 +195,7 @@ impl Placement<'_> {
                 }
                 (i as u64).checked_mul(stride as u64)
             }
-            Placement::Exact(item_len) | Placement::Slots(_, item_len, _) => {
+            Placement::Exact(item_len) | Placement::Slots(_, item_len) => {
                 if len != item_len as u64 {
                     return Err(Error::RecordLength {
                         path: store.path().to_path_buf(),
@@ -254,7 +253,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// check (a record found damaged while decoding, or a read that fails,
     /// leaves the records decoded before it written).
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Strided(stride))
+        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Strided(stride), None)
     }
 
     /// Decodes record `idxs[i]` into `dst[i · item_len ..]` for every `i`,
@@ -267,7 +266,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// # Errors
     /// As [`gather`](Self::gather), plus [`Error::RecordLength`].
     pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
-        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Exact(item_len))
+        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Exact(item_len), None)
     }
 
     /// [`gather_exact`](Self::gather_exact) into slots of a destination
@@ -299,7 +298,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if unsafe { self.gather_covered_slots(idxs, dst, slots, item_len, drained)? } {
             return Ok(());
         }
-        self.gather_placed(idxs, dst, Placement::Slots(slots, item_len, drained))
+        self.gather_placed(idxs, dst, Placement::Slots(slots, item_len), Some(drained))
     }
 
     /// [`gather_exact_slots`](Self::gather_exact_slots) from the handle's
@@ -400,13 +399,26 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::OverlappingDestinations`].
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
         Error::check_len("offsets", idxs.len(), offsets.len())?;
-        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Offsets(offsets))
+        self.gather_placed(
+            idxs,
+            &SharedDst::new(dst),
+            Placement::Offsets(offsets),
+            None,
+        )
     }
 
     /// Every gather: records `idxs` into their places in `dst`, whose bytes
     /// there no other thread touches meanwhile (an exclusive borrow made
     /// it, or [`gather_exact_slots`](Self::gather_exact_slots)' contract).
-    fn gather_placed(&self, idxs: &[u64], dst: &SharedDst, place: Placement<'_>) -> Result<()> {
+    /// With `drained`, file lengths are checked against that drain of the
+    /// file watches (a batch spread over stores takes one for all of them).
+    fn gather_placed(
+        &self,
+        idxs: &[u64],
+        dst: &SharedDst,
+        place: Placement<'_>,
+        drained: Option<&crate::storage::Drained>,
+    ) -> Result<()> {
         self.check_usable()?;
         if idxs.is_empty() {
             return Ok(());
@@ -433,12 +445,6 @@ impl<C: Codec, S: Storage> Store<C, S> {
             .map_err(|_| oom(idxs.len() * std::mem::size_of::<RecordLoc>()))?;
         // Blocks of runs a store read by requests fetched to check them.
         let mut blocks = Vec::new();
-        // A batch spread over stores checks file lengths against one drain
-        // of the file watches.
-        let drained = match place {
-            Placement::Slots(_, _, drained) => Some(drained),
-            _ => None,
-        };
         let (indexed, mut fault) =
             self.batch_entries(idxs, &head, raw_checked, &mut decoded, &mut blocks, drained)?;
         let copy_reads_at = parallel::copy_reads_at();
