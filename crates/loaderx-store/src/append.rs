@@ -454,7 +454,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // hole of zeros where records were lost: refuse instead.
         for tail in before.lane_tails() {
             self.touch_chunk(tail.chunk)?;
-            let tail_len = self.current_chunk_len(tail.chunk)?;
+            let tail_len = self.current_chunk_len(tail.chunk, None)?;
             if tail_len < u64::from(tail.offset) {
                 let file = FileId::Chunk(tail.chunk);
                 return Err(Error::NotAStore {

@@ -40,12 +40,12 @@ impl<C: Codec, S: Storage> Store<C, S> {
     fn compact_locked(&mut self) -> Result<()> {
         let head = self.head();
         // Files cut short behind our back must give errors, not a SIGBUS.
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         // Exclusive (`&mut self`): no append can be growing a file, so the
         // lengths measured now may replace the known ones.
         for id in head.chunks() {
             self.touch_chunk(id)?;
-            let len = self.current_chunk_len(id)?;
+            let len = self.current_chunk_len(id, None)?;
             self.chunk_lens.set(id, len);
         }
         let lanes = u32::from(head.lanes);

@@ -60,7 +60,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// "Delete").
     fn delete_exclusive(&mut self, idxs: &[u64]) -> Result<()> {
         let head = self.head();
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         let len = head.length;
         if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
             return Err(Error::IndexOutOfRange { index: bad, len });

@@ -131,24 +131,19 @@ impl<S: Storage> Files<S> {
             .map(|got| got.unwrap_or(0))
     }
 
-    /// The length of open `file` as the file system reports it now.
-    pub(crate) fn current_len(&self, file: FileId) -> Result<u64> {
-        self.storage
-            .current_len(file)
-            .map_err(self.fail(file, "stat"))
-    }
-
-    /// [`current_len`](Self::current_len), from what was checked before
-    /// when `drained` shows the file unchanged since
-    /// ([`Storage::current_len_since`]).
-    pub(crate) fn current_len_since(
+    /// The length of open `file` as the file system reports it now; with
+    /// `drained`, a file it shows unchanged since its last check keeps that
+    /// check's length ([`Storage::current_len_since`]).
+    pub(crate) fn current_len(
         &self,
         file: FileId,
-        drained: &crate::storage::Drained,
+        drained: Option<&crate::storage::Drained>,
     ) -> Result<u64> {
-        self.storage
-            .current_len_since(file, drained)
-            .map_err(self.fail(file, "stat"))
+        match drained {
+            Some(drained) => self.storage.current_len_since(file, drained),
+            None => self.storage.current_len(file),
+        }
+        .map_err(self.fail(file, "stat"))
     }
 
     /// Calls `f` with `len` bytes of `file` at `offset` (a range the caller
@@ -816,7 +811,7 @@ impl<S: Storage> Files<S> {
     pub(crate) fn read_header_v2(&self) -> Result<HeaderV2> {
         let mut a = [0u8; v2::HEADER_V2_LEN];
         let mut b = [0u8; v2::HEADER_V2_LEN];
-        let meta_len = self.current_len(FileId::Meta)?;
+        let meta_len = self.current_len(FileId::Meta, None)?;
         let need = v2::SLOT_LEN + v2::HEADER_V2_LEN as u64;
         if meta_len < need {
             return Err(Error::format(

@@ -360,7 +360,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 return Ok(false);
             };
             if !self
-                .current_chunk_len_since(id, Some(drained))
+                .current_chunk_len(id, Some(drained))
                 .is_ok_and(|held| end <= held)
             {
                 return Ok(false);
@@ -639,7 +639,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             decoded.extend(idxs.iter().map(|&i| runs.loc(i)));
             return Ok((true, None));
         }
-        self.check_meta_len_since(head, drained)?;
+        self.check_meta_len(head, drained)?;
         Ok((
             false,
             self.files
@@ -700,7 +700,10 @@ impl<C: Codec, S: Storage> Store<C, S> {
             let Ok(lent) = usize::try_from(end) else {
                 return Ok(false);
             };
-            if !self.current_chunk_len(id).is_ok_and(|held| end <= held) {
+            if !self
+                .current_chunk_len(id, None)
+                .is_ok_and(|held| end <= held)
+            {
                 return Ok(false);
             }
             *range = (FileId::Chunk(id), 0, lent);
@@ -905,7 +908,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
             let len = if let Some(&(_, len)) = seen.iter().find(|(c, _)| *c == loc.chunk_id) {
                 len
             } else {
-                let len = self.current_chunk_len_since(loc.chunk_id, drained)?;
+                let len = self.current_chunk_len(loc.chunk_id, drained)?;
                 seen.push((loc.chunk_id, len));
                 len
             };

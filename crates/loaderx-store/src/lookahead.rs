@@ -20,7 +20,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.check_usable()?;
         let head = self.head();
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         if self.layout().runs() {
             // A run's records are read with their block when blocks are
             // checked: read the blocks ahead, not the records.

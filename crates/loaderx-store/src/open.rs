@@ -427,7 +427,7 @@ impl<C: Codec + Default, S: Storage> Store<C, S> {
             None => None,
         };
         undo::recover(&mut files, read_only, lock.as_ref())?;
-        let meta_len = files.current_len(FileId::Meta)?;
+        let meta_len = files.current_len(FileId::Meta, None)?;
         let head = read_head(&mut files, meta_len)?;
         let chunk_lens = ChunkLens::new();
         open_eager_chunks(&files, &head, &chunk_lens)?;
@@ -736,7 +736,7 @@ fn create_v2<S: Storage>(
 fn read_layout<S: Storage>(files: &mut Files<S>) -> Result<Option<Schema>> {
     let meta = files.path(FileId::Meta);
     let refuse = |e| Error::format(files.path(FileId::Meta), e);
-    let meta_len = files.current_len(FileId::Meta)?;
+    let meta_len = files.current_len(FileId::Meta, None)?;
     if meta_len < 6 {
         return Err(refuse(FormatError::Truncated {
             need: HEADER_LEN as u64,
@@ -852,7 +852,7 @@ fn read_head<S: Storage>(files: &mut Files<S>, meta_len: u64) -> Result<Head> {
     // under Wine, where the two reads are far enough apart to race; on Linux
     // the window is just narrower.)
     let have = if meta_len < need {
-        files.current_len(FileId::Meta)?
+        files.current_len(FileId::Meta, None)?
     } else {
         meta_len
     };

@@ -228,7 +228,7 @@ impl<S: Storage> Files<S> {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let start = self.table_start();
-        let meta_len = self.current_len(FileId::Meta)?;
+        let meta_len = self.current_len(FileId::Meta, None)?;
         while t.records < length {
             let at = start + t.units * UNIT_LEN as u64;
             if at + UNIT_LEN as u64 > meta_len {
@@ -289,7 +289,7 @@ impl<S: Storage> Files<S> {
 
     /// Units `meta.zr` has room for after the table's start.
     pub(crate) fn runs_units_in_file(&self) -> Result<u64> {
-        let len = self.current_len(FileId::Meta)?;
+        let len = self.current_len(FileId::Meta, None)?;
         Ok(len.saturating_sub(self.table_start()) / UNIT_LEN as u64)
     }
 
@@ -1072,7 +1072,7 @@ impl<C: crate::Codec, S: Storage> crate::Store<C, S> {
     /// run the delete cuts becomes the runs on either side of the cut.
     pub(crate) fn delete_runs(&mut self, idxs: &[u64]) -> Result<()> {
         let head = self.head();
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         let len = head.length;
         if let Some(&bad) = idxs.iter().find(|&&i| i >= len) {
             return Err(Error::IndexOutOfRange { index: bad, len });

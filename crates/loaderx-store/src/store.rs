@@ -277,23 +277,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
     }
 
     /// Checks that `meta.zr` still holds the table `header` describes: a file
-    /// truncated behind our back must give an error, not a SIGBUS.
-    pub(crate) fn check_meta_len(&self, head: &Head) -> Result<()> {
-        self.check_meta_len_since(head, None)
-    }
-
-    /// [`check_meta_len`](Self::check_meta_len), with `meta.zr`'s length
-    /// from its last check when `drained` shows no event for it since.
-    pub(crate) fn check_meta_len_since(
+    /// truncated behind our back must give an error, not a SIGBUS. With
+    /// `drained`, `meta.zr`'s length is the one from its last check when
+    /// `drained` shows no event for it since.
+    pub(crate) fn check_meta_len(
         &self,
         head: &Head,
         drained: Option<&crate::storage::Drained>,
     ) -> Result<()> {
         let need = self.files.table_end(head.length)?;
-        let have = match drained {
-            Some(drained) => self.files.current_len_since(FileId::Meta, drained)?,
-            None => self.files.current_len(FileId::Meta)?,
-        };
+        let have = self.files.current_len(FileId::Meta, drained)?;
         if have < need {
             return Err(Error::format(
                 self.file_path(FileId::Meta),
@@ -307,25 +300,16 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// call: what we know we wrote, capped by what the file system reports now
     /// (someone may have cut the file). Not stored back: a concurrent append
     /// may be growing the file between the `stat` and the store, and lowering
-    /// the shared value then would hide its records from later readers.
-    pub(crate) fn current_chunk_len(&self, id: u32) -> Result<u64> {
-        self.current_chunk_len_since(id, None)
-    }
-
-    /// [`current_chunk_len`](Self::current_chunk_len), from the length
-    /// checked before when `drained` shows the file unchanged since
-    /// ([`Storage::current_len_since`]).
-    pub(crate) fn current_chunk_len_since(
+    /// the shared value then would hide its records from later readers. With
+    /// `drained`, a file it shows unchanged since its last check keeps that
+    /// check's length ([`Storage::current_len_since`]).
+    pub(crate) fn current_chunk_len(
         &self,
         id: u32,
         drained: Option<&crate::storage::Drained>,
     ) -> Result<u64> {
         let known = self.chunk_lens.get(id);
-        let file = FileId::Chunk(id);
-        let now = match drained {
-            Some(drained) => self.files.current_len_since(file, drained)?,
-            None => self.files.current_len(file)?,
-        };
+        let now = self.files.current_len(FileId::Chunk(id), drained)?;
         Ok(known.min(now))
     }
 
@@ -408,7 +392,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         Error::check_len("lengths output", idxs.len(), out.len())?;
         self.check_usable()?;
         let head = self.head();
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         for (&idx, slot) in idxs.iter().zip(out.iter_mut()) {
             *slot = self.entry(idx, &head)?.logic_length;
         }
@@ -433,7 +417,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.check_usable()?;
         let head = self.head();
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         let itemsize = self
             .schema
             .as_ref()
@@ -476,7 +460,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         });
         let head = self.head();
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         let mut live_bytes = 0u64;
         self.files.for_each_entry(head.length, |loc| {
             live_bytes += u64::from(loc.phys_length);
@@ -707,13 +691,13 @@ impl<C: Codec, S: Storage> Store<C, S> {
         // commit may be rewriting); files measured now, so one cut short
         // behind our back gives an error, not a SIGBUS.
         let head = self.head();
-        self.check_meta_len(&head)?;
+        self.check_meta_len(&head, None)?;
         for c in head.chunks() {
             self.touch_chunk(c)?;
         }
         let lens: std::collections::HashMap<u32, u64> = head
             .chunks()
-            .map(|c| self.current_chunk_len(c).map(|l| (c, l)))
+            .map(|c| self.current_chunk_len(c, None).map(|l| (c, l)))
             .collect::<Result<_>>()?;
         if self.files.fetches() {
             return self.scan_fetched(&head, &lens, stop_at_first);

@@ -249,7 +249,7 @@ fn read_log<S: Storage>(files: &Files<S>) -> Result<Option<Log>> {
     // about twice the table: anything longer is not a log.
     let cap = match files.layout() {
         Layout::V1 => UNDO_MAX_LEN,
-        Layout::V2 { .. } => 64 + 2 * files.current_len(FileId::Meta)?,
+        Layout::V2 { .. } => 64 + 2 * files.current_len(FileId::Meta, None)?,
     };
     if len > cap {
         return Ok(None);

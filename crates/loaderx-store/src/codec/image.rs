@@ -367,7 +367,7 @@ mod imp {
                 return Ok(());
             }
             let head = self.head();
-            self.check_meta_len(&head)?;
+            self.check_meta_len(&head, None)?;
             let mut locs: Vec<(usize, RecordLoc)> = Vec::with_capacity(idxs.len());
             for (i, &idx) in idxs.iter().enumerate() {
                 let loc = self.entry(idx, &head)?;
