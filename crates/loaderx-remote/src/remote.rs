@@ -566,34 +566,21 @@ impl RemoteStorage {
     }
 
     /// [`fetch`](Self::fetch) from the network only: the ranges a request
-    /// started ahead holds come from it (waiting for it if it is still
-    /// under way), the rest are requested now, as are those whose request
-    /// ahead failed (so the error reported is this read's own).
+    /// started ahead holds come from it
+    /// ([`hand_over_staged`](Self::hand_over_staged)), the rest are
+    /// requested now, as are those whose request ahead failed.
     fn fetch_network(
         &self,
         ranges: &[(FileId, Range<u64>)],
     ) -> Result<Vec<Bytes>, (FileId, io::Error)> {
-        let mut rest = Vec::new();
-        let taken = self.take_staged(ranges, &mut rest);
-        if taken.is_empty() {
-            return self.request(ranges);
-        }
         let mut out = vec![Bytes::new(); ranges.len()];
-        let bodies = futures::future::join_all(taken.iter().map(|(_, s, _)| s.body.clone()));
-        let got = wait_for(&self.url, None, async move { Ok(bodies.await) })
-            .map_err(|e| (ranges[0].0, e))?;
-        for ((start, _, members), body) in taken.iter().zip(got) {
-            match body {
-                Ok(body) => {
-                    for &i in members {
-                        let r = &ranges[i].1;
-                        let at = (r.start - start) as usize;
-                        out[i] = body.slice(at..at + (r.end - r.start) as usize);
-                    }
-                }
-                Err(_) => rest.extend_from_slice(members),
+        let rest = self.hand_over_staged(ranges, |start, members, body| {
+            for &i in members {
+                let r = &ranges[i].1;
+                let at = (r.start - start) as usize;
+                out[i] = body.slice(at..at + (r.end - r.start) as usize);
             }
-        }
+        })?;
         if !rest.is_empty() {
             let wanted: Vec<(FileId, Range<u64>)> =
                 rest.iter().map(|&i| ranges[i].clone()).collect();
@@ -602,6 +589,36 @@ impl RemoteStorage {
             }
         }
         Ok(out)
+    }
+
+    /// Hands over what the requests started ahead hold of `ranges`: waits
+    /// for those that hold some of them (if still under way), and calls
+    /// `on(its first byte, the positions in ranges it serves, its body)`
+    /// for each that arrived, letting the body go after. Returns the
+    /// positions left to request now: those no request ahead holds, and
+    /// those whose request ahead failed (so the error reported is the
+    /// read's own).
+    fn hand_over_staged(
+        &self,
+        ranges: &[(FileId, Range<u64>)],
+        mut on: impl FnMut(u64, &[usize], &Bytes),
+    ) -> Result<Vec<usize>, (FileId, io::Error)> {
+        let mut rest = Vec::new();
+        let taken = self.take_staged(ranges, &mut rest);
+        if taken.is_empty() {
+            // Nothing staged: `take_staged` sorted nothing out.
+            return Ok((0..ranges.len()).collect());
+        }
+        let bodies = futures::future::join_all(taken.iter().map(|(_, s, _)| s.body.clone()));
+        let got = wait_for(&self.url, None, async move { Ok(bodies.await) })
+            .map_err(|e| (ranges[0].0, e))?;
+        for ((start, _, members), body) in taken.into_iter().zip(got) {
+            match body {
+                Ok(body) => on(start, &members, &body),
+                Err(_) => rest.extend_from_slice(&members),
+            }
+        }
+        Ok(rest)
     }
 
     /// Takes out of the staging the requests ahead that hold some of
@@ -1290,27 +1307,11 @@ impl Storage for RemoteStorage {
             })
             .collect();
         // What the lookahead holds, then the rest from the network.
-        let mut rest = Vec::new();
-        let taken = self.take_staged(&wanted_ranges, &mut rest);
-        if taken.is_empty() {
-            // Nothing staged: `take_staged` sorted nothing out.
-            rest = (0..wanted_ranges.len()).collect();
-        } else {
-            let bodies = futures::future::join_all(taken.iter().map(|(_, s, _)| s.body.clone()));
-            let got = wait_for(&self.url, None, async move { Ok(bodies.await) })
-                .map_err(|e| (wanted_ranges[0].0, e))?;
-            // Each staged body goes once handed over.
-            for ((start, _, members), body) in taken.into_iter().zip(got) {
-                match body {
-                    Ok(body) => {
-                        let slices = member_slices(&body, start, &members, |m| &wanted_ranges[m].1);
-                        let positions: Vec<usize> = members.iter().map(|&m| wanted[m]).collect();
-                        f(&positions, &slices);
-                    }
-                    Err(_) => rest.extend_from_slice(&members),
-                }
-            }
-        }
+        let rest = self.hand_over_staged(&wanted_ranges, |start, members, body| {
+            let slices = member_slices(body, start, members, |m| &wanted_ranges[m].1);
+            let positions: Vec<usize> = members.iter().map(|&m| wanted[m]).collect();
+            f(&positions, &slices);
+        })?;
         if rest.is_empty() {
             return Ok(());
         }
