@@ -539,6 +539,68 @@ fn records_requested_ahead_are_read_from_what_arrived() {
     assert!(err.to_string().contains("changed"), "{err}");
 }
 
+/// With a block cache, the lookahead requests the blocks the cache lacks,
+/// and a gather takes them from what arrived before asking the network for
+/// the rest: whole blocks, as the version opened, never mixed with bytes
+/// of a newer one.
+#[test]
+fn blocks_requested_ahead_feed_the_block_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = |dir: &std::path::Path| RemoteOptions {
+        cache_dir: Some(dir.to_owned()),
+        cache_block_bytes: 4096,
+        cache_bytes: 1 << 30,
+        coalesce_bytes: 0,
+        ..RemoteOptions::default()
+    };
+    // Records 5, 700 and 1500 lie in three blocks of 4 KiB, far apart.
+    let idxs: Vec<u64> = vec![1500, 5, 700];
+    let (mem, data, storage) = uploaded(2000, CodecTag::RAW, options(&cache.path().join("a")));
+    let store = open(storage);
+    store.prefetch(&idxs).unwrap();
+    remote(&store).wait_prefetched().unwrap();
+    assert_eq!(remote(&store).prefetched(), (3, 3 * 4096));
+    // The objects change: any request now fails, so the gather can only
+    // succeed from the blocks that had already arrived.
+    overwrite_chunks(&mem);
+    let mut dst = vec![0u8; idxs.len() * 100];
+    store.gather(&idxs, &mut dst, 100).unwrap();
+    for (k, &i) in idxs.iter().enumerate() {
+        let i = i as usize;
+        assert_eq!(&dst[k * 100..(k + 1) * 100], &data[i * 100..(i + 1) * 100]);
+    }
+    assert_eq!(remote(&store).prefetched(), (0, 0));
+    // The blocks went into the cache: read again, they come from there.
+    // So do their neighbours in the same blocks.
+    let again: Vec<u64> = vec![701, 6, 1501, 700];
+    let mut dst = vec![0u8; again.len() * 100];
+    store.gather(&again, &mut dst, 100).unwrap();
+    for (k, &i) in again.iter().enumerate() {
+        let i = i as usize;
+        assert_eq!(&dst[k * 100..(k + 1) * 100], &data[i * 100..(i + 1) * 100]);
+    }
+
+    // Partly staged: two of the batch's three blocks arrived before the
+    // change, the third must be requested after it. The batch fails,
+    // naming the object, rather than mixing the two versions. (A cache
+    // directory of its own: the first store's blocks would serve this one,
+    // whose objects have the same URLs, sizes and ETags.)
+    let (mem, _data, storage) = uploaded(2000, CodecTag::RAW, options(&cache.path().join("b")));
+    let store = open(storage);
+    store.prefetch(&[5, 700]).unwrap();
+    remote(&store).wait_prefetched().unwrap();
+    assert_eq!(remote(&store).prefetched(), (2, 2 * 4096));
+    overwrite_chunks(&mem);
+    let mut dst = vec![0u8; idxs.len() * 100];
+    let err = store.gather(&idxs, &mut dst, 100).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Io, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("memory:///pre/0.zr") && text.contains("changed since"),
+        "{text}"
+    );
+}
+
 #[test]
 fn reading_ahead_keeps_to_its_bound_and_can_be_forgotten() {
     let options = RemoteOptions {
