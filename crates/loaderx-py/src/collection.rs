@@ -372,14 +372,18 @@ impl CollectionColumn {
         let ndim = usize::from(self.col().schema().ndim);
         let (data, offsets, dims, one) = self.selected(py, selection, |col, resolved| {
             let idxs = &resolved.idxs;
-            let mut lens = buffer::<u32>(idxs.len())?;
-            col.lengths(idxs, &mut lens)?;
             let mut dims = buffer::<u32>(idxs.len() * ndim)?;
             col.dims(idxs, &mut dims)?;
+            // Each record's length is its shape's product times the item
+            // size (`dims` checks every entry against it).
+            let itemsize = u64::from(col.schema().dtype.itemsize());
             let mut offsets = buffer::<u64>(idxs.len() + 1)?;
             let mut total = 0u64;
-            for (slot, &len) in offsets[1..].iter_mut().zip(&lens) {
-                total += u64::from(len);
+            for (slot, shape) in offsets[1..].iter_mut().zip(dims.chunks_exact(ndim.max(1))) {
+                let len = shape
+                    .iter()
+                    .fold(itemsize, |a, &d| a.saturating_mul(u64::from(d)));
+                total = total.saturating_add(len);
                 *slot = total;
             }
             let total = usize::try_from(total)

@@ -799,8 +799,11 @@ impl<C: Codec, S: Storage> Column<C, S> {
     /// [`Error::LengthMismatch`], [`Error::IndexOutOfRange`], a damaged entry.
     pub fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
         Error::check_len("out", idxs.len(), out.len())?;
+        let drained = crate::storage::Drained::now();
         self.coll
-            .fixed(self.index, idxs, out, 1, "out", Store::lengths)
+            .fixed(self.index, idxs, out, 1, "out", |s, l, out| {
+                s.lengths_in(l, out, Some(&drained))
+            })
     }
 
     /// As [`Store::dims`], over global indices (ragged columns).
@@ -819,8 +822,11 @@ impl<C: Codec, S: Storage> Column<C, S> {
             });
         }
         Error::check_len("out", idxs.len() * ndim, out.len())?;
+        let drained = crate::storage::Drained::now();
         self.coll
-            .fixed(self.index, idxs, out, ndim, "out", Store::dims)
+            .fixed(self.index, idxs, out, ndim, "out", |s, l, out| {
+                s.dims_in(l, out, Some(&drained))
+            })
     }
 
     /// As [`Store::gather_ragged`], over global indices: record `idxs[i]`
@@ -838,74 +844,17 @@ impl<C: Codec, S: Storage> Column<C, S> {
         if split.groups.len() == 1 {
             return stores.get(0)?.gather_ragged(split.local(0), dst, offsets);
         }
+        // One drain of the file watches for every part's length checks.
+        let drained = crate::storage::Drained::now();
         let mut lens = vec![0u32; idxs.len()];
-        self.lengths(idxs, &mut lens)?;
-        // Every range inside `dst`, none overlapping (checked before any write).
-        let mut by_start: Vec<usize> = (0..idxs.len()).collect();
-        by_start.sort_by_key(|&i| offsets[i]);
-        let mut end_before: Option<(usize, u64)> = None;
-        for &i in &by_start {
-            let end = offsets[i].saturating_add(u64::from(lens[i]));
-            if end > dst.len() as u64 {
-                return Err(Error::BufferTooSmall {
-                    what: "destination",
-                    position: i,
-                    need: end,
-                    have: dst.len() as u64,
-                });
-            }
-            if lens[i] == 0 {
-                continue;
-            }
-            if let Some((j, prev_end)) = end_before
-                && offsets[i] < prev_end
-            {
-                return Err(Error::OverlappingDestinations {
-                    first: j.min(i),
-                    second: j.max(i),
-                });
-            }
-            end_before = Some((i, end));
-        }
-        let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
-        let total = usize::try_from(total).map_err(|_| Error::OutOfMemory { bytes: total })?;
-        let mut scratch = Vec::new();
-        scratch
-            .try_reserve_exact(total)
-            .map_err(|_| Error::OutOfMemory {
-                bytes: total as u64,
+        self.coll
+            .fixed_split(self.index, &split, &mut lens, 1, |s, l, out| {
+                s.lengths_in(l, out, Some(&drained))
             })?;
-        scratch.resize(total, 0u8);
-        // Each part's records back to back in its run of `scratch`.
-        let mut jobs = Vec::with_capacity(split.groups.len());
-        let mut local_offsets = Vec::with_capacity(split.groups.len());
-        let mut rest = scratch.as_mut_slice();
-        for n in 0..split.groups.len() {
-            let mut offs = Vec::with_capacity(split.positions(n).len());
-            let mut at = 0u64;
-            for &pos in split.positions(n) {
-                offs.push(at);
-                at += u64::from(lens[pos]);
-            }
-            let (mine, tail) = rest.split_at_mut(at as usize);
-            rest = tail;
-            local_offsets.push(offs);
-            jobs.push(mine);
-        }
-        let jobs: Vec<_> = jobs.into_iter().enumerate().collect();
-        run_jobs(jobs, total as u64, |n, out| {
-            stores
-                .get(n)?
-                .gather_ragged(split.local(n), out, &local_offsets[n])
-        })?;
-        let mut at = 0usize;
-        for &pos in &split.positions {
-            let len = lens[pos] as usize;
-            let start = offsets[pos] as usize;
-            dst[start..start + len].copy_from_slice(&scratch[at..at + len]);
-            at += len;
-        }
-        Ok(())
+        let groups: Vec<(&[usize], &[u64])> = (0..split.groups.len())
+            .map(|n| (split.positions(n), split.local(n)))
+            .collect();
+        crate::gather::gather_ragged_spread(dst, offsets, &lens, &groups, &stores, &drained)
     }
 
     /// As `Store::gather_images` (the `image` feature), over global indices.

@@ -165,6 +165,11 @@ enum Placement<'a> {
     Exact(usize),
     /// At `offsets[i]`; ranges must not overlap.
     Offsets(&'a [u64]),
+    /// At `offsets[i]` (`Bounded(offsets, bounds)`), each record at most
+    /// `bounds[i]` bytes; the ranges `offsets[i] .. + bounds[i]` inside
+    /// the destination and disjoint (checked by the caller,
+    /// [`gather_ragged_spread`], for the batch of all its stores).
+    Bounded(&'a [u64], &'a [u32]),
     /// At `slots[i] · item_len` (`Slots(slots, item_len)`), each record
     /// exactly `item_len` bytes; the slots are distinct (the caller's
     /// promise: [`Store::gather_exact_slots`]).
@@ -212,6 +217,17 @@ impl Placement<'_> {
                 (slot as u64).checked_mul(item_len as u64)
             }
             Placement::Offsets(offsets) => Some(offsets[i]),
+            Placement::Bounded(offsets, bounds) => {
+                if len > u64::from(bounds[i]) {
+                    return Err(Error::BufferTooSmall {
+                        what: "destination range (the record's length as read before)",
+                        position: i,
+                        need: len,
+                        have: u64::from(bounds[i]),
+                    });
+                }
+                Some(offsets[i])
+            }
         };
         let end = at.and_then(|a| a.checked_add(len));
         match (at, end) {
@@ -494,7 +510,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 // SAFETY: `at + logic_length` was checked against the buffer
                 // above, and the ranges of distinct records do not overlap
                 // (strided slots are at least as wide as their records;
-                // explicit offsets passed `check_disjoint`). Each index `i`
+                // explicit offsets passed `check_disjoint`; bounded ones lie
+                // inside ranges the caller checked, their records no
+                // longer than their bounds). Each index `i`
                 // belongs to exactly one range handed to one worker, and
                 // `dst` outlives this call.
                 let out = unsafe { shared.range_mut(*at, loc.logic_length as usize) };
@@ -667,7 +685,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
     ) -> Result<bool> {
         let stride = match place {
             Placement::Strided(stride) | Placement::Exact(stride) => stride,
-            Placement::Offsets(_) | Placement::Slots(..) => return Ok(false),
+            Placement::Offsets(_) | Placement::Bounded(..) | Placement::Slots(..) => {
+                return Ok(false);
+            }
         };
         let Some(runs) = runs_now(&self.raw_runs) else {
             return Ok(false);
@@ -989,6 +1009,85 @@ pub(crate) fn gather_exact_spread<C: Codec, S: Storage>(
                     .get(k)?
                     .gather_exact_slots(idxs, &shared, slots, item_len, &drained)?;
             };
+        }
+        Ok(())
+    })
+}
+
+/// Gathers a batch of ragged records spread over several stores (a
+/// collection's parts) straight into their ranges of `dst`: group `k`,
+/// `groups[k] = (positions, idxs)`, puts record `idxs[j]` of
+/// `stores.get(k)` at `offsets[positions[j]]`, where `lens` holds every
+/// record's length in batch order (read from the stores before). Every
+/// range is checked to lie inside `dst` and to overlap no other first:
+/// that is what lets the groups write into one buffer at once. The groups
+/// are shared out in runs, as in [`gather_exact_spread`].
+///
+/// # Errors
+/// [`Error::BufferTooSmall`] for a range outside `dst`,
+/// [`Error::OverlappingDestinations`] for two that overlap (naming their
+/// positions in the batch); else the error of the first group that failed
+/// (groups after it may have written their ranges), including a record
+/// whose length is no longer `lens`'s.
+pub(crate) fn gather_ragged_spread<C: Codec, S: Storage>(
+    dst: &mut [u8],
+    offsets: &[u64],
+    lens: &[u32],
+    groups: &[(&[usize], &[u64])],
+    stores: &crate::collection::PartStores<'_, C, S>,
+    drained: &crate::storage::Drained,
+) -> Result<()> {
+    Error::check_len("lengths", offsets.len(), lens.len())?;
+    let mut by_start: Vec<usize> = (0..offsets.len()).collect();
+    by_start.sort_by_key(|&i| offsets[i]);
+    let mut end_before: Option<(usize, u64)> = None;
+    for &i in &by_start {
+        let end = offsets[i].saturating_add(u64::from(lens[i]));
+        if end > dst.len() as u64 {
+            return Err(Error::BufferTooSmall {
+                what: "destination",
+                position: i,
+                need: end,
+                have: dst.len() as u64,
+            });
+        }
+        if lens[i] == 0 {
+            continue;
+        }
+        if let Some((j, prev_end)) = end_before
+            && offsets[i] < prev_end
+        {
+            return Err(Error::OverlappingDestinations {
+                first: j.min(i),
+                second: j.max(i),
+            });
+        }
+        end_before = Some((i, end));
+    }
+    // Each group's ranges, and each record's bound: its length as checked
+    // above (a record found longer when gathered is refused, never written
+    // past its range).
+    let placed: Vec<Vec<u64>> = groups
+        .iter()
+        .map(|(positions, _)| positions.iter().map(|&p| offsets[p]).collect())
+        .collect();
+    let bounds: Vec<Vec<u32>> = groups
+        .iter()
+        .map(|(positions, _)| positions.iter().map(|&p| lens[p]).collect())
+        .collect();
+    let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+    let shared = SharedDst::new(dst);
+    parallel::for_ranges(groups.len(), total, |range| {
+        for k in range {
+            let (_, idxs) = groups[k];
+            let place = Placement::Bounded(&placed[k], &bounds[k]);
+            // SAFETY: every record's range (`Bounded`: its offset and at
+            // most its checked length) lies inside `dst` and overlaps no
+            // other record's (checked above), and each group is handed to
+            // one worker; `dst` is borrowed for this whole call.
+            stores
+                .get(k)?
+                .gather_placed(idxs, &shared, place, Some(drained))?;
         }
         Ok(())
     })

@@ -389,10 +389,22 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::LengthMismatch`] when `out` and `idxs` differ in length,
     /// [`Error::IndexOutOfRange`], or a damaged entry or file.
     pub fn lengths(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
+        self.lengths_in(idxs, out, None)
+    }
+
+    /// [`lengths`](Self::lengths), the table's length checked against
+    /// `drained` when given (a collection's batch: one drain for all its
+    /// parts).
+    pub(crate) fn lengths_in(
+        &self,
+        idxs: &[u64],
+        out: &mut [u32],
+        drained: Option<&crate::storage::Drained>,
+    ) -> Result<()> {
         Error::check_len("lengths output", idxs.len(), out.len())?;
         self.check_usable()?;
         let head = self.head();
-        self.check_meta_len(&head, None)?;
+        self.check_meta_len(&head, drained)?;
         for (&idx, slot) in idxs.iter().zip(out.iter_mut()) {
             *slot = self.entry(idx, &head)?.logic_length;
         }
@@ -407,6 +419,17 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// or the store keeps no dimensions, [`Error::IndexOutOfRange`], or a
     /// damaged entry.
     pub fn dims(&self, idxs: &[u64], out: &mut [u32]) -> Result<()> {
+        self.dims_in(idxs, out, None)
+    }
+
+    /// [`dims`](Self::dims), the table's length checked against `drained`
+    /// when given.
+    pub(crate) fn dims_in(
+        &self,
+        idxs: &[u64],
+        out: &mut [u32],
+        drained: Option<&crate::storage::Drained>,
+    ) -> Result<()> {
         let ndim = self.files.entry_dims();
         if ndim == 0 || out.len() != idxs.len() * ndim {
             return Err(Error::LengthMismatch {
@@ -417,7 +440,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.check_usable()?;
         let head = self.head();
-        self.check_meta_len(&head, None)?;
+        self.check_meta_len(&head, drained)?;
         let itemsize = self
             .schema
             .as_ref()
