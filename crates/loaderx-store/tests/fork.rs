@@ -332,3 +332,43 @@ fn a_forked_child_reads_a_run_table() {
     );
     assert_eq!(store.len(), 5010);
 }
+
+/// Finding: the process's inotify instance is reached through one global
+/// lock; a child forked while a thread of its parent held it (taking a
+/// batch's drain of the watches, as every batch over a collection's parts
+/// does) waited for it for ever: that thread does not exist in the child.
+/// A child must never wait for a lock a thread of its parent held: it
+/// does without the watches then (a `statx` per file, as without inotify).
+#[test]
+fn a_child_forked_while_a_thread_drains_the_watches_does_not_hang() {
+    use loaderx_store::storage::Drained;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // A read-only handle, so the process has an instance with a watch.
+    let dir = tempfile::tempdir().unwrap();
+    drop(numbered(&dir.path().join("s"), true));
+    let store: Store<Deflate> = Store::open_read_only(dir.path().join("s")).unwrap();
+    let mut out = vec![0u8; 32];
+    store.gather(&[1], &mut out, 32).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let drainer = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                drop(Drained::now());
+            }
+        })
+    };
+    let mut hung = 0;
+    for _ in 0..300 {
+        let pid = fork(|| {
+            drop(Drained::now());
+            0
+        });
+        if wait(pid, Duration::from_secs(5)).is_none() {
+            hung += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    drainer.join().unwrap();
+    assert_eq!(hung, 0, "{hung} of 300 children hung");
+}

@@ -28,7 +28,10 @@
 //! system's other clients raise no events here. A forked child never reads
 //! its parent's instance (it would take the parent's events: the queue is
 //! shared), and never removes a watch from it; it makes an instance of its
-//! own, and the files its parent watched are checked by `statx` there.
+//! own, and the files its parent watched are checked by `statx` there. Nor
+//! does it wait for the lock of the process's instance that a thread of
+//! its parent held at the fork (that thread does not exist in the child):
+//! it does without watches then.
 
 use std::{
     collections::HashMap,
@@ -37,7 +40,7 @@ use std::{
     os::fd::{AsFd, AsRawFd, OwnedFd},
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU32, AtomicU64, Ordering},
     },
 };
 
@@ -54,6 +57,33 @@ fn mask() -> inotify::WatchFlags {
 
 /// The instance of this process, once made.
 static CURRENT: Mutex<Option<Arc<Watches>>> = Mutex::new(None);
+
+/// The process whose threads may take [`CURRENT`]'s lock (set before any
+/// of them first does; 0 before).
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// [`CURRENT`], locked. In a forked child whose parent had a thread
+/// holding the lock at the fork, `None`: that thread does not exist here,
+/// so the lock is never released, and the caller does without watches (a
+/// `statx` per file). The child's own threads wait for the lock as usual
+/// once one of them took it.
+fn current() -> Option<std::sync::MutexGuard<'static, Option<Arc<Watches>>>> {
+    let pid = std::process::id();
+    let owner = match OWNER.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => pid,
+        Err(owner) => owner,
+    };
+    if owner == pid {
+        return Some(lock(&CURRENT));
+    }
+    let guard = match CURRENT.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    OWNER.store(pid, Ordering::Release);
+    Some(guard)
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -94,7 +124,7 @@ impl Watches {
     /// child); `None` where inotify cannot be had (too many instances).
     fn current() -> Option<Arc<Watches>> {
         let pid = std::process::id();
-        let mut held = lock(&CURRENT);
+        let mut held = current()?;
         if let Some(w) = held.as_ref().filter(|w| w.pid == pid) {
             return Some(Arc::clone(w));
         }
@@ -162,7 +192,7 @@ impl Drained {
     /// when no file is watched yet).
     #[must_use]
     pub fn now() -> Drained {
-        let held = lock(&CURRENT).clone();
+        let held = current().and_then(|held| held.clone());
         let pid = std::process::id();
         match held.filter(|w| w.pid == pid) {
             Some(w) => {
