@@ -372,3 +372,68 @@ fn a_child_forked_while_a_thread_drains_the_watches_does_not_hang() {
     drainer.join().unwrap();
     assert_eq!(hung, 0, "{hung} of 300 children hung");
 }
+
+/// The inotify instances this process holds that watch at least one file
+/// (`/proc/self/fdinfo` lists an instance's watches).
+#[cfg(target_os = "linux")]
+fn inotify_instances_watching() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|to| to.to_str() == Some("anon_inode:inotify"))
+        })
+        .filter(|fd| {
+            let info = format!("/proc/self/fdinfo/{}", fd.file_name().to_string_lossy());
+            std::fs::read_to_string(info).is_ok_and(|text| text.contains("inotify wd:"))
+        })
+        .count()
+}
+
+/// A forked child (a PyTorch worker) reading a collection its parent
+/// opened watches the parts' files in an instance of its own (it must not
+/// read its parent's), instead of asking each file's length per batch.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_forked_child_watches_the_part_files_its_parent_mapped() {
+    use loaderx_store::collection::{Collection, commit};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for p in 0..3u8 {
+        let path = root.join(format!("part-{p:05}")).join("x");
+        let store: Store<Deflate> =
+            Store::create_v2(path, &Schema::bytes(CodecTag::RAW), OpenOptions::default()).unwrap();
+        let src: Vec<u8> = (0..4u8).flat_map(|i| [p * 4 + i; 32]).collect();
+        store.append_fixed(&src, 4, 32).unwrap();
+        store.close().unwrap();
+    }
+    commit(root, None, &OpenOptions::default()).unwrap();
+    let coll: std::sync::Arc<Collection> =
+        std::sync::Arc::new(Collection::open(root, OpenOptions::default()).unwrap());
+    let x = coll.column("x").unwrap();
+    let batch = [0u64, 4, 8, 1, 5, 9];
+    let want: Vec<u8> = batch.iter().flat_map(|&i| [i as u8; 32]).collect();
+    let mut out = vec![0u8; batch.len() * 32];
+    x.gather_exact(&batch, &mut out, 32).unwrap();
+    assert_eq!(out, want);
+    let watching = inotify_instances_watching();
+    if watching == 0 {
+        eprintln!("skipped: the temporary directory's file system is not watched");
+        return;
+    }
+    let pid = fork(|| {
+        let mut out = vec![0u8; batch.len() * 32];
+        for _ in 0..2 {
+            if x.gather_exact(&batch, &mut out, 32).is_err() || out != want {
+                return 2;
+            }
+        }
+        // The parent's instance (inherited) and the child's own.
+        if inotify_instances_watching() == watching + 1 {
+            0
+        } else {
+            3
+        }
+    });
+    assert_eq!(wait(pid, Duration::from_secs(30)), Some(0));
+}

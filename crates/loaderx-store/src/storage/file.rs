@@ -42,9 +42,16 @@ struct Mapped {
     file: File,
     view: View,
     /// The file's inotify watch (read-only handles on Linux, local file
-    /// systems): its length is asked again only after an event.
+    /// systems): its length is asked again only after an event. Made by
+    /// the process that opened the file.
     #[cfg(target_os = "linux")]
     watch: Option<super::watch::Watch>,
+    /// In a process forked since (whose parent's watch is of the parent's
+    /// instance, which it must not read): the watch it made for itself on
+    /// its first check, with its process id. Only tried, never waited for
+    /// (a thread of the parent may have held it at the fork).
+    #[cfg(target_os = "linux")]
+    forked: std::sync::Mutex<Option<(u32, Option<super::watch::Watch>)>>,
 }
 
 /// Read-only shared maps of one file, in one of two modes.
@@ -433,6 +440,8 @@ impl Storage for FileStorage {
             view,
             #[cfg(target_os = "linux")]
             watch,
+            #[cfg(target_os = "linux")]
+            forked: std::sync::Mutex::new(None),
         });
         Ok(Some(len))
     }
@@ -447,15 +456,33 @@ impl Storage for FileStorage {
     #[cfg(target_os = "linux")]
     fn current_len_since(&self, file: FileId, drained: &super::Drained) -> io::Result<u64> {
         let m = self.mapped(file)?;
-        let Some(watch) = &m.watch else {
-            return Ok(m.file.metadata()?.len());
+        let checked = |watch: &super::watch::Watch| -> io::Result<u64> {
+            if let Some(len) = watch.unchanged(drained) {
+                return Ok(len);
+            }
+            let len = m.file.metadata()?.len();
+            watch.record(drained, len);
+            Ok(len)
         };
-        if let Some(len) = watch.unchanged(drained) {
-            return Ok(len);
+        match &m.watch {
+            Some(watch) if watch.is_here() => checked(watch),
+            // Watched by the process this one was forked from: watch it in
+            // this one (once; where that fails, `statx` each time).
+            Some(_) => {
+                let Ok(mut forked) = m.forked.try_lock() else {
+                    return Ok(m.file.metadata()?.len());
+                };
+                let pid = std::process::id();
+                if forked.as_ref().is_none_or(|(made_in, _)| *made_in != pid) {
+                    *forked = Some((pid, super::watch::Watch::new(&m.file)));
+                }
+                match forked.as_ref().and_then(|(_, watch)| watch.as_ref()) {
+                    Some(watch) => checked(watch),
+                    None => Ok(m.file.metadata()?.len()),
+                }
+            }
+            None => Ok(m.file.metadata()?.len()),
         }
-        let len = m.file.metadata()?.len();
-        watch.record(drained, len);
-        Ok(len)
     }
 
     fn with_bytes<R>(

@@ -28,7 +28,8 @@
 //! system's other clients raise no events here. A forked child never reads
 //! its parent's instance (it would take the parent's events: the queue is
 //! shared), and never removes a watch from it; it makes an instance of its
-//! own, and the files its parent watched are checked by `statx` there. Nor
+//! own, and watches there the files its parent watched, on their first
+//! check (`FileStorage::current_len_since`). Nor
 //! does it wait for the lock of the process's instance that a thread of
 //! its parent held at the fork (that thread does not exist in the child):
 //! it does without watches then.
@@ -250,6 +251,12 @@ impl Watch {
             shared,
             checked: Mutex::new(None),
         })
+    }
+
+    /// Whether the watch is of this process's instance (not of the
+    /// process this one was forked from).
+    pub(crate) fn is_here(&self) -> bool {
+        self.watches.pid == std::process::id()
     }
 
     /// The length checked last, if `drained` (a drain of this watch's
