@@ -170,6 +170,9 @@ pub struct Collection<C: Codec = Deflate, S: Storage = FileStorage> {
     open: Mutex<OpenParts<C, S>>,
     /// The most stores `open` holds.
     max_open: usize,
+    /// The process whose threads may wait for `open`'s lock (see
+    /// [`held`](Self::held)).
+    owner: std::sync::atomic::AtomicU32,
 }
 
 impl<C: Codec, S: Storage> fmt::Debug for Collection<C, S> {
@@ -259,6 +262,7 @@ impl<C: Codec, S: Storage> Collection<C, S> {
                 tick: 0,
             }),
             max_open: default_max_open_parts(),
+            owner: std::sync::atomic::AtomicU32::new(std::process::id()),
         })
     }
 
@@ -311,10 +315,12 @@ impl<C: Codec, S: Storage> Collection<C, S> {
     }
 
     /// Part stores held open now, over every column (at most
-    /// [`max_open_parts`](Self::max_open_parts)).
+    /// [`max_open_parts`](Self::max_open_parts); 0 in a forked process
+    /// that cannot take the set's lock: a thread of its parent held it at
+    /// the fork).
     #[must_use]
     pub fn opened_parts(&self) -> usize {
-        self.held().held.len()
+        self.held().map_or(0, |open| open.held.len())
     }
 
     /// Column `name`, to read from.
@@ -354,55 +360,59 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         Ok((part, idx - self.starts[part]))
     }
 
-    /// The open part stores, locked.
-    fn held(&self) -> std::sync::MutexGuard<'_, OpenParts<C, S>> {
-        self.open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The open part stores, locked. In a process forked since the
+    /// collection was opened (a `PyTorch` worker), `None` when a thread of
+    /// the parent held the lock at the fork: that thread does not exist
+    /// here, so the lock is never released, and the caller reads without
+    /// the set (a part opened for the read and closed after it). The
+    /// child's own threads wait for the lock as usual once one of them
+    /// took it.
+    fn held(&self) -> Option<std::sync::MutexGuard<'_, OpenParts<C, S>>> {
+        let pid = std::process::id();
+        if self.owner.load(std::sync::atomic::Ordering::Acquire) == pid {
+            return Some(
+                self.open
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+        }
+        let guard = match self.open.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        self.owner.store(pid, std::sync::atomic::Ordering::Release);
+        Some(guard)
     }
 
     /// The store of `column` in `part`: held, or opened (and checked
     /// against the manifest), then held in place of the one used least
     /// recently when `max_open` are held already.
     fn store(&self, column: usize, part: usize) -> Result<Arc<Store<C, S>>> {
-        let held = self.held().get(column, part);
+        let held = self.held().and_then(|mut open| open.get(column, part));
         match held {
             Some(store) => Ok(store),
             None => self.open_part(column, part),
         }
     }
 
-    /// The stores of `column` in the parts `split` touches, by group: when
-    /// the batch touches no more parts than are held open, those held
-    /// found under one lock (a batch touches many parts) and the rest
-    /// opened, all at once; else each looked up when its group's turn
-    /// comes, so that no more than the cap and the parts being read are
-    /// open at one instant.
-    fn stores(&self, column: usize, split: &Split) -> Result<PartStores<'_, C, S>> {
-        if split.groups.len() > self.max_open {
-            return Ok(PartStores::Each {
-                coll: self,
-                column,
-                parts: split.groups.iter().map(|g| g.part).collect(),
-            });
-        }
-        let found: Vec<Option<Arc<Store<C, S>>>> = {
-            let mut open = self.held();
-            split
-                .groups
-                .iter()
-                .map(|g| open.get(column, g.part))
-                .collect()
+    /// The stores of `column` in the parts `split` touches, by group:
+    /// those held found under one lock (a batch touches many parts), the
+    /// rest opened when a worker asks for them. A batch over more parts
+    /// than are held open looks each up when its turn comes, so that no
+    /// more than the cap and the parts being read are open at one instant.
+    fn stores(&self, column: usize, split: &Split) -> PartStores<'_, C, S> {
+        let parts: Vec<usize> = split.groups.iter().map(|g| g.part).collect();
+        let held = match self.held() {
+            Some(mut open) if parts.len() <= self.max_open => {
+                parts.iter().map(|&part| open.get(column, part)).collect()
+            }
+            _ => Vec::new(),
         };
-        let all = found
-            .into_iter()
-            .zip(&split.groups)
-            .map(|(held, g)| match held {
-                Some(store) => Ok(store),
-                None => self.open_part(column, g.part),
-            })
-            .collect::<Result<_>>()?;
-        Ok(PartStores::All(all))
+        PartStores {
+            held,
+            from: Some((self, column, parts)),
+        }
     }
 
     /// Opens the store of `column` in `part`, checks it against the
@@ -439,7 +449,9 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         let store = Arc::new(store);
         // Opened without the lock held (it may take requests); another
         // thread may have opened it meanwhile: either copy will do.
-        let mut open = self.held();
+        let Some(mut open) = self.held() else {
+            return Ok(store);
+        };
         if let Some(held) = open.get(column, part) {
             return Ok(held);
         }
@@ -563,7 +575,7 @@ impl<C: Codec, S: Storage> Collection<C, S> {
     {
         let need = dst.len();
         let bytes = std::mem::size_of_val(dst) as u64;
-        let stores = self.stores(column, split)?;
+        let stores = self.stores(column, split);
         if split.groups.len() == 1 {
             return f(&*stores.get(0)?, split.local(0), dst);
         }
@@ -608,27 +620,36 @@ impl<C: Codec, S: Storage> Collection<C, S> {
 
 /// The part stores of one column a batch reads, by group of its split
 /// ([`Collection::stores`]).
-pub(crate) enum PartStores<'c, C: Codec, S: Storage> {
-    /// Every group's, found at once.
-    All(Vec<Arc<Store<C, S>>>),
-    /// Each group's looked up (opened if need be) when asked for.
-    Each {
-        coll: &'c Collection<C, S>,
-        column: usize,
-        parts: Vec<usize>,
-    },
+pub(crate) struct PartStores<'c, C: Codec, S: Storage> {
+    /// Each group's store, when it was held as the batch began.
+    held: Vec<Option<Arc<Store<C, S>>>>,
+    /// Where the others come from: the collection, the column and each
+    /// group's part.
+    from: Option<(&'c Collection<C, S>, usize, Vec<usize>)>,
 }
 
 impl<C: Codec, S: Storage> PartStores<'_, C, S> {
-    /// Group `n`'s store.
+    /// Stores given outright, group `n`'s at `n`.
+    #[cfg(test)]
+    pub(crate) fn given(stores: Vec<Arc<Store<C, S>>>) -> Self {
+        PartStores {
+            held: stores.into_iter().map(Some).collect(),
+            from: None,
+        }
+    }
+
+    /// Group `n`'s store (opened now if it was not held).
     pub(crate) fn get(&self, n: usize) -> Result<Arc<Store<C, S>>> {
-        match self {
-            PartStores::All(all) => Ok(Arc::clone(&all[n])),
-            PartStores::Each {
-                coll,
-                column,
-                parts,
-            } => coll.store(*column, parts[n]),
+        if let Some(Some(store)) = self.held.get(n) {
+            return Ok(Arc::clone(store));
+        }
+        match &self.from {
+            Some((coll, column, parts)) => coll.store(*column, parts[n]),
+            None => Err(Error::LengthMismatch {
+                what: "part stores of a batch",
+                expected: n + 1,
+                found: self.held.len(),
+            }),
         }
     }
 }
@@ -789,7 +810,7 @@ impl<C: Codec, S: Storage> Column<C, S> {
         let groups: Vec<(&[usize], &[u64])> = (0..split.groups.len())
             .map(|n| (split.positions(n), split.local(n)))
             .collect();
-        let stores = coll.stores(self.index, &split)?;
+        let stores = coll.stores(self.index, &split);
         crate::gather::gather_exact_spread(dst, item_len, &groups, &stores)
     }
 
@@ -833,14 +854,18 @@ impl<C: Codec, S: Storage> Column<C, S> {
     /// at `dst[offsets[i] ..]`.
     ///
     /// # Errors
-    /// As [`Store::gather_ragged`].
+    /// As [`Store::gather_ragged`]: indices, ranges outside `dst` and
+    /// overlapping ranges are refused before anything is written; an error
+    /// of one part's read (a damaged record, a file cut behind the
+    /// store's back) names that part's store, and other parts' records
+    /// may have been written then.
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
         Error::check_len("offsets", idxs.len(), offsets.len())?;
         if idxs.is_empty() {
             return Ok(());
         }
         let split = self.coll.split(idxs)?;
-        let stores = self.coll.stores(self.index, &split)?;
+        let stores = self.coll.stores(self.index, &split);
         if split.groups.len() == 1 {
             return stores.get(0)?.gather_ragged(split.local(0), dst, offsets);
         }

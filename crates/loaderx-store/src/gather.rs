@@ -364,7 +364,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 return Ok(false);
             }
             drop(runs);
-            self.index_raw_runs(&head);
+            self.index_raw_runs(&head, Some(drained));
             match runs_now(&self.raw_runs) {
                 Some(now) if covered(&now) => runs = now,
                 _ => return Ok(false),
@@ -525,7 +525,7 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if !indexed && all_mapped_raw && idxs.len() >= PREFETCH_AT_LEAST {
             let len = locs[0].1.logic_length;
             if len <= crate::runs::MAX_LEN && locs.iter().all(|(_, l)| l.logic_length == len) {
-                self.index_raw_runs(&head);
+                self.index_raw_runs(&head, drained);
             }
         }
         Ok(())
@@ -1038,6 +1038,23 @@ pub(crate) fn gather_ragged_spread<C: Codec, S: Storage>(
     drained: &crate::storage::Drained,
 ) -> Result<()> {
     Error::check_len("lengths", offsets.len(), lens.len())?;
+    // Every position of the batch given to exactly one record of one group
+    // (what makes the checked ranges below the writers' ranges).
+    let mut given = vec![0u64; offsets.len().div_ceil(64)];
+    for (positions, idxs) in groups {
+        Error::check_len("group positions", idxs.len(), positions.len())?;
+        for &p in *positions {
+            let (word, bit) = (p / 64, 1u64 << (p % 64));
+            if given.get(word).is_none_or(|w| w & bit != 0) {
+                return Err(Error::LengthMismatch {
+                    what: "positions of a batch over stores (each given once)",
+                    expected: offsets.len(),
+                    found: p,
+                });
+            }
+            given[word] |= bit;
+        }
+    }
     let mut by_start: Vec<usize> = (0..offsets.len()).collect();
     by_start.sort_by_key(|&i| offsets[i]);
     let mut end_before: Option<(usize, u64)> = None;
@@ -1153,7 +1170,7 @@ mod tests {
         // at slots 0 and 2 (a record asked for twice).
         let groups: Vec<(&[usize], &[u64])> = vec![(&[1, 3], &[3, 0]), (&[0, 2], &[2, 2])];
         let mut dst = vec![0u8; 32];
-        let all = crate::collection::PartStores::All(stores.clone());
+        let all = crate::collection::PartStores::given(stores.clone());
         super::gather_exact_spread(&mut dst, 8, &groups, &all).unwrap();
         let want: Vec<u8> = [record(1, 2), record(0, 3), record(1, 2), record(0, 0)].concat();
         assert_eq!(dst, want);

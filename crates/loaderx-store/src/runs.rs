@@ -296,8 +296,15 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// Indexes the next [`STEP`] entries below `head.length`, unless another
     /// thread is at it. A damaged entry is not this gather's error (it may
     /// not be among its records): the index gives up, and the gather that
-    /// reads that entry reports it.
-    pub(crate) fn index_raw_runs(&self, head: &Head) {
+    /// reads that entry reports it. A table file shorter than `head` says
+    /// (cut behind the store's back) is not read at all (its entries would
+    /// be read through the map): nothing is indexed, and the gather's
+    /// general path names the file. `drained` as for
+    /// [`check_meta_len`](Store::check_meta_len).
+    pub(crate) fn index_raw_runs(&self, head: &Head, drained: Option<&crate::storage::Drained>) {
+        if self.check_meta_len(head, drained).is_err() {
+            return;
+        }
         let Ok(mut runs) = self.raw_runs.try_write() else {
             return;
         };

@@ -390,15 +390,17 @@ fn inotify_instances_watching() -> usize {
         .count()
 }
 
-/// A forked child (a PyTorch worker) reading a collection its parent
-/// opened watches the parts' files in an instance of its own (it must not
-/// read its parent's), instead of asking each file's length per batch.
-#[cfg(target_os = "linux")]
-#[test]
-fn a_forked_child_watches_the_part_files_its_parent_mapped() {
+/// A collection of 3 raw parts of 4 records of 32 bytes (record `i`
+/// being 32 bytes of `i`), opened, and a batch spread over its parts with
+/// the bytes it reads.
+fn raw_collection(
+    root: &std::path::Path,
+) -> (
+    std::sync::Arc<loaderx_store::collection::Collection>,
+    [u64; 6],
+    Vec<u8>,
+) {
     use loaderx_store::collection::{Collection, commit};
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
     for p in 0..3u8 {
         let path = root.join(format!("part-{p:05}")).join("x");
         let store: Store<Deflate> =
@@ -408,11 +410,21 @@ fn a_forked_child_watches_the_part_files_its_parent_mapped() {
         store.close().unwrap();
     }
     commit(root, None, &OpenOptions::default()).unwrap();
-    let coll: std::sync::Arc<Collection> =
-        std::sync::Arc::new(Collection::open(root, OpenOptions::default()).unwrap());
-    let x = coll.column("x").unwrap();
+    let coll = std::sync::Arc::new(Collection::open(root, OpenOptions::default()).unwrap());
     let batch = [0u64, 4, 8, 1, 5, 9];
     let want: Vec<u8> = batch.iter().flat_map(|&i| [i as u8; 32]).collect();
+    (coll, batch, want)
+}
+
+/// A forked child (a PyTorch worker) reading a collection its parent
+/// opened watches the parts' files in an instance of its own (it must not
+/// read its parent's), instead of asking each file's length per batch.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_forked_child_watches_the_part_files_its_parent_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (coll, batch, want) = raw_collection(dir.path());
+    let x = coll.column("x").unwrap();
     let mut out = vec![0u8; batch.len() * 32];
     x.gather_exact(&batch, &mut out, 32).unwrap();
     assert_eq!(out, want);
@@ -436,4 +448,45 @@ fn a_forked_child_watches_the_part_files_its_parent_mapped() {
         }
     });
     assert_eq!(wait(pid, Duration::from_secs(30)), Some(0));
+}
+
+/// Finding: a collection's set of open part stores sits behind one lock,
+/// which every batch takes; a child forked while a thread of its parent
+/// held it waited for it for ever on its first read. A child reads
+/// without the set then (each part opened for the read).
+#[test]
+fn a_child_forked_while_a_thread_reads_a_collection_does_not_hang() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (coll, batch, want) = raw_collection(dir.path());
+    let x = coll.column("x").unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, x, want) = (std::sync::Arc::clone(&stop), x.clone(), want.clone());
+        std::thread::spawn(move || {
+            let mut out = vec![0u8; batch.len() * 32];
+            while !stop.load(Ordering::Relaxed) {
+                x.gather_exact(&batch, &mut out, 32).unwrap();
+                assert_eq!(out, want);
+            }
+        })
+    };
+    let mut hung = 0;
+    for _ in 0..300 {
+        let pid = fork(|| {
+            let mut out = vec![0u8; batch.len() * 32];
+            match x.gather_exact(&batch, &mut out, 32) {
+                Ok(()) if out == want => 0,
+                _ => 2,
+            }
+        });
+        match wait(pid, Duration::from_secs(5)) {
+            Some(0) => {}
+            Some(code) => panic!("a child read wrong: exit {code}"),
+            None => hung += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert_eq!(hung, 0, "{hung} of 300 children hung");
 }
