@@ -1,8 +1,8 @@
 """The loaderx 2.8 API as its README documents it, written from the
 documented behaviour (issue 42). The file runs against this package (the
 pytest suite) and, unchanged, against loaderx 2.8.19 in its own venv
-(``test_api28_reference.py``): it imports nothing of this repository but
-``loaderx`` and uses no fixture but pytest's own.
+(``target/compat28-venv``, by ``cargo xtask test``): it imports nothing of
+this repository but ``loaderx`` and uses no fixture but pytest's own.
 
 Covered here: dtypes, Dense and Ragged writers/stores/views, DLTensor and
 RaggedBatch, the Sampler, the Loader, and the documented errors. Where 2.8
