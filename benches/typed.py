@@ -43,6 +43,11 @@ Measurements:
   generated data): dense raw and zstd; our ``Dense`` with ``check_raw=True``;
   our 0.5.x ``Dataset`` (format v1, no checksums) on the same images; tokens
   raw, zstd and zstd_dict.
+* the first compressed write of a process, as a converter makes it: in a
+  fresh process per round and contender, a raw store of the images written
+  first (untimed), then the page cache dropped and a ``zstd`` store of the
+  same images written (``create`` + one ``append`` + ``close``, through the
+  2.x API or the 2.8 API's ``DenseWriter``), timed until ``os.sync()``.
 * allocated bytes on disk of every store (zstd_dict against zstd).
 * opening a format-v2 store of 100,000,000 one-byte records (ours only):
   time and resident memory added, in a fresh process per round (the store is
@@ -120,6 +125,7 @@ TARGETS = {
     "dense_vs_original28": 2.0,
     "ragged_vs_original28": 2.0,
     "write_vs_original28": 1.0,
+    "first_write": 1.0,
     "disk_vs_original28": 1.0,
     "dict_gather_vs_zstd": 1.0,
     "open_ms": 5.0,
@@ -437,6 +443,44 @@ def open_probe(path: Path, warmup: Path) -> int:
     return 0
 
 
+def first_write_probe(impl: str, root: Path, drop: bool) -> int:
+    """One fresh process: a raw store of the images (untimed), then (after
+    dropping the page cache when `drop`) the process's first ``zstd``
+    write of them, timed until ``close`` returns and until ``os.sync()``
+    after it. Prints one JSON line."""
+    images = generate_images(0, N_IMAGES)
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+
+    def write(path: Path, codec: str) -> None:
+        w: Any
+        if impl in API28:
+            from loaderx.zrecord import DenseWriter
+
+            w = DenseWriter(path, IMAGE_DTYPE, IMAGE_SHAPE, codec=codec)
+        else:
+            from loaderx.zrecord import Dense
+
+            w = Dense.create(path, IMAGE_DTYPE, IMAGE_SHAPE, codec=codec)
+        w.append(images)
+        w.close()
+
+    try:
+        write(root / "raw", "raw")
+        os.sync()
+        dropped = drop_page_cache() if drop else False
+        t0 = time.perf_counter()
+        write(root / "zstd", "zstd")
+        t1 = time.perf_counter()
+        os.sync()
+        t2 = time.perf_counter()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps({"close_s": t1 - t0, "durable_s": t2 - t0, "dropped": dropped}))
+    return 0
+
+
 # ----------------------------------------------------------------- driver
 
 
@@ -541,6 +585,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             write_samples[(name, impl)].append(res)
         log(f"  write round {r + 1}/{WRITE_ROUNDS}: done")
     result["page_cache_before_writes"] = "not tried" if not drop else "dropped" if all_dropped else "not permitted"
+    result["first_writes"] = measure_first_writes(args, impls, data_dir)
 
     # The other stores, untimed; then the dictionary's effect on size.
     train = {impl: contenders[impl].call("train") for impl in impls}
@@ -607,6 +652,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for impl in impls:
         contenders[impl].quit()
     return result
+
+
+def measure_first_writes(args: argparse.Namespace, impls: list[str], data_dir: Path) -> list[dict[str, Any]]:
+    """The first zstd write of a fresh process (``first_write_probe``), per
+    contender, rounds alternated (the order rotated every round)."""
+    python = {"ours": sys.executable, "ours28": sys.executable,
+              "original": str(args.original_python), "original28": str(args.original28_python)}
+    samples: dict[str, list[dict[str, Any]]] = {impl: [] for impl in impls}
+    for r in range(WRITE_ROUNDS):
+        for impl in rotated(impls, r):
+            cmd = [python[impl], str(SCRIPT), *(["--smoke"] if args.smoke else []), "first-write", impl,
+                   str(data_dir / impl / "first-write"), *([] if args.smoke else ["--drop"])]
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
+            samples[impl].append(json.loads(out.strip().splitlines()[-1]))
+        log(f"  first-write round {r + 1}/{WRITE_ROUNDS}: done")
+    size = N_IMAGES * IMAGE_BYTES
+    out = []
+    for impl, rounds in samples.items():
+        durable = statistics.median(s["durable_s"] for s in rounds)
+        close = statistics.median(s["close_s"] for s in rounds)
+        out.append({"impl": impl, "name": "dense-zstd", "logical_bytes": size, "close_s": close,
+                    "durable_s": durable, "durable_mib_s": size / MIB / durable,
+                    "dropped": all(s["dropped"] for s in rounds), "rounds": rounds})
+    return out
 
 
 def measure_open(c: Remote, data_dir: Path, smoke: bool) -> dict[str, Any]:
@@ -691,6 +760,13 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 TARGETS["write_vs_original"], True, "x", "2.4.0 missing, see above" if missing else None)
     missing28 = result.get("original28_missing")
     why28 = "2.8.19 missing, see above" if missing28 else None
+    first = {r["impl"]: r for r in result.get("first_writes", [])}
+    add("first zstd write of a process vs 2.4.0, until durable",
+        ratio(first.get("ours"), first.get("original"), "durable_mib_s"),
+        TARGETS["first_write"], True, "x", "2.4.0 missing, see above" if missing else None)
+    add("first zstd write of a process vs 2.8.19 (2.8 API), until durable",
+        ratio(first.get("ours28"), first.get("original28"), "durable_mib_s"),
+        TARGETS["first_write"], True, "x", why28)
     add("Dense raw gather vs 2.8.19 (2.8 API)",
         ratio(g.get(("ours28", "dense raw")), g.get(("original28", "dense raw")), "records_per_s"),
         TARGETS["dense_vs_original28"], True, "x", why28)
@@ -735,6 +811,10 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
     w.add_argument("impl", choices=list(IMPLS))
     w.add_argument("--data-dir", type=Path, required=True)
+    f = sub.add_parser("first-write", help=argparse.SUPPRESS)
+    f.add_argument("impl", choices=list(IMPLS))
+    f.add_argument("root", type=Path)
+    f.add_argument("--drop", action="store_true", help="drop the page cache before the timed write")
     p = sub.add_parser("open-probe", help=argparse.SUPPRESS)
     p.add_argument("path", type=Path)
     p.add_argument("--warmup", type=Path, required=True)
@@ -759,6 +839,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(lambda: worker(args.impl, args.data_dir))
     if args.mode == "open-probe":
         return open_probe(args.path, args.warmup)
+    if args.mode == "first-write":
+        return first_write_probe(args.impl, args.root, args.drop)
 
     args.data_dir = data_dir(args.data_dir, "bench-typed-smoke" if args.smoke else "bench-typed")
     if args.original_python is None:

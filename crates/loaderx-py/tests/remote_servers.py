@@ -3,7 +3,8 @@ server mode) and a fault-injecting HTTP proxy in front of it.
 
 The proxy forwards each request to the server and, for the requests a
 fault is armed for, misbehaves instead: added latency, a connection reset,
-a 503 SlowDown, a body cut short, or no answer at all."""
+a 503 SlowDown, a 429 Too Many Requests, a body cut short, or no answer
+at all."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("latency", "reset", "503", "truncate", "hang")
+FAULTS = ("latency", "reset", "503", "429", "truncate", "hang")
 
 
 class FaultProxy:
@@ -57,12 +58,13 @@ class FaultProxy:
                     )
                     self.close_connection = True
                     return
-                if fault == "503":
+                if fault in ("503", "429"):
+                    code = b"SlowDown" if fault == "503" else b"TooManyRequests"
                     text = (
-                        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+                        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>' + code + b"</Code>"
                         b"<Message>Please reduce your request rate.</Message></Error>"
                     )
-                    self.send_response(503)
+                    self.send_response(int(fault))
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(text)))
                     self.end_headers()

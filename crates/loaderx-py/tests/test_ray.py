@@ -1,7 +1,8 @@
 """Ray Data writing a collection: real Ray in local mode (one session for
-the module), read back byte for byte; a task killed after writing its part
-and retried by Ray leaves every record exactly once; a job failing for
-good leaves no manifest."""
+the module), read back byte for byte; a task killed after writing its part,
+or in the middle of writing it, and retried by Ray leaves every record
+exactly once; a job failing for good leaves no manifest, and only a new
+commit makes its directory a collection."""
 
 from __future__ import annotations
 
@@ -123,6 +124,54 @@ def test_a_task_killed_after_writing_is_retried_and_records_appear_once(session,
     assert sorted(os.listdir(root)) == ["manifest.zc"] + [f"part-{i:05d}" for i in range(4)]
 
 
+class _KilledWhenRead:
+    """A column whose records kill the process when they are read: the
+    part's other columns are already written under its temporary name."""
+
+    def __init__(self, values) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self):
+        os._exit(1)
+
+
+class _DiesMidWrite(lray.CollectionDatasink):
+    """Kills its worker process in the middle of writing part 1 the first
+    time (its last column not yet written): Ray retries the task."""
+
+    def __init__(self, root: str, marker: str) -> None:
+        super().__init__(root)
+        self.marker = marker
+
+    def _write_part(self, name, columns):
+        if name == "part-00001":
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                columns = {k: v for k, v in columns.items() if k != "image"}
+                columns["image"] = _KilledWhenRead([None] * len(columns["id"]))
+        super()._write_part(name, columns)
+
+
+def test_a_task_killed_mid_write_is_retried_and_records_appear_once(session, tmp_path):
+    root = str(tmp_path / "coll")
+    marker = str(tmp_path / "died")
+    _dataset(session).write_datasink(_DiesMidWrite(root, marker), ray_remote_args={"max_retries": 2})
+    assert os.path.exists(marker), "the task did die once"
+    _check(root)
+    entries = os.listdir(root)
+    assert sorted(e for e in entries if not e.startswith(".")) == ["manifest.zc"] + [
+        f"part-{i:05d}" for i in range(4)
+    ]
+    # The killed attempt left its unfinished part behind, which nothing reads.
+    assert [e for e in entries if e.startswith(".part-00001.tmp-")]
+
+
 class _AlwaysFails(lray.CollectionDatasink):
     def _write_part(self, name, columns):
         super()._write_part(name, columns)
@@ -137,6 +186,12 @@ def test_a_job_failing_for_good_leaves_no_manifest(session, tmp_path):
     assert not os.path.exists(os.path.join(root, lc.MANIFEST))
     with pytest.raises(loaderx.ZrecordError, match="not a collection"):
         lc.open(root)
+    # Only a new commit publishes what the tasks finished.
+    lc.commit(root)
+    col = lc.open(root)
+    ids = col["id"][:].tolist()
+    assert 0 < len(ids) == len(set(ids)) == len(col) and set(ids) <= set(range(N))
+    col.close()
 
 
 def test_string_columns_are_refused_by_name(session, tmp_path):

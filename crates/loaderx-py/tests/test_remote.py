@@ -136,7 +136,7 @@ def test_latency_is_only_slower(proxy: FaultProxy, dense: Any) -> None:
         assert proxy.hit >= 1
 
 
-@pytest.mark.parametrize("fault", ["503", "reset", "truncate"])
+@pytest.mark.parametrize("fault", ["503", "429", "reset", "truncate"])
 def test_transient_faults_are_retried(proxy: FaultProxy, dense: Any, fault: str) -> None:
     url, data = dense
     with opened(proxy, url) as d:
@@ -145,7 +145,7 @@ def test_transient_faults_are_retried(proxy: FaultProxy, dense: Any, fault: str)
         assert proxy.hit == 2
 
 
-@pytest.mark.parametrize("fault", ["503", "reset", "truncate"])
+@pytest.mark.parametrize("fault", ["503", "429", "reset", "truncate"])
 def test_lasting_faults_end_in_an_error_naming_the_object(
     proxy: FaultProxy, dense: Any, fault: str
 ) -> None:

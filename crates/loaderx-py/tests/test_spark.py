@@ -1,7 +1,9 @@
 """Spark writing a collection: real PySpark in local mode (one session for
 the module, a JRE on the machine), read back byte for byte; a task that
-fails once after writing its part and is retried by Spark leaves every
-record exactly once; a job failing for good leaves no manifest."""
+fails once after writing its part, or whose worker dies in the middle of
+writing it, and is retried by Spark leaves every record exactly once; a job
+failing for good leaves no manifest, and only a new commit makes its
+directory a collection."""
 
 from __future__ import annotations
 
@@ -127,6 +129,44 @@ def test_a_task_retried_by_spark_leaves_every_record_once(spark, tmp_path):
     assert sorted(os.listdir(root)) == ["manifest.zc"] + [f"part-{i:05d}" for i in range(4)]
 
 
+class _KilledWhenRead:
+    """A column whose records kill the Python worker when they are read:
+    the part's other columns are already written under its temporary name."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        os._exit(1)
+
+
+def _dies_mid_write(root, part, columns, codec):
+    if part == 1:
+        try:
+            os.close(os.open(os.path.join(root, "..", "died-once"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            columns = {k: v for k, v in columns.items() if k != "image"}
+            columns["image"] = _KilledWhenRead(len(columns["id"]))
+    return lc.write_part(root, part, columns, codec=codec)
+
+
+def test_a_worker_killed_mid_write_is_retried_and_records_appear_once(spark, tmp_path):
+    root = str(tmp_path / "coll")
+    lspark.write(_frame(spark), root, shapes={"x": (2, 3)}, part_writer=_dies_mid_write)
+    assert os.path.exists(tmp_path / "died-once")
+    _check(root)
+    entries = os.listdir(root)
+    assert sorted(e for e in entries if not e.startswith(".")) == ["manifest.zc"] + [
+        f"part-{i:05d}" for i in range(4)
+    ]
+    assert [e for e in entries if e.startswith(".part-00001.tmp-")]
+
+
 def _always_fails(root, part, columns, codec):
     lc.write_part(root, part, columns, codec=codec)
     if part == 2:
@@ -141,6 +181,12 @@ def test_a_job_failing_for_good_leaves_no_manifest(spark, tmp_path):
     assert not os.path.exists(os.path.join(root, lc.MANIFEST))
     with pytest.raises(loaderx.ZrecordError, match="not a collection"):
         lc.open(root)
+    # Only a new commit publishes what the tasks finished.
+    lc.commit(root)
+    col = lc.open(root)
+    ids = col["id"][:].tolist()
+    assert 0 < len(ids) == len(set(ids)) == len(col) and set(ids) <= set(range(N))
+    col.close()
 
 
 def test_bad_columns_are_refused_by_name(spark, tmp_path):
