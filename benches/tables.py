@@ -172,6 +172,13 @@ GROUPS: dict[str, tuple[str, str | None]] = {
         "image-like records, so the store keeps them raw and reading them is a copy.",
         "memcpy-caller+pool",
     ),
+    "gather-labels": (
+        "Gather of 256 random `int64` labels out of 1,000,000 from a run-table "
+        "store (what `Dense.create` makes), against a copy loop over the same "
+        "bytes in memory: the gap is the engine's cost per call (checks, "
+        "lookups, the lock), before the binding's.",
+        "copy-loop",
+    ),
     "decode-1-core": (
         "Per-core decode, one thread, 256 records of 12 KiB, per data kind "
         "(`codec/data`: image-like, token ids, text-like). A record a codec "
@@ -274,6 +281,8 @@ def rust_targets(benches_list: list[dict[str, Any]]) -> list[tuple[str, float | 
         return None if v is None else v / 1e6
 
     open_ns = b.get("open-1M-records", {}).get("median_ns")
+    labels, copy = b.get("gather-labels/store"), b.get("gather-labels/copy-loop")
+    labels_over = None if labels is None or copy is None else (labels["median_ns"] - copy["median_ns"]) / 1e3
     rows: list[tuple[str, float | None, float, bool, str]] = [
         ("raw gather vs memcpy over the same threads", ratio(b, "gather/raw", "gather/memcpy-caller+pool"), 0.70, True, "x"),
     ]
@@ -284,6 +293,7 @@ def rust_targets(benches_list: list[dict[str, Any]]) -> list[tuple[str, float | 
     rows += [
         ("lz4 vs zstd decode per core, text data (the data lz4 shrinks)", ratio(b, "decode-1-core/lz4/text", "decode-1-core/zstd/text"), 1.0, True, "x"),
         ("open a store of 1M records", None if open_ns is None else open_ns / 1e6, 5.0, False, "ms"),
+        ("256 labels: the engine's time above a copy loop", labels_over, 1.0, False, "µs"),
         ("sampler iid, batch 8192", mega(per_s(b, "sampler_fill/iid/8192")), 1000, True, "M/s"),
         ("sampler shuffle, batch 8192", mega(per_s(b, "sampler_fill/shuffle/8192")), 300, True, "M/s"),
         ("loader vs direct gather loop, raw", ratio(b, "loader-raw/loader", "loader-raw/direct"), 0.90, True, "x"),
@@ -474,6 +484,7 @@ def compare_blocks(result: dict[str, Any]) -> dict[str, str]:
         "gather": criterion_table(benches, "gather"),
         "decode": criterion_table(benches, "decode-1-core"),
         "gather-small": criterion_table(benches, "gather-small"),
+        "gather-labels": criterion_table(benches, "gather-labels"),
         "append": criterion_table(benches, "append"),
         "open": criterion_table(benches, "open-1M-records"),
         "sampler": sampler_criterion_table(benches),

@@ -203,6 +203,60 @@ fn gather_small(c: &mut Criterion) {
     group.finish();
 }
 
+/// Labels: 256 random `int64` records out of 1,000,000, from a run-table
+/// store (what `Dense.create` makes for them), next to a copy loop over
+/// the same bytes in memory. The gap is the engine's per-call cost: its
+/// checks, its lookups and its lock; the Python `Dense[idx]` row of
+/// `benches/field.py` adds the binding's.
+fn gather_labels(c: &mut Criterion) {
+    const LABELS: usize = 1_000_000;
+    const PICK: usize = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..LABELS as u64)
+        .flat_map(|i| (i * 7 % 1000).to_le_bytes())
+        .collect();
+    let batches = random_batches(LABELS as u64, 64, 5);
+    let mut group = c.benchmark_group("gather-labels");
+    group.throughput(Throughput::Elements(PICK as u64));
+    let mut dst = vec![0u8; PICK * 8];
+    let mut k = 0;
+    group.bench_function("copy-loop", |b| {
+        b.iter(|| {
+            let idxs = &batches[k % batches.len()][..PICK];
+            k += 1;
+            for (slot, &i) in dst.chunks_exact_mut(8).zip(idxs) {
+                let i = usize::try_from(i).unwrap();
+                slot.copy_from_slice(&data[i * 8..][..8]);
+            }
+            black_box(&dst);
+        })
+    });
+    let schema = Schema {
+        kind: Kind::Dense,
+        dtype: Dtype::from_name("<i8").unwrap(),
+        shape: Vec::new(),
+        ndim: 0,
+        codec: CodecTag::RAW,
+        dictionary: None,
+        codecs: Vec::new(),
+    };
+    let path = dir.path().join("labels");
+    Store::<Deflate>::create_v2_runs(&path, &schema, OpenOptions::default())
+        .unwrap()
+        .append_fixed_with(CodecId::Raw, &data, LABELS, 8)
+        .unwrap();
+    let store: Store<Deflate> = Store::open_with(&path, OpenOptions::read_only()).unwrap();
+    group.bench_function("store", |b| {
+        b.iter(|| {
+            let idxs = &batches[k % batches.len()][..PICK];
+            k += 1;
+            store.gather(idxs, &mut dst, 8).unwrap();
+            black_box(&dst);
+        })
+    });
+    group.finish();
+}
+
 fn decode_per_core(c: &mut Criterion) {
     let images = image_records(BATCH, 3);
     let tokens: Vec<u8> = (0..BATCH as u64).flat_map(token_record).collect();
@@ -324,6 +378,7 @@ criterion_group!(
     benches,
     gather,
     gather_small,
+    gather_labels,
     decode_per_core,
     append,
     open_million

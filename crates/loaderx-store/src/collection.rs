@@ -170,9 +170,9 @@ pub struct Collection<C: Codec = Deflate, S: Storage = FileStorage> {
     open: Mutex<OpenParts<C, S>>,
     /// The most stores `open` holds.
     max_open: usize,
-    /// The process whose threads may wait for `open`'s lock (see
-    /// [`held`](Self::held)).
-    owner: std::sync::atomic::AtomicU32,
+    /// The process (by its fork generation) whose threads may wait for
+    /// `open`'s lock (see [`held`](Self::held)).
+    owner: std::sync::atomic::AtomicU64,
 }
 
 impl<C: Codec, S: Storage> fmt::Debug for Collection<C, S> {
@@ -262,7 +262,7 @@ impl<C: Codec, S: Storage> Collection<C, S> {
                 tick: 0,
             }),
             max_open: default_max_open_parts(),
-            owner: std::sync::atomic::AtomicU32::new(std::process::id()),
+            owner: std::sync::atomic::AtomicU64::new(crate::process_generation()),
         })
     }
 
@@ -368,8 +368,8 @@ impl<C: Codec, S: Storage> Collection<C, S> {
     /// child's own threads wait for the lock as usual once one of them
     /// took it.
     fn held(&self) -> Option<std::sync::MutexGuard<'_, OpenParts<C, S>>> {
-        let pid = std::process::id();
-        if self.owner.load(std::sync::atomic::Ordering::Acquire) == pid {
+        let here = crate::process_generation();
+        if self.owner.load(std::sync::atomic::Ordering::Acquire) == here {
             return Some(
                 self.open
                     .lock()
@@ -381,7 +381,7 @@ impl<C: Codec, S: Storage> Collection<C, S> {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        self.owner.store(pid, std::sync::atomic::Ordering::Release);
+        self.owner.store(here, std::sync::atomic::Ordering::Release);
         Some(guard)
     }
 

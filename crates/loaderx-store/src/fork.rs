@@ -55,7 +55,7 @@ use std::{
     path::Path,
     sync::{
         Arc, Once,
-        atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering},
+        atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering},
     },
 };
 
@@ -216,6 +216,22 @@ impl Registry {
     }
 }
 
+/// Forks between the process that first asked for [`generation`] and this
+/// one: the child handler adds one, in the child only.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// This process's place in its line of forks: a value recorded here and
+/// read back equal means no `fork()` came between, without asking the
+/// kernel for the process id (a system call) on hot paths. The handlers
+/// are installed first, so every fork after a value was recorded counts.
+/// A process made by a raw `clone` that skips the `pthread_atfork`
+/// handlers is not told apart; nothing in a Python or Rust process does
+/// that and then keeps running the parent's code.
+pub(crate) fn generation() -> u64 {
+    install();
+    FORKS.load(Ordering::Acquire)
+}
+
 /// Installs the fork handlers, once per process (a child inherits them).
 fn install() {
     static ONCE: Once = Once::new();
@@ -254,6 +270,7 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
     // SAFETY: `prepare` took `busy` in the thread that forked, which is the
     // child's only thread: the list is ours.
     let list = unsafe { &*REGISTRY.list.get() };

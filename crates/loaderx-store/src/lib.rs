@@ -82,6 +82,13 @@ mod files;
 #[cfg(unix)]
 #[allow(unsafe_code)] // fork handlers: see the module's invariant
 mod fork;
+#[cfg(unix)]
+use fork::generation as process_generation;
+/// Where no process forks, every value recorded is this process's.
+#[cfg(not(unix))]
+fn process_generation() -> u64 {
+    0
+}
 mod frontier;
 #[allow(unsafe_code)] // disjoint writes into the caller's buffer: see the module's invariant
 mod gather;

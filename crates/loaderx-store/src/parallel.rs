@@ -17,7 +17,8 @@
 //! * `block_interrupts` (Unix): `pthread_sigmask` on a local, initialised
 //!   `sigset_t`, changing only the calling thread's mask.
 //!
-//! The pool is rayon's, but owned here and tied to the process id: a child
+//! The pool is rayon's, but owned here and tied to the process (by its fork
+//! generation, which the store's `pthread_atfork` handler counts): a child
 //! created by `fork()` inherits the pool's bookkeeping but none of its
 //! threads, so the first parallel call in a child builds a fresh pool (the
 //! dead one is leaked on purpose: dropping it would wait for threads that do
@@ -110,7 +111,8 @@ pub(crate) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>
 }
 
 struct Pool {
-    pid: u32,
+    /// The fork generation of the process that built it.
+    generation: u64,
     pool: Arc<ThreadPool>,
 }
 
@@ -122,13 +124,13 @@ static POOL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The process's pool, built on first use and rebuilt after a fork.
 pub(crate) fn pool() -> Arc<ThreadPool> {
-    let pid = std::process::id();
+    let here = crate::process_generation();
     let mut seen = POOL.load(Ordering::Acquire);
     loop {
         // SAFETY: non-null values of `POOL` come from `Box::leak` below and
         // are never freed.
         if let Some(p) = unsafe { seen.as_ref() }
-            && p.pid == pid
+            && p.generation == here
         {
             return Arc::clone(&p.pool);
         }
@@ -136,7 +138,7 @@ pub(crate) fn pool() -> Arc<ThreadPool> {
         // it is never joined (it stays leaked). Build this process's own.
         let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let built = Box::leak(Box::new(Pool {
-            pid,
+            generation: here,
             pool: Arc::new(
                 ThreadPoolBuilder::new()
                     .num_threads(threads)
@@ -204,7 +206,7 @@ where
     if n == 0 {
         return Ok(());
     }
-    // Before the pool is asked for (a process id check and a lock).
+    // Before the pool is asked for (an atomic load and a lock).
     if n == 1 || bytes < serial_bytes() {
         return work(0..n);
     }

@@ -373,21 +373,22 @@ fn a_child_forked_while_a_thread_drains_the_watches_does_not_hang() {
     assert_eq!(hung, 0, "{hung} of 300 children hung");
 }
 
-/// The inotify instances this process holds that watch at least one file
-/// (`/proc/self/fdinfo` lists an instance's watches).
+/// The descriptors of the inotify instances this process holds that watch
+/// at least one file (`/proc/self/fdinfo` lists an instance's watches).
 #[cfg(target_os = "linux")]
-fn inotify_instances_watching() -> usize {
+fn inotify_instances_watching() -> std::collections::BTreeSet<String> {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(Result::ok)
         .filter(|fd| {
             std::fs::read_link(fd.path()).is_ok_and(|to| to.to_str() == Some("anon_inode:inotify"))
         })
+        .map(|fd| fd.file_name().to_string_lossy().into_owned())
         .filter(|fd| {
-            let info = format!("/proc/self/fdinfo/{}", fd.file_name().to_string_lossy());
+            let info = format!("/proc/self/fdinfo/{fd}");
             std::fs::read_to_string(info).is_ok_and(|text| text.contains("inotify wd:"))
         })
-        .count()
+        .collect()
 }
 
 /// A collection of 3 raw parts of 4 records of 32 bytes (record `i`
@@ -429,10 +430,15 @@ fn a_forked_child_watches_the_part_files_its_parent_mapped() {
     x.gather_exact(&batch, &mut out, 32).unwrap();
     assert_eq!(out, want);
     let watching = inotify_instances_watching();
-    if watching == 0 {
+    if watching.is_empty() {
         eprintln!("skipped: the temporary directory's file system is not watched");
         return;
     }
+    // The instances one more than `before`: the ones inherited and one new.
+    let one_more = |before: &std::collections::BTreeSet<String>| {
+        let now = inotify_instances_watching();
+        now.len() == before.len() + 1 && now.difference(before).count() == 1
+    };
     let pid = fork(|| {
         let mut out = vec![0u8; batch.len() * 32];
         for _ in 0..2 {
@@ -441,13 +447,24 @@ fn a_forked_child_watches_the_part_files_its_parent_mapped() {
             }
         }
         // The parent's instance (inherited) and the child's own.
-        if inotify_instances_watching() == watching + 1 {
-            0
-        } else {
-            3
+        if !one_more(&watching) {
+            return 3;
         }
+        // A child of the child reads neither's queue: it makes its own (and
+        // lets go of its copy of the child's, which it no longer uses).
+        let in_child = inotify_instances_watching();
+        let grandchild = fork(|| {
+            let mut out = vec![0u8; batch.len() * 32];
+            if x.gather_exact(&batch, &mut out, 32).is_err() || out != want {
+                return 2;
+            }
+            let now = inotify_instances_watching();
+            let new = now.difference(&in_child).count() == 1;
+            if new && one_more(&watching) { 0 } else { 3 }
+        });
+        wait(grandchild, Duration::from_secs(30)).map_or(4, |code| 10 + code)
     });
-    assert_eq!(wait(pid, Duration::from_secs(30)), Some(0));
+    assert_eq!(wait(pid, Duration::from_secs(30)), Some(10));
 }
 
 /// Finding: a collection's set of open part stores sits behind one lock,

@@ -48,10 +48,11 @@ struct Mapped {
     watch: Option<super::watch::Watch>,
     /// In a process forked since (whose parent's watch is of the parent's
     /// instance, which it must not read): the watch it made for itself on
-    /// its first check, with its process id. Only tried, never waited for
-    /// (a thread of the parent may have held it at the fork).
+    /// its first check, with its [`generation`](crate::fork::generation).
+    /// Only tried, never waited for (a thread of the parent may have held
+    /// it at the fork).
     #[cfg(target_os = "linux")]
-    forked: std::sync::Mutex<Option<(u32, Option<super::watch::Watch>)>>,
+    forked: std::sync::Mutex<Option<(u64, Option<super::watch::Watch>)>>,
 }
 
 /// Read-only shared maps of one file, in one of two modes.
@@ -472,9 +473,9 @@ impl Storage for FileStorage {
                 let Ok(mut forked) = m.forked.try_lock() else {
                     return Ok(m.file.metadata()?.len());
                 };
-                let pid = std::process::id();
-                if forked.as_ref().is_none_or(|(made_in, _)| *made_in != pid) {
-                    *forked = Some((pid, super::watch::Watch::new(&m.file)));
+                let here = crate::fork::generation();
+                if forked.as_ref().is_none_or(|(made_in, _)| *made_in != here) {
+                    *forked = Some((here, super::watch::Watch::new(&m.file)));
                 }
                 match forked.as_ref().and_then(|(_, watch)| watch.as_ref()) {
                     Some(watch) => checked(watch),

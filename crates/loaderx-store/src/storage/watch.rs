@@ -41,7 +41,7 @@ use std::{
     os::fd::{AsFd, AsRawFd, OwnedFd},
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
 };
 
@@ -59,9 +59,10 @@ fn mask() -> inotify::WatchFlags {
 /// The instance of this process, once made.
 static CURRENT: Mutex<Option<Arc<Watches>>> = Mutex::new(None);
 
-/// The process whose threads may take [`CURRENT`]'s lock (set before any
-/// of them first does; 0 before).
-static OWNER: AtomicU32 = AtomicU32::new(0);
+/// One more than the [`generation`](crate::fork::generation) of the
+/// process whose threads may take [`CURRENT`]'s lock (set before any of
+/// them first does; 0 before).
+static OWNER: AtomicU64 = AtomicU64::new(0);
 
 /// [`CURRENT`], locked. In a forked child whose parent had a thread
 /// holding the lock at the fork, `None`: that thread does not exist here,
@@ -69,12 +70,12 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 /// `statx` per file). The child's own threads wait for the lock as usual
 /// once one of them took it.
 fn current() -> Option<std::sync::MutexGuard<'static, Option<Arc<Watches>>>> {
-    let pid = std::process::id();
-    let owner = match OWNER.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => pid,
+    let here = crate::fork::generation() + 1;
+    let owner = match OWNER.compare_exchange(0, here, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => here,
         Err(owner) => owner,
     };
-    if owner == pid {
+    if owner == here {
         return Some(lock(&CURRENT));
     }
     let guard = match CURRENT.try_lock() {
@@ -82,7 +83,7 @@ fn current() -> Option<std::sync::MutexGuard<'static, Option<Arc<Watches>>>> {
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => return None,
     };
-    OWNER.store(pid, Ordering::Release);
+    OWNER.store(here, Ordering::Release);
     Some(guard)
 }
 
@@ -93,8 +94,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One process's inotify instance, and what its drains saw.
 #[derive(Debug)]
 pub(crate) struct Watches {
-    /// The process that made it (a forked child must not use it).
-    pid: u32,
+    /// The [`generation`](crate::fork::generation) of the process that
+    /// made it (a forked child must not use it).
+    generation: u64,
     fd: OwnedFd,
     /// The number of the last drain that read an event of every kind
     /// (queue overflow: any file may have changed).
@@ -124,15 +126,15 @@ impl Watches {
     /// This process's instance, made on first use (and anew in a forked
     /// child); `None` where inotify cannot be had (too many instances).
     fn current() -> Option<Arc<Watches>> {
-        let pid = std::process::id();
+        let generation = crate::fork::generation();
         let mut held = current()?;
-        if let Some(w) = held.as_ref().filter(|w| w.pid == pid) {
+        if let Some(w) = held.as_ref().filter(|w| w.generation == generation) {
             return Some(Arc::clone(w));
         }
         let fd =
             inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).ok()?;
         let made = Arc::new(Watches {
-            pid,
+            generation,
             fd,
             overflow: AtomicU64::new(0),
             state: Mutex::new(State::default()),
@@ -194,8 +196,8 @@ impl Drained {
     #[must_use]
     pub fn now() -> Drained {
         let held = current().and_then(|held| held.clone());
-        let pid = std::process::id();
-        match held.filter(|w| w.pid == pid) {
+        let generation = crate::fork::generation();
+        match held.filter(|w| w.generation == generation) {
             Some(w) => {
                 let at = w.drain();
                 Drained(Some((w, at)))
@@ -256,7 +258,7 @@ impl Watch {
     /// Whether the watch is of this process's instance (not of the
     /// process this one was forked from).
     pub(crate) fn is_here(&self) -> bool {
-        self.watches.pid == std::process::id()
+        self.watches.generation == crate::fork::generation()
     }
 
     /// The length checked last, if `drained` (a drain of this watch's
@@ -286,7 +288,7 @@ impl Drop for Watch {
     fn drop(&mut self) {
         // A forked child's copy of its parent's instance is the parent's:
         // leave its watches alone.
-        if self.watches.pid != std::process::id() {
+        if self.watches.generation != crate::fork::generation() {
             return;
         }
         let mut state = lock(&self.watches.state);
