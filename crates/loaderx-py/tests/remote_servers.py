@@ -19,11 +19,22 @@ from typing import Any
 FAULTS = ("latency", "reset", "503", "429", "truncate", "hang")
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog of 5 would hold back some of a burst of
+    # new connections (a gather's concurrent requests) until others end.
+    request_queue_size = 128
+
+
 class FaultProxy:
     """An HTTP proxy on 127.0.0.1 (a free port) in front of `upstream`
     (``host:port``). :meth:`arm` sets a fault for the next `count` GET
     requests with a ``Range`` header (the reads of records and table pages;
-    listings and probes pass), or for all of them with ``count=None``."""
+    listings and probes pass), or for all of them with ``count=None``.
+
+    It also counts the ranged GETs in flight: from a request's arrival
+    until its answer starts (a client may send its next request as soon as
+    it has this answer) or it ends without one; :attr:`peak` is the most
+    seen at once since :meth:`reset_peak`."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -33,17 +44,39 @@ class FaultProxy:
         self.hit = 0
         #: ``(path, Range header)`` of every ranged GET forwarded or faulted.
         self.ranged_gets: list[tuple[str, str]] = []
+        self.in_flight = 0
+        self.peak = 0
         self.lock = threading.Lock()
         self.release = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            #: Whether this request is a ranged GET still counted in flight.
+            counted = False
 
             def log_message(self, *args: Any) -> None:
                 pass
 
             def _forward(self) -> None:
+                self.counted = self.command == "GET" and self.headers.get("Range") is not None
+                if self.counted:
+                    proxy._arrived()
+                try:
+                    self._answer()
+                finally:
+                    self._done()
+
+            def _done(self) -> None:
+                if self.counted:
+                    self.counted = False
+                    proxy._left()
+
+            def send_response(self, code: int, message: str | None = None) -> None:
+                self._done()
+                super().send_response(code, message)
+
+            def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 fault = proxy._take(self.command, self.path, self.headers.get("Range"))
@@ -97,7 +130,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -118,6 +151,20 @@ class FaultProxy:
             self.fault, self.remaining, self.delay, self.hit = fault, count, delay, 0
             self.method = method
             self.release.clear()
+
+    def reset_peak(self) -> None:
+        """Starts a new :attr:`peak` from the ranged GETs in flight now."""
+        with self.lock:
+            self.peak = self.in_flight
+
+    def _arrived(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+
+    def _left(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
 
     def _take(self, method: str, path: str, range_header: str | None) -> str | None:
         if method == "GET" and range_header is not None:

@@ -91,6 +91,59 @@ def test_transform_runs_on_the_stage_thread(stores) -> None:
     assert threading.get_ident() not in threads
 
 
+def test_transform_runs_on_workers_threads_at_once_in_order(stores) -> None:
+    """With ``workers=3`` three batches are transformed at the same time
+    (each transform waits at a barrier only the three together pass: one
+    stage thread would break it), and the steps still come in sampler
+    order, whichever transform finishes first."""
+    values, _recs, dense, _ragged = stores
+    allocator = Allocator("cpu")
+    barrier = threading.Barrier(3, timeout=30)
+    threads = set()
+
+    def together(step):
+        arr = _np(step[0]["x"]).copy()
+        threads.add(threading.get_ident())
+        if int(arr[0, 0]) in (0, 16, 32):  # the first three batches
+            barrier.wait()
+        # Batches 0, 3, 6, ... finish after the two that follow them.
+        time.sleep(0.05 if int(arr[0, 0]) % 48 == 0 else 0.0)
+        return arr
+
+    sampler = Sampler(64, 4, Sampler.Mode.SEQUENTIAL)
+    with Loader({"x": [dense.bind(allocator)]}, sampler, workers=3, prefetch=2,
+                transform=together) as loader:
+        for k in range(30):
+            np.testing.assert_array_equal(next(loader), values[(k % 16) * 4:(k % 16 + 1) * 4])
+        assert loader.sampler.step == 30
+    assert len(threads) == 3 and threading.get_ident() not in threads
+
+
+def test_a_failing_transform_among_parallel_ones_raises_in_its_place(stores) -> None:
+    """Of batches transformed at once, the one whose transform raises is
+    raised by ``next()`` after the batches before it, and closes the
+    loader (2.8's rule)."""
+    values, _recs, dense, _ragged = stores
+    allocator = Allocator("cpu")
+
+    def failing(step):
+        arr = _np(step[0]["x"]).copy()
+        if int(arr[0, 0]) == 5 * 16:  # the sixth batch
+            raise ValueError("bad batch 5")
+        time.sleep(0.01)
+        return arr
+
+    sampler = Sampler(64, 4, Sampler.Mode.SEQUENTIAL)
+    loader = Loader({"x": [dense.bind(allocator)]}, sampler, workers=4, transform=failing)
+    for k in range(5):
+        np.testing.assert_array_equal(next(loader), values[k * 4:(k + 1) * 4])
+    with pytest.raises(ValueError, match="bad batch 5"):
+        next(loader)
+    with pytest.raises(StopIteration):
+        next(loader)
+    loader.close()
+
+
 def test_other_views_or_samplers_run_in_next(stores) -> None:
     values, _recs, dense, _ragged = stores
     allocator = Allocator("cpu")

@@ -1,7 +1,9 @@
 """Stores in object storage at their edges: credentials and the cache from
 the environment, plain HTTP, objects cut short or deleted after open, DNS
-and TLS failures, and a block cache shared by processes reading at the
-same time. Real servers on loopback (moto in server mode, started here)."""
+and TLS failures, the requests a gather has in flight, the block cache's
+eviction order, and a block cache shared by processes reading at the same
+time. Real servers on loopback (moto in server mode, started here) and the
+fault-injecting proxy of ``remote_servers``."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from loaderx.errors import ZrecordError
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency")
 boto3 = pytest.importorskip("boto3")
 
-from remote_servers import free_port, s3_options  # noqa: E402
+from remote_servers import FaultProxy, free_port, s3_options  # noqa: E402
 
 BUCKET = "edges"
 
@@ -190,3 +192,75 @@ def test_processes_reading_at_once_share_a_bounded_cache(s3: Any, tmp_path: Path
     held = sum(f.stat().st_size for f in cache.iterdir() if f.name.endswith(".blk"))
     assert 0 < held <= bound + len(procs) * (bound // 8 + block), held
     assert not [f for f in cache.iterdir() if f.name.startswith(".tmp-")]
+
+
+def chunk_gets(proxy: FaultProxy) -> list[str]:
+    """The ``Range`` headers of the ranged GETs of record chunks (not of
+    ``meta.zr``) the proxy has seen."""
+    with proxy.lock:
+        return [r for path, r in proxy.ranged_gets if not path.endswith("/meta.zr")]
+
+
+@pytest.mark.parametrize(("cap", "peak"), [(1, 1), (4, 4), (16, 9)])
+def test_concurrency_bounds_the_requests_one_gather_has_in_flight(
+    s3: Any, proxy: FaultProxy, tmp_path: Path, cap: int, peak: int
+) -> None:
+    """A gather of records too far apart to share a request has at most
+    ``concurrency`` ranged GETs in flight at once, and uses all of them:
+    with every answer slow, nine requests reach the server ``concurrency``
+    at a time (all nine when the cap is larger)."""
+    url, data = stored(s3, tmp_path, f"concurrency-{cap}")
+    idx = np.arange(9) * 333  # 21 KiB apart: one request each
+    opts = s3_options(proxy.endpoint, concurrency=cap, coalesce_bytes=0)
+    with loaderx.Dense.open(url, storage_options=opts) as d:
+        before = len(chunk_gets(proxy))
+        proxy.arm("latency", None, delay=0.1)
+        proxy.reset_peak()
+        got = d[idx]
+        proxy.arm(None)
+    np.testing.assert_array_equal(got, data[idx])
+    assert len(chunk_gets(proxy)) - before == len(idx), "one request per record"
+    assert proxy.peak == peak
+
+
+def test_the_cache_evicts_the_least_recently_used_blocks_first(
+    s3: Any, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """A hit makes a block recently used: when the directory passes its
+    bound, the block read longest ago goes, not the one written first.
+    With blocks of at least an eighth of the bound, eviction runs after
+    every block written."""
+    url, data = stored(s3, tmp_path, "lru")
+    cache, block = tmp_path / "cache", 4096
+    opts = s3_options(
+        proxy.endpoint, cache_dir=str(cache), cache_bytes=3 * block, cache_block_bytes=block
+    )
+    rows = {"A": 300, "B": 900, "C": 1500, "D": 2100}  # each in a block of its own
+    probe = tmp_path / "probe"
+
+    def read(d: Any, name: str) -> list[int]:
+        """Reads the record `name`: the chunk blocks the read fetched. Then
+        waits until a file written gets a later modification time than any
+        in the cache (file systems' clocks are coarse), so whatever the next
+        read writes or refreshes is more recent than all before it."""
+        before = len(chunk_gets(proxy))
+        np.testing.assert_array_equal(d[[rows[name]]], data[[rows[name]]])
+        fetched = [int(r.split("=")[1].split("-")[0]) // block for r in chunk_gets(proxy)[before:]]
+        newest = max(f.stat().st_mtime_ns for f in cache.iterdir())
+        while True:
+            probe.unlink(missing_ok=True)
+            probe.write_bytes(b"")
+            if probe.stat().st_mtime_ns > newest:
+                return fetched
+            time.sleep(0.005)
+
+    with loaderx.Dense.open(url, storage_options=opts) as d:
+        blocks = {name: read(d, name) for name in "ABC"}
+        assert sorted(len(b) for b in blocks.values()) == [1, 1, 1], blocks
+        assert len({b[0] for b in blocks.values()}) == 3, blocks
+        assert read(d, "A") == [], "a hit"
+        # The fourth block takes the directory past its bound: B, read
+        # longest ago, goes; A, written first but read since, stays.
+        assert len(read(d, "D")) == 1
+        assert read(d, "A") == [], "A, read again, stayed"
+        assert read(d, "B") == blocks["B"], "B was evicted"

@@ -16,7 +16,9 @@ dicts ``{name: value}``, passed through ``transform``. The loader is endless
   ``loaderx-loader`` crate) gathers them on ``workers`` threads with no GIL,
   from the sampler's step at construction on, and the sampler is moved to
   the step after each batch delivered; a non-identity ``transform`` runs on
-  a stage thread (``_transform.TransformStage``) off the consumer's. Batches
+  ``workers`` stage threads (``_transform.TransformStage``) off the
+  consumer's, on as many batches at once (a transform that releases the GIL
+  runs in parallel), which are still handed out in sampler order. Batches
   arrive in sampler order (2.8 promises only completion order for more than
   one worker; sampler order is one). Otherwise (another sampler, views of
   other kinds, one stream's views over several stores) each batch is drawn,
@@ -178,7 +180,7 @@ def _native_engine(
         engine.restore(state)
         if transform is _identity:
             return engine
-        return TransformStage(engine, transform, prefetch)
+        return TransformStage(engine, transform, prefetch, threads=workers)
     except BaseException:
         engine.close()
         raise

@@ -1,6 +1,8 @@
 """The transform stage: runs a non-identity ``transform`` on the native
-engine's batches on its own thread, ``prefetch`` batches ahead and in
-sampler order, so the consumer only pops ready batches. An exception the
+engine's batches on threads of its own (one, or as many as the loader's
+workers), ``prefetch`` batches ahead, and hands them out in sampler order,
+so the consumer only pops ready batches. A transform that releases the GIL
+(NumPy, PyTorch) runs on several batches at once. An exception the
 transform raises is handed out by ``next()`` in that batch's place.
 
 The stage is itself an engine (``next``/``state``/``restore``/``close``)
@@ -9,6 +11,7 @@ wrapping the native one; it holds no reference to the DataLoader.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from ._engine import POLL, Threaded, call_user, name_of
@@ -16,28 +19,43 @@ from ._nativeengine import NativeEngine
 
 
 class TransformStage(Threaded):
-    """``transform`` applied to a native engine's batches on a stage thread."""
+    """``transform`` applied to a native engine's batches on `threads`
+    stage threads. Each thread takes the source's next batch (one at a
+    time, so a batch's number is its place in sampler order), transforms
+    it and files it under that number; ``next()`` takes them in order."""
 
     def __init__(
-        self, source: NativeEngine, transform: Callable[[Any], Any], prefetch: int
+        self,
+        source: NativeEngine,
+        transform: Callable[[Any], Any],
+        prefetch: int,
+        threads: int = 1,
     ) -> None:
         super().__init__()
         self.source = source
         self.transform = transform
         self.what = f"the transform {name_of(transform)}"
         self.prefetch = prefetch
+        self.stage_threads = max(1, threads)
+        #: Held while taking a batch from the source and numbering it.
+        self.pull = threading.Lock()
         self._start()
 
     def _start(self) -> None:
-        self.items: list[tuple[int, bool, Any]] = []
+        #: Batch number -> (step, ok, value), filed as transforms finish.
+        self.items: dict[int, tuple[int, bool, Any]] = {}
+        self.reserved = 0  # batches taken or being taken from the source
+        self.numbered = 0  # batches taken from the source
+        self.handed = 0  # batches next() handed out
         self.next_step = self.source.state()["step"]  # of the batch next() returns next
-        self._spawn(["loaderx-transform"])
+        self._spawn([f"loaderx-transform-{i}" for i in range(self.stage_threads)])
 
     def _ready(self) -> bool:
-        return bool(self.items)
+        return self.handed in self.items
 
     def _pop(self) -> tuple[bool, Any]:
-        step, ok, value = self.items.pop(0)
+        step, ok, value = self.items.pop(self.handed)
+        self.handed += 1
         if step >= 0:
             self.next_step = step + 1
         return ok, value
@@ -47,15 +65,26 @@ class TransformStage(Threaded):
 
     def _run(self, gen: int) -> None:
         cond = self.cond
+        # At most `prefetch` batches waiting for the consumer, and one more
+        # in the hands of each thread.
+        bound = self.prefetch + self.stage_threads
         while True:
             with cond:
-                while not self._gone(gen) and len(self.items) >= self.prefetch:
+                while not self._gone(gen) and self.reserved - self.handed >= bound:
                     cond.wait(POLL)
                 if self._gone(gen):
                     return
+                self.reserved += 1
             step = -1
+            number = -1
             try:
-                got = self.source.next_columns()
+                with self.pull:
+                    with cond:
+                        if self._gone(gen):
+                            return
+                        number = self.numbered
+                        self.numbered += 1
+                    got = self.source.next_columns()
                 if got is None:  # the native loader was closed
                     return
                 step = got[0]
@@ -71,7 +100,7 @@ class TransformStage(Threaded):
             with cond:
                 if self._gone(gen):
                     return
-                self.items.append(item)
+                self.items[number] = item
                 cond.notify_all()
 
     def next(self) -> Any:
