@@ -237,8 +237,24 @@ unsafe extern "C" fn delete_versioned(managed: *mut DlManagedTensorVersioned) {
 }
 
 /// The destructor of a capsule nobody consumed (a consumer renames it to
-/// `used_dltensor[_versioned]` and owns the tensor from then on).
+/// `used_dltensor[_versioned]` and owns the tensor from then on). It may
+/// run while an exception is pending (a consumer that refused the tensor,
+/// say for its dtype, drops the capsule before returning its error): that
+/// exception is kept, whatever the freeing does.
+// `PyErr_Fetch`/`PyErr_Restore` are the limited API's pair on every Python
+// the abi3 wheel supports.
+#[allow(deprecated)]
 unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
+    let mut pending = [ptr::null_mut(); 3];
+    // SAFETY: called by Python with the GIL held; the three out-pointers
+    // are valid, and what they receive is restored below.
+    unsafe {
+        pyo3::ffi::PyErr_Fetch(
+            &raw mut pending[0],
+            &raw mut pending[1],
+            &raw mut pending[2],
+        )
+    };
     // SAFETY: called by Python with a live capsule; the checks below read
     // its name and pointer only through the capsule API.
     unsafe {
@@ -255,8 +271,9 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
                 deleter(managed);
             }
         }
-        // A consumed capsule: nothing of ours left to free.
-        pyo3::ffi::PyErr_Clear();
+        // A consumed capsule: nothing of ours left to free. Whatever was
+        // pending before is pending again (and nothing raised here is).
+        pyo3::ffi::PyErr_Restore(pending[0], pending[1], pending[2]);
     }
 }
 

@@ -17,6 +17,10 @@ from loaderx import DataLoader, Dataset, Dense, Ragged, dtypes
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
+#: The ml floats with a DLPack type code (DLPack 1.1's float8 codes).
+ML_DLPACK_CODES = {"bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+                   "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"}  # fmt: skip
+
 #: Every 8-bit float ml_dtypes defines, and bfloat16.
 ML_NAMES = sorted(
     n for n in dir(ml_dtypes) if n.startswith("float8_") and isinstance(getattr(ml_dtypes, n), type)
@@ -75,6 +79,78 @@ def test_dense_and_ragged_round_trip(tmp_path, name: str) -> None:
             _same(a, b)
         flat, offsets, shapes = r.gather_flat([1, 2])
         assert flat.dtype == dt and offsets.tolist() == [0, 3, 7]
+
+
+#: The ml floats PyTorch imports by DLPack; the others (no torch dtype)
+#: are read back through loaderx's own import, which checks the code.
+TORCH_DLPACK = {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                "float8_e5m2fnuz", "float8_e8m0fnu"}  # fmt: skip
+
+
+def _bytes_of(tensor: object, name: str) -> bytes:
+    """The bytes of a DLPack tensor of an ml float (NumPy's ``from_dlpack``
+    imports none of them)."""
+    if name in TORCH_DLPACK:
+        import torch
+
+        t = torch.from_dlpack(tensor)
+        assert str(t.dtype) == f"torch.{name}"
+        return bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
+    from loaderx.containers.dlpack_in import as_array
+
+    return as_array(tensor, "tensor", getattr(dtypes, name)).tobytes()
+
+
+@pytest.mark.parametrize("name", ML_NAMES)
+def test_2_8_writers_and_views_round_trip(tmp_path, name: str) -> None:
+    """The 2.8 API: ``DenseWriter`` and ``RaggedWriter`` (2-D records in
+    ``RaggedBatch``es) store ml floats, and views read them back as DLPack
+    tensors of the same bytes and shapes. A float with no DLPack type code
+    is refused by name where a DLPack tensor of it would be made."""
+    pytest.importorskip("torch")
+    from loaderx import Allocator
+    from loaderx.zrecord import DenseStore, DenseWriter, RaggedBatch, RaggedStore, RaggedWriter
+
+    dt = getattr(dtypes, name)
+    data = _values(dt, (6, 2, 3))
+    allocator = Allocator("cpu")
+    with DenseWriter(tmp_path / "dense", dt, (2, 3), codec="zstd") as w:
+        w.append(data)
+    records = [data[0], data[1, :1], data[2, :, :2]]
+    with DenseStore(tmp_path / "dense") as dense:
+        if name not in ML_DLPACK_CODES:
+            with pytest.raises(TypeError, match=name):
+                dense.bind(allocator)[[5, 0, 3]]
+            with pytest.raises(TypeError, match=name):
+                RaggedBatch.from_records(records)
+            return
+        got = dense.bind(allocator)[[5, 0, 3]]
+        assert got.dtype == dt and tuple(got.shape) == (3, 2, 3)
+        assert _bytes_of(got, name) == data[[5, 0, 3]].tobytes()
+    with RaggedWriter(tmp_path / "ragged", dt, ndim=2, codec="zstd") as w:
+        w.append(RaggedBatch.from_records(records[:2]))
+        w.append(RaggedBatch.from_records(records[2:]))
+    with RaggedStore(tmp_path / "ragged") as ragged:
+        batch = ragged.bind(allocator)[[2, 0, 1]]
+        assert np.from_dlpack(batch.shapes).tolist() == [[2, 2], [2, 3], [1, 3]]
+        for part, want in zip(batch.to_tensors(), [records[2], records[0], records[1]]):
+            assert _bytes_of(part, name) == want.tobytes()
+
+
+def test_a_consumer_refusing_the_dtype_keeps_its_error(tmp_path) -> None:
+    """NumPy refuses a bfloat16 DLPack tensor with its own RuntimeError; the
+    capsule it drops on the way must not swallow that error (a
+    ``SystemError``, 'returned NULL without setting an exception')."""
+    from loaderx import Allocator
+    from loaderx.zrecord import DenseStore, DenseWriter
+
+    with DenseWriter(tmp_path / "bf", dtypes.bfloat16, (2,), codec="raw") as w:
+        w.append(np.ones((3, 2), dtype=dtypes.bfloat16))
+    with DenseStore(tmp_path / "bf") as store:
+        batch = store.bind(Allocator("cpu"))[[0, 2]]
+        for _ in range(3):
+            with pytest.raises(RuntimeError, match="dtype"):
+                np.from_dlpack(batch)
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import _native
+from .dlpack_in import as_array
 
 DLTensor = _native.DLTensor
 
@@ -52,8 +53,10 @@ class RaggedBatch:
         return int(np.from_dlpack(self.shapes).shape[0])
 
     def to_tensors(self) -> list[Any]:
-        """One zero-copy ``DLTensor`` per record, shaped as stored."""
-        values = np.from_dlpack(self.values)
+        """One zero-copy ``DLTensor`` per record, shaped as stored (of any
+        store dtype: bfloat16 and float8 values are imported by loaderx,
+        which NumPy's ``from_dlpack`` cannot)."""
+        values = as_array(self.values, "values")
         cu = np.from_dlpack(self.cu_seqlens).tolist()
         shapes = np.from_dlpack(self.shapes).tolist()
         return [
