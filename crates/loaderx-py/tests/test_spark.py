@@ -87,6 +87,39 @@ def _check(root: str, storage_options=None) -> None:
     col.close()
 
 
+def _blobs() -> list[bytes]:
+    """Binary values that are not all images: random bytes of 0 to 299
+    bytes, an empty one, and one PNG file among them."""
+    rng = np.random.default_rng(3)
+    blobs = [rng.bytes(int(n)) for n in rng.integers(0, 300, N)]
+    blobs[5] = b""
+    blobs[7] = _png(7)
+    return blobs
+
+
+def _check_blobs(root: str) -> None:
+    col = lc.open(root)
+    assert col.schema["blob"]["kind"] == "ragged"
+    ids = col["id"][:]
+    assert sorted(ids.tolist()) == list(range(N))
+    blobs = _blobs()
+    for g, i in enumerate(ids.tolist()):
+        got = col["blob"][g]
+        assert got.dtype == np.uint8 and got.tobytes() == blobs[i], i
+    col.close()
+
+
+def test_other_binary_columns_are_uint8_records_byte_for_byte(spark, tmp_path):
+    """A binary column that is not all JPEG or PNG files is stored as
+    ``uint8`` Ragged records holding each value's bytes exactly (the PNG
+    among them kept as bytes, not decoded; the empty value empty)."""
+    rows = [(i, b) for i, b in enumerate(_blobs())]
+    frame = spark.createDataFrame(rows, "id long, blob binary").repartition(4)
+    root = str(tmp_path / "blobs")
+    lspark.write(frame, root)
+    _check_blobs(root)
+
+
 def test_spark_write_reads_back_byte_for_byte(spark, tmp_path):
     root = str(tmp_path / "coll")
     assert lspark.write(_frame(spark), root, shapes={"x": (2, 3)}) == []
