@@ -46,6 +46,10 @@ class FaultProxy:
         self.ranged_gets: list[tuple[str, str]] = []
         self.in_flight = 0
         self.peak = 0
+        #: Ranged GETs are held until this many are in flight (see :meth:`hold`).
+        self.gate: int | None = None
+        self.settle = 0.0
+        self.gate_open = threading.Event()
         self.lock = threading.Lock()
         self.release = threading.Event()
         proxy = self
@@ -62,6 +66,7 @@ class FaultProxy:
                 self.counted = self.command == "GET" and self.headers.get("Range") is not None
                 if self.counted:
                     proxy._arrived()
+                    proxy._pass_gate()
                 try:
                     self._answer()
                 finally:
@@ -156,6 +161,31 @@ class FaultProxy:
         """Starts a new :attr:`peak` from the ranged GETs in flight now."""
         with self.lock:
             self.peak = self.in_flight
+
+    def hold(self, count: int, settle: float = 0.2) -> None:
+        """Holds the ranged GETs that arrive until `count` of them are in
+        flight at once (at most 30 s), then lets them all go `settle`
+        seconds later (time for any arriving beyond `count` to be counted
+        in :attr:`peak`); once. A client that keeps up to `count` requests
+        in flight reaches exactly `count`, however slowly they arrive."""
+        with self.lock:
+            self.gate, self.settle = count, settle
+            self.gate_open = threading.Event()
+
+    def _pass_gate(self) -> None:
+        with self.lock:
+            gate, opened, settle = self.gate, self.gate_open, self.settle
+            reached = gate is not None and self.in_flight >= gate
+        if gate is None:
+            return
+        if reached:
+            time.sleep(settle)
+            with self.lock:
+                if self.gate_open is opened:
+                    self.gate = None
+            opened.set()
+        else:
+            opened.wait(30)
 
     def _arrived(self) -> None:
         with self.lock:

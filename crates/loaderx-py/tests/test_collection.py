@@ -141,7 +141,11 @@ def test_bad_parts_are_refused_naming_them(tmp_path):
         lc.write_part(root, 0, {"a": np.arange(3)}, storage_options={"key": "x"})
     lc.write_part(root, 0, {"a": np.arange(3, dtype=np.int64)})
     lc.write_part(root, 1, {"a": np.arange(3, dtype=np.int32)})
-    with pytest.raises(ZrecordError, match=r"part 1 \(\"part-00001\"\) column \"a\" has schema"):
+    with pytest.raises(
+        ZrecordError,
+        match=r"part 1 \(\"part-00001\"\) column \"a\" holds dense <i4 \(\), zstd; "
+        r"part 0 \(\"part-00000\"\) holds dense <i8 \(\), zstd$",
+    ):
         lc.commit(root)
     assert not os.path.exists(os.path.join(root, lc.MANIFEST))
     with pytest.raises(ZrecordError, match="not a collection"):
@@ -181,6 +185,23 @@ def test_image_bytes_columns_keep_the_files(tmp_path):
     lc.commit(raw)
     got = lc.open(raw)["blob"]
     assert [got[i].tobytes() for i in range(3)] == blobs
+    # A part of only image files and a part of other bytes disagree, and
+    # the error says how to keep the column bytes in every part.
+    mixed = str(tmp_path / "mixed")
+    lc.write_part(mixed, 0, {"blob": files})
+    lc.write_part(mixed, 1, {"blob": blobs})
+    with pytest.raises(
+        ZrecordError,
+        match=r'column "blob" holds ragged \|u1 of rank 1, zstd; part 0 \("part-00000"\) holds '
+        r'ragged \|u1 of rank 3, png \(.*codec=\{"blob": "zstd"\} to keep every value as bytes\)',
+    ):
+        lc.commit(mixed)
+    # A codec given for the column by name keeps image files as bytes.
+    for p, values in enumerate((files, blobs)):
+        lc.write_part(mixed, p, {"blob": values}, codec={"blob": "zstd"})
+    lc.commit(mixed)
+    got = lc.open(mixed)["blob"]
+    assert [got[i].tobytes() for i in range(6)] == files + blobs
 
 
 def test_cli_info_and_verify_take_a_collection(committed):

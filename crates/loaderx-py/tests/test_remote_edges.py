@@ -207,17 +207,17 @@ def test_concurrency_bounds_the_requests_one_gather_has_in_flight(
 ) -> None:
     """A gather of records too far apart to share a request has at most
     ``concurrency`` ranged GETs in flight at once, and uses all of them:
-    with every answer slow, nine requests reach the server ``concurrency``
-    at a time (all nine when the cap is larger)."""
+    with the first requests held by the proxy until as many as the cap
+    allows are in flight, nine requests reach the server ``concurrency``
+    at a time (all nine when the cap is larger), never more."""
     url, data = stored(s3, tmp_path, f"concurrency-{cap}")
     idx = np.arange(9) * 333  # 21 KiB apart: one request each
     opts = s3_options(proxy.endpoint, concurrency=cap, coalesce_bytes=0)
     with loaderx.Dense.open(url, storage_options=opts) as d:
         before = len(chunk_gets(proxy))
-        proxy.arm("latency", None, delay=0.1)
         proxy.reset_peak()
+        proxy.hold(peak)
         got = d[idx]
-        proxy.arm(None)
     np.testing.assert_array_equal(got, data[idx])
     assert len(chunk_gets(proxy)) - before == len(idx), "one request per record"
     assert proxy.peak == peak

@@ -428,8 +428,11 @@ impl<C: Codec, S: Storage> Collection<C, S> {
                 return Err(Error::NotAStore {
                     path: at(),
                     reason: format!(
-                        "part {part} ({:?}) of column {:?} has schema {found:?}; the manifest says {:?}",
-                        p.name, def.name, def.schema
+                        "part {part} ({:?}) of column {:?} holds {}; the manifest says {}",
+                        p.name,
+                        def.name,
+                        found.map_or_else(|| "untyped records".to_owned(), ToString::to_string),
+                        def.schema
                     ),
                 });
             }
@@ -651,6 +654,22 @@ impl<C: Codec, S: Storage> PartStores<'_, C, S> {
                 found: self.held.len(),
             }),
         }
+    }
+}
+
+/// Advice for a column that is images in one part and bytes in another:
+/// parts written apart tell a binary column's kind by its values, so a
+/// part of only JPEG or PNG files made an image column.
+fn binary_hint(a: &Schema, b: &Schema, column: &str) -> String {
+    let images = |s: &Schema| matches!(s.codec.name(), Some("jpeg" | "png"));
+    let bytes = |s: &Schema| s.kind == Kind::Ragged && s.dtype.name() == "|u1" && s.ndim == 1;
+    if (images(a) && bytes(b)) || (bytes(a) && images(b)) {
+        format!(
+            " (a binary column whose values are image files in some parts only: write it with \
+             codec={{{column:?}: \"zstd\"}} to keep every value as bytes)"
+        )
+    } else {
+        String::new()
     }
 }
 
@@ -1146,8 +1165,12 @@ pub fn commit_to(target: &dyn CommitTarget, parts: Option<&[String]>) -> Result<
                 for (a, b) in first.iter().zip(&defs) {
                     if !same_schema(&a.schema, &b.schema) {
                         return Err(invalid(format!(
-                            "part {p} ({name:?}) column {:?} has schema {:?}; part 0 ({:?}) has {:?}",
-                            b.name, b.schema, chosen[0], a.schema
+                            "part {p} ({name:?}) column {:?} holds {}; part 0 ({:?}) holds {}{}",
+                            b.name,
+                            b.schema,
+                            chosen[0],
+                            a.schema,
+                            binary_hint(&a.schema, &b.schema, &b.name)
                         )));
                     }
                 }

@@ -226,11 +226,19 @@ static FORKS: AtomicU64 = AtomicU64::new(0);
 /// are installed first, so every fork after a value was recorded counts.
 /// A process made by a raw `clone` that skips the `pthread_atfork`
 /// handlers is not told apart; nothing in a Python or Rust process does
-/// that and then keeps running the parent's code.
+/// that and then keeps running the parent's code. Where the handlers
+/// could not be registered (`ENOMEM`), the process id stands in (with the
+/// top bit set, so it never equals a count).
 pub(crate) fn generation() -> u64 {
     install();
+    if UNCOUNTED.load(Ordering::Acquire) {
+        return (1 << 63) | u64::from(std::process::id());
+    }
     FORKS.load(Ordering::Acquire)
 }
+
+/// Set when `pthread_atfork` failed: forks are not counted.
+static UNCOUNTED: AtomicBool = AtomicBool::new(false);
 
 /// Installs the fork handlers, once per process (a child inherits them).
 fn install() {
@@ -242,7 +250,10 @@ fn install() {
         // Only ENOMEM is possible; without the handlers a forked child
         // shares its parent's locks as if the handler had never existed,
         // which is no worse than not registering: nothing to report to.
-        debug_assert_eq!(rc, 0, "pthread_atfork failed");
+        // `generation` falls back to the process id then.
+        if rc != 0 {
+            UNCOUNTED.store(true, Ordering::Release);
+        }
     });
 }
 

@@ -246,7 +246,7 @@ fn commit_refuses_inconsistent_parts_and_writes_nothing() {
     let err = commit(root, None, &OpenOptions::default()).unwrap_err();
     assert!(
         err.to_string()
-            .contains("part 2 (\"part-00002\") column \"x\" has schema"),
+            .contains("part 2 (\"part-00002\") column \"x\" holds dense <u2 (4,), flate; part 0"),
         "{err}"
     );
     assert!(!root.join(MANIFEST_FILE).exists());

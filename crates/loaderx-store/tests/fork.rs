@@ -24,6 +24,7 @@ fn locked<T: std::fmt::Debug>(r: Result<T, Error>) -> bool {
 /// parent still mapped the store.
 #[test]
 fn a_forked_child_cannot_write_or_compact_behind_its_parent() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let mut store: Store<Deflate> = Store::open(&path).unwrap();
@@ -63,6 +64,17 @@ fn a_forked_child_cannot_write_or_compact_behind_its_parent() {
     store.append_fixed(&[9u8; 100], 1, 100).unwrap();
     store.compact().unwrap();
     assert_eq!(store.len(), 7);
+}
+
+/// Held by every test here: a test's threads hold the process's locks
+/// (the watches' instance, a collection's open parts) in tight loops, and
+/// another test forking meanwhile would give its child a lock it cannot
+/// take, changing what that child does.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Forks; the child runs `child` and leaves with its return value as exit
@@ -166,6 +178,7 @@ fn read_numbered(store: &Store<Deflate>, len: usize, run: Duration) -> i32 {
 /// while any child lives, and the children read right bytes throughout.
 #[test]
 fn the_parent_cannot_delete_or_compact_under_forked_readers() {
+    let _serial = serial();
     for raw in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s");
@@ -219,6 +232,7 @@ fn the_parent_cannot_delete_or_compact_under_forked_readers() {
 /// handle in this process" was the writer.
 #[test]
 fn a_forked_child_does_not_keep_its_parents_writer_role() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let store = numbered(&path, true);
@@ -243,6 +257,7 @@ fn a_forked_child_does_not_keep_its_parents_writer_role() {
 /// `sync` returns at once.
 #[test]
 fn a_forked_child_does_not_inherit_pending_appends() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let store = numbered(&path, true);
@@ -299,6 +314,7 @@ fn a_forked_child_does_not_inherit_pending_appends() {
 /// ones.
 #[test]
 fn a_forked_child_reads_a_run_table() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let store: Store<Raw> =
@@ -341,6 +357,7 @@ fn a_forked_child_reads_a_run_table() {
 /// does without the watches then (a `statx` per file, as without inotify).
 #[test]
 fn a_child_forked_while_a_thread_drains_the_watches_does_not_hang() {
+    let _serial = serial();
     use loaderx_store::storage::Drained;
     use std::sync::atomic::{AtomicBool, Ordering};
     // A read-only handle, so the process has an instance with a watch.
@@ -423,6 +440,7 @@ fn raw_collection(
 #[cfg(target_os = "linux")]
 #[test]
 fn a_forked_child_watches_the_part_files_its_parent_mapped() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (coll, batch, want) = raw_collection(dir.path());
     let x = coll.column("x").unwrap();
@@ -473,6 +491,7 @@ fn a_forked_child_watches_the_part_files_its_parent_mapped() {
 /// without the set then (each part opened for the read).
 #[test]
 fn a_child_forked_while_a_thread_reads_a_collection_does_not_hang() {
+    let _serial = serial();
     use std::sync::atomic::{AtomicBool, Ordering};
     let dir = tempfile::tempdir().unwrap();
     let (coll, batch, want) = raw_collection(dir.path());

@@ -312,6 +312,31 @@ pub struct Schema {
     pub codecs: Vec<CodecRef>,
 }
 
+/// What a schema holds, as an error message shows it: `dense <f4 (2, 3),
+/// zstd`, `ragged |u1 of rank 3, png`, `bytes, raw`.
+impl fmt::Display for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            Kind::Bytes => write!(f, "bytes")?,
+            Kind::Dense => {
+                let dims: Vec<String> = self.shape.iter().map(u64::to_string).collect();
+                let trailing = if dims.len() == 1 { "," } else { "" };
+                write!(
+                    f,
+                    "dense {} ({}{trailing})",
+                    self.dtype.name(),
+                    dims.join(", ")
+                )?;
+            }
+            Kind::Ragged => write!(f, "ragged {} of rank {}", self.dtype.name(), self.ndim)?,
+        }
+        match self.codec.name() {
+            Some(codec) => write!(f, ", {codec}"),
+            None => write!(f, ", codec tag {}", self.codec.0),
+        }
+    }
+}
+
 impl Schema {
     /// Untyped byte records, compressed with `codec`.
     #[must_use]

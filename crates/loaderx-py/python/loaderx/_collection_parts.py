@@ -77,11 +77,14 @@ def _codec_of(codec: str | Mapping[str, str], column: str) -> str:
     return str(codec)
 
 
-def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -> None:
+def _write_column(
+    path: str, name: str, values: Column, codec: str, rows: int, chosen: bool = False
+) -> None:
     """Writes one column store at `path`: an ndarray as a Dense store of
     its ``shape[1:]``, a sequence of arrays as a Ragged store of their
     rank, a sequence of ``bytes`` as encoded images (codec ``jpeg`` or
-    ``png``) or ``uint8`` Ragged records."""
+    ``png``, or every value a JPEG or PNG file unless the column's codec
+    was `chosen` by name) or ``uint8`` Ragged records."""
     if codec == "zstd_dict":
         raise ValueError(
             f"column {name!r}: codec 'zstd_dict' trains a dictionary per store; a collection's "
@@ -102,7 +105,7 @@ def _write_column(path: str, name: str, values: Column, codec: str, rows: int) -
     items = list(values)
     if items and all(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
         kinds = {_image_kind(bytes(v[:8])) for v in items}
-        if None not in kinds and codec not in ("jpeg", "png"):
+        if None not in kinds and not chosen and codec not in ("jpeg", "png"):
             # Encoded images, kept as they are (JPEG and PNG may mix).
             codec = "jpeg" if "jpeg" in kinds else "png"
         if codec in ("jpeg", "png"):
@@ -171,8 +174,12 @@ def write_part(
     :class:`~loaderx.Ragged` column), or a list of ``bytes``: JPEG or PNG
     files (told by their first bytes, or any bytes under codec ``"jpeg"``/
     ``"png"``) make an image column keeping the files as they are, other
-    bytes ``uint8`` Ragged records. Every column holds the same number of records. `codec` is one
-    codec for all columns or ``{column: codec}`` (default ``"zstd"``).
+    bytes ``uint8`` Ragged records; a codec given for the column by name
+    (``{"blob": "zstd"}``) other than ``"jpeg"``/``"png"`` keeps its values
+    bytes, whatever they hold (parts written apart then agree, where one
+    part of only image files would otherwise be an image column). Every
+    column holds the same number of records. `codec` is one codec for all
+    columns or ``{column: codec}`` (default ``"zstd"``).
 
     The part is written under a temporary name (starting with ``.``, which
     :func:`commit` ignores) and renamed into place when complete; a part of
@@ -228,7 +235,8 @@ def _write_local_part(
     try:
         os.mkdir(tmp)
         for col, values in columns.items():
-            _write_column(os.path.join(tmp, col), col, values, _codec_of(codec, col), rows)
+            chosen = isinstance(codec, Mapping) and col in codec
+            _write_column(os.path.join(tmp, col), col, values, _codec_of(codec, col), rows, chosen)
         _fsync_dir(tmp)
         final = os.path.join(base, name)
         while True:

@@ -65,8 +65,8 @@ class TransformStage(Threaded):
 
     def _run(self, gen: int) -> None:
         cond = self.cond
-        # At most `prefetch` batches waiting for the consumer, and one more
-        # in the hands of each thread.
+        # At most `prefetch` batches made ahead of the consumer, plus one
+        # per thread: finished, or in a thread's hands.
         bound = self.prefetch + self.stage_threads
         while True:
             with cond:
