@@ -145,30 +145,80 @@ def test_a_failing_transform_among_parallel_ones_raises_in_its_place(stores) -> 
     loader.close()
 
 
-def test_other_views_or_samplers_run_in_next(stores) -> None:
+def test_other_views_or_samplers_run_on_the_stage_threads(stores) -> None:
+    """A sampler of another kind, or one stream's views over several
+    stores, is served by the stage threads: steps drawn in turn (a sampler
+    lending one buffer for every step is copied), gathered and transformed
+    off the consumer's thread, several at once, handed out in order."""
     values, _recs, dense, _ragged = stores
     allocator = Allocator("cpu")
 
-    class Fixed:
+    class Lending:
+        """Fills and returns the same buffer at every step."""
+
         def __init__(self) -> None:
-            self.buf = np.array([3, 1, 2, 0], dtype=np.uint64)
+            self.buf = np.zeros(4, dtype=np.uint64)
+            self.step = 0
 
         def next(self):
+            self.buf[:] = (np.arange(4) * 7 + self.step) % 64
+            self.step += 1
             return self.buf
 
-    with Loader({"x": [dense.bind(allocator)] * 2}, Fixed(), workers=3) as loader:
-        assert loader._engine is None
-        step = next(loader)
-        np.testing.assert_array_equal(_np(step[0]["x"]), values[[3, 1]])
-        np.testing.assert_array_equal(_np(step[1]["x"]), values[[2, 0]])
-    # Views of one stream over two stores of the same path: gathered in next().
+    threads = set()
+
+    def where(step):
+        threads.add(threading.get_ident())
+        return [_np(s["x"]).copy() for s in step]
+
+    sampler = Lending()
+    with Loader({"x": [dense.bind(allocator)] * 2}, sampler, workers=3, transform=where) as loader:
+        assert isinstance(loader._engine, TransformStage)
+        for k in range(40):
+            want = (np.arange(4) * 7 + k) % 64
+            first, second = next(loader)
+            np.testing.assert_array_equal(first, values[want[:2]])
+            np.testing.assert_array_equal(second, values[want[2:]])
+        assert sampler.step >= 40  # drawn ahead, by at most prefetch + workers
+        assert sampler.step <= 40 + 4 + 3
+    assert threads and threading.get_ident() not in threads
+    # Views of one stream over two stores of the same path.
     other = DenseStore(dense.path)
-    sampler = Sampler(64, 4, Sampler.Mode.SEQUENTIAL)
+    sampler2 = Sampler(64, 4, Sampler.Mode.SEQUENTIAL)
     views = [dense.bind(allocator), other.bind(allocator)]
-    with Loader({"x": views}, sampler, workers=2) as loader:
-        assert loader._engine is None
-        np.testing.assert_array_equal(_np(next(loader)[1]["x"]), values[2:4])
+    with Loader({"x": views}, sampler2, workers=2) as loader:
+        assert isinstance(loader._engine, TransformStage)
+        for k in range(20):
+            step = next(loader)
+            lo = (k % 16) * 4
+            np.testing.assert_array_equal(_np(step[0]["x"]), values[lo:lo + 2])
+            np.testing.assert_array_equal(_np(step[1]["x"]), values[lo + 2:lo + 4])
     other.close()
+
+
+def test_a_failing_draw_on_the_stage_threads_raises_in_its_place(stores) -> None:
+    """A sampler whose ``next()`` raises at one step: the steps before it
+    are delivered, then its error, and the loader is closed."""
+    values, _recs, dense, _ragged = stores
+    allocator = Allocator("cpu")
+
+    class Failing:
+        def __init__(self) -> None:
+            self.step = 0
+
+        def next(self):
+            self.step += 1
+            if self.step == 4:
+                raise KeyError("no step 3")
+            return np.arange(4, dtype=np.uint64) + self.step
+
+    with Loader({"x": [dense.bind(allocator)]}, Failing(), workers=2) as loader:
+        for k in range(3):
+            np.testing.assert_array_equal(_np(next(loader)[0]["x"]), values[k + 1:k + 5])
+        with pytest.raises(KeyError, match="no step 3"):
+            next(loader)
+        with pytest.raises(StopIteration):
+            next(loader)
 
 
 def test_close_while_a_consumer_waits_and_a_closed_store_fails_the_loader(stores) -> None:

@@ -21,8 +21,11 @@ dicts ``{name: value}``, passed through ``transform``. The loader is endless
   runs in parallel), which are still handed out in sampler order. Batches
   arrive in sampler order (2.8 promises only completion order for more than
   one worker; sampler order is one). Otherwise (another sampler, views of
-  other kinds, one stream's views over several stores) each batch is drawn,
-  gathered and transformed in ``next()``.
+  other kinds, one stream's views over several stores) the same stage
+  threads draw each step from the sampler in turn (copying its indices),
+  gather it through the views and transform it, several steps at once,
+  and hand the steps out in sampler order; the sampler then stands up to
+  ``prefetch + workers`` steps ahead of the consumer.
 * With ``workers >= 1`` an exception (a failed read, a transform's error)
   is raised by ``next()`` and the loader is closed: later calls raise
   ``StopIteration``, as in 2.8.
@@ -131,6 +134,37 @@ class _ShardedNative(NativeEngine):
         return [{name: by_name[name][p] for name in by_name} for p in range(parts)]
 
 
+class _SamplerSteps:
+    """The source of a :class:`TransformStage` where the native engine
+    cannot serve (a sampler of another kind, views of other objects, one
+    stream's views over several stores): each step's indices drawn from
+    the sampler's ``next()``, one step at a time and copied (a sampler may
+    lend one buffer for every step), and gathered through the views on the
+    stage's threads, several steps at once."""
+
+    def __init__(self, sampler: Any, gather: Callable[[Any], Any]) -> None:
+        self.sampler = sampler
+        self.gather = gather
+        self.step = 0
+        self.closed = False
+
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def next_columns(self) -> tuple[int, np.ndarray] | None:
+        if self.closed:
+            return None
+        idxs = np.array(self.sampler.next(), copy=True)
+        step, self.step = self.step, self.step + 1
+        return step, idxs
+
+    def batch_of(self, got: tuple[int, np.ndarray]) -> Any:
+        return self.gather(got[1])
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def _native_engine(
     streams: dict[str, list[Any]],
     sampler: Any,
@@ -211,10 +245,19 @@ class Loader:
         self.transform = transform
         self.workers = checked_integer(workers, "workers", 0, must_be="non-negative")
         self.prefetch = checked_integer(prefetch, "prefetch", 1, must_be="positive")
+        #: Whether the engine draws from the sampler itself (ahead of the
+        #: consumer), rather than the native engine moving it per batch.
+        self._draws = False
         if self.workers:
             self._engine = _native_engine(
                 self.streams, sampler, self.workers, self.prefetch, transform
             )
+            if self._engine is None:
+                source = _SamplerSteps(sampler, self._gather)
+                self._engine = TransformStage(
+                    source, transform, self.prefetch, threads=self.workers  # type: ignore[arg-type]
+                )
+                self._draws = True
 
     def _gather(self, idxs: Any) -> list[dict[str, Any]]:
         count = len(idxs)
@@ -240,7 +283,8 @@ class Loader:
             if self._engine is None:
                 return self._step()
             batch = self._engine.next()
-            self.sampler.seek(self._engine.state()["step"])
+            if not self._draws:
+                self.sampler.seek(self._engine.state()["step"])
             return batch
         except StopIteration:
             self.close()
