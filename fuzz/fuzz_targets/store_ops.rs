@@ -4,9 +4,13 @@
 //! a restarted process would) reflects the operation fully or not at all,
 //! except that a failed commit (delete and compact commit pending appends
 //! first) publishes nothing more: the store then holds its last commit.
+//!
+//! The store is format v1, v2, or v2 with a run table, by the first byte
+//! after the last whole 4-byte operation (none: v1).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use loaderx_store::format::{CodecTag, v2::Schema};
 use loaderx_store::{CodecId, Deflate, OpenOptions, Store, storage::MemStorage};
 
 const CAPACITY: u64 = 2048;
@@ -46,9 +50,22 @@ fn record(seed: u8, k: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A new store on `storage`: v1 (`format` 0), v2 (1) or v2 with a run
+/// table (2), of untyped records.
+fn create(storage: &MemStorage, format: u8) -> Store<Deflate, MemStorage> {
+    let schema = Schema::bytes(CodecTag::RAW);
+    match format {
+        1 => Store::create_v2_in(storage.clone(), &schema, options()),
+        2 => Store::create_v2_runs_in(storage.clone(), &schema, options()),
+        _ => return open(storage),
+    }
+    .expect("a new store")
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut storage = MemStorage::new();
-    let mut store = open(&storage);
+    let format = data.chunks_exact(4).remainder().first().map_or(0, |b| b % 3);
+    let mut store = create(&storage, format);
     let mut model: Vec<Vec<u8>> = Vec::new();
     // The contents as of the last commit.
     let mut committed: Vec<Vec<u8>> = Vec::new();

@@ -362,6 +362,15 @@ fn store_ops_seeds(dir: &Path) {
         0, 5, 60, 1, 5, 2, 30, 0x83, 6, 1, 2, 0x81, 7, 0, 0, 0x84, 4, 0, 0, 0, 1, 1, 2, 3,
     ];
     write(dir, "faulty", &faulty);
+    // The same on a format v2 store and on one with a run table (the byte
+    // after the last whole operation picks the format).
+    for (name, format) in [("v2", 1u8), ("runs", 2)] {
+        for (kind, ops) in [("plain", &plain[..]), ("faulty", &faulty[..])] {
+            let mut seed = ops.to_vec();
+            seed.push(format);
+            write(dir, &format!("{kind}-{name}"), &seed);
+        }
+    }
 }
 
 /// Small JPEGs and PNGs of a few sizes, made by the project's encoders.
