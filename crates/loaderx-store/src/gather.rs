@@ -269,7 +269,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// check (a record found damaged while decoding, or a read that fails,
     /// leaves the records decoded before it written).
     pub fn gather(&self, idxs: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Strided(stride), None)
+        // SAFETY: `dst` is borrowed exclusively for the whole call.
+        unsafe { self.gather_placed(idxs, &SharedDst::new(dst), Placement::Strided(stride), None) }
     }
 
     /// Decodes record `idxs[i]` into `dst[i · item_len ..]` for every `i`,
@@ -282,7 +283,8 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// # Errors
     /// As [`gather`](Self::gather), plus [`Error::RecordLength`].
     pub fn gather_exact(&self, idxs: &[u64], dst: &mut [u8], item_len: usize) -> Result<()> {
-        self.gather_placed(idxs, &SharedDst::new(dst), Placement::Exact(item_len), None)
+        // SAFETY: `dst` is borrowed exclusively for the whole call.
+        unsafe { self.gather_placed(idxs, &SharedDst::new(dst), Placement::Exact(item_len), None) }
     }
 
     /// [`gather_exact`](Self::gather_exact) into slots of a destination
@@ -314,7 +316,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         if unsafe { self.gather_covered_slots(idxs, dst, slots, item_len, drained)? } {
             return Ok(());
         }
-        self.gather_placed(idxs, dst, Placement::Slots(slots, item_len), Some(drained))
+        // SAFETY: this function's contract (the slots' bytes are this
+        // call's alone, and `dst` outlives it).
+        unsafe { self.gather_placed(idxs, dst, Placement::Slots(slots, item_len), Some(drained)) }
     }
 
     /// [`gather_exact_slots`](Self::gather_exact_slots) from the handle's
@@ -415,20 +419,28 @@ impl<C: Codec, S: Storage> Store<C, S> {
     /// [`Error::OverlappingDestinations`].
     pub fn gather_ragged(&self, idxs: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
         Error::check_len("offsets", idxs.len(), offsets.len())?;
-        self.gather_placed(
-            idxs,
-            &SharedDst::new(dst),
-            Placement::Offsets(offsets),
-            None,
-        )
+        // SAFETY: `dst` is borrowed exclusively for the whole call.
+        unsafe {
+            self.gather_placed(
+                idxs,
+                &SharedDst::new(dst),
+                Placement::Offsets(offsets),
+                None,
+            )
+        }
     }
 
-    /// Every gather: records `idxs` into their places in `dst`, whose bytes
-    /// there no other thread touches meanwhile (an exclusive borrow made
-    /// it, or [`gather_exact_slots`](Self::gather_exact_slots)' contract).
-    /// With `drained`, file lengths are checked against that drain of the
-    /// file watches (a batch spread over stores takes one for all of them).
-    fn gather_placed(
+    /// Every gather: records `idxs` into their places in `dst`. With
+    /// `drained`, file lengths are checked against that drain of the file
+    /// watches (a batch spread over stores takes one for all of them).
+    ///
+    /// # Safety
+    /// No other thread reads or writes the bytes of `dst` that `place`
+    /// puts records in while this runs (an exclusive borrow made `dst`, or
+    /// the caller gave this call those bytes alone: its slots, or its
+    /// bounded ranges); `dst` outlives the call. The places themselves are
+    /// checked here (inside `dst`, and apart from each other).
+    unsafe fn gather_placed(
         &self,
         idxs: &[u64],
         dst: &SharedDst,
@@ -1102,9 +1114,11 @@ pub(crate) fn gather_ragged_spread<C: Codec, S: Storage>(
             // most its checked length) lies inside `dst` and overlaps no
             // other record's (checked above), and each group is handed to
             // one worker; `dst` is borrowed for this whole call.
-            stores
-                .get(k)?
-                .gather_placed(idxs, &shared, place, Some(drained))?;
+            unsafe {
+                stores
+                    .get(k)?
+                    .gather_placed(idxs, &shared, place, Some(drained))?;
+            }
         }
         Ok(())
     })
