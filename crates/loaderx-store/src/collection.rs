@@ -558,15 +558,17 @@ impl<C: Codec, S: Storage> Collection<C, S> {
         F: Fn(&Store<C, S>, &[u64], &mut [T]) -> Result<()> + Sync,
     {
         match self.prepared(idxs, dst, slot, what)? {
-            Some((split, dst)) => self.fixed_split(column, &split, dst, slot, f),
+            Some((split, dst)) => {
+                Self::fixed_split(&self.stores(column, &split), &split, dst, slot, f)
+            }
             None => Ok(()),
         }
     }
 
-    /// [`fixed`](Self::fixed) of a batch split already, `dst` its slots.
+    /// [`fixed`](Self::fixed) of a batch split already, `dst` its slots,
+    /// from `stores`, the split's part stores.
     fn fixed_split<T, F>(
-        &self,
-        column: usize,
+        stores: &PartStores<'_, C, S>,
         split: &Split,
         dst: &mut [T],
         slot: usize,
@@ -578,7 +580,6 @@ impl<C: Codec, S: Storage> Collection<C, S> {
     {
         let need = dst.len();
         let bytes = std::mem::size_of_val(dst) as u64;
-        let stores = self.stores(column, split);
         if split.groups.len() == 1 {
             return f(&*stores.get(0)?, split.local(0), dst);
         }
@@ -819,7 +820,8 @@ impl<C: Codec, S: Storage> Column<C, S> {
             return Ok(());
         };
         if split.groups.len() == 1 || item_len == 0 {
-            return coll.fixed_split(self.index, &split, dst, item_len, |s, l, out| {
+            let stores = coll.stores(self.index, &split);
+            return Collection::fixed_split(&stores, &split, dst, item_len, |s, l, out| {
                 s.gather_exact(l, out, item_len)
             });
         }
@@ -891,10 +893,9 @@ impl<C: Codec, S: Storage> Column<C, S> {
         // One drain of the file watches for every part's length checks.
         let drained = crate::storage::Drained::now();
         let mut lens = vec![0u32; idxs.len()];
-        self.coll
-            .fixed_split(self.index, &split, &mut lens, 1, |s, l, out| {
-                s.lengths_in(l, out, Some(&drained))
-            })?;
+        Collection::fixed_split(&stores, &split, &mut lens, 1, |s, l, out| {
+            s.lengths_in(l, out, Some(&drained))
+        })?;
         let groups: Vec<(&[usize], &[u64])> = (0..split.groups.len())
             .map(|n| (split.positions(n), split.local(n)))
             .collect();
