@@ -1108,17 +1108,31 @@ pub(crate) fn gather_ragged_spread<C: Codec, S: Storage>(
     let shared = SharedDst::new(dst);
     parallel::for_ranges(groups.len(), total, |range| {
         for k in range {
-            let (_, idxs) = groups[k];
+            let (positions, idxs) = groups[k];
             let place = Placement::Bounded(&placed[k], &bounds[k]);
+            let store = stores.get(k)?;
             // SAFETY: every record's range (`Bounded`: its offset and at
             // most its checked length) lies inside `dst` and overlaps no
             // other record's (checked above), and each group is handed to
             // one worker; `dst` is borrowed for this whole call.
-            unsafe {
-                stores
-                    .get(k)?
-                    .gather_placed(idxs, &shared, place, Some(drained))?;
-            }
+            unsafe { store.gather_placed(idxs, &shared, place, Some(drained)) }.map_err(|e| {
+                // A refused place names its position in the batch, not in
+                // its group.
+                match e {
+                    Error::BufferTooSmall {
+                        what,
+                        position,
+                        need,
+                        have,
+                    } => Error::BufferTooSmall {
+                        what,
+                        position: positions.get(position).copied().unwrap_or(position),
+                        need,
+                        have,
+                    },
+                    e => e,
+                }
+            })?;
         }
         Ok(())
     })
@@ -1215,6 +1229,52 @@ mod tests {
             }
             assert!(dst.iter().all(|&b| b == 0xAA));
         }
+    }
+
+    #[test]
+    fn a_spread_ragged_record_longer_than_its_length_is_refused_at_its_batch_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores: Vec<std::sync::Arc<Store<Deflate>>> = (0..2u8)
+            .map(|k| {
+                let store: Store<Deflate> = Store::open(dir.path().join(format!("s{k}"))).unwrap();
+                let src: Vec<u8> = (0..24).map(|b| b + 100 * k).collect();
+                store.append_ragged(&src, &[0, 4, 12], &[4, 8, 12]).unwrap();
+                std::sync::Arc::new(store)
+            })
+            .collect();
+        let all = crate::collection::PartStores::given(stores);
+        // Batch positions 0..4: store 1's record 0 at 0, store 0's records
+        // 1 and 2 at 1 and 3, store 1's record 2 at 2. The lengths as read
+        // before say store 0's record 2 (batch position 3) is 6 bytes: it
+        // is 12 now.
+        let groups: Vec<(&[usize], &[u64])> = vec![(&[1, 3], &[1, 2]), (&[0, 2], &[0, 2])];
+        let lens = [4u32, 8, 12, 6];
+        let offsets = [0u64, 4, 12, 24];
+        let drained = crate::storage::Drained::now();
+        let mut dst = vec![0u8; 40];
+        let err = super::gather_ragged_spread(&mut dst, &offsets, &lens, &groups, &all, &drained)
+            .unwrap_err();
+        match err {
+            Error::BufferTooSmall {
+                position: 3,
+                need: 12,
+                have: 6,
+                ..
+            } => {}
+            other => panic!("expected batch position 3 refused, got {other:?}"),
+        }
+        // With the lengths as they are, every record lands in its range.
+        let lens = [4u32, 8, 12, 12];
+        let mut dst = vec![0u8; 36];
+        super::gather_ragged_spread(&mut dst, &offsets, &lens, &groups, &all, &drained).unwrap();
+        let want: Vec<u8> = [
+            &(100..104).collect::<Vec<u8>>()[..],
+            &(4..12).collect::<Vec<u8>>(),
+            &(112..124).collect::<Vec<u8>>(),
+            &(12..24).collect::<Vec<u8>>(),
+        ]
+        .concat();
+        assert_eq!(dst, want);
     }
 
     #[test]
