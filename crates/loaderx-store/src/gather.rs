@@ -355,8 +355,11 @@ impl<C: Codec, S: Storage> Store<C, S> {
         }
         self.check_usable()?;
         let head = self.head();
+        // Records read with `pread` (`copy_reads_at`) take the general path,
+        // as in `gather_covered`.
         let covered = |runs: &crate::runs::RawRuns| {
             runs.usable(&head).map(|len| len as usize) == Some(item_len)
+                && (item_len as u64) < parallel::copy_reads_at()
                 && runs.chunks().len() <= MAX_CHUNKS
                 && idxs.iter().all(|&i| i < runs.covered())
         };
