@@ -397,3 +397,40 @@ def proxy(s3: Any) -> Iterator[Any]:
     p = FaultProxy(s3.endpoint.removeprefix("http://"))
     yield p
     p.close()
+
+
+def png_file(i: int) -> bytes:
+    """A small PNG file: a (3 + i % 3, 4, 3) image of value `i`."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.full((3 + i % 3, 4, 3), i, dtype=np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def blobs(n: int) -> list[bytes]:
+    """`n` binary values that are not all images: random bytes of 0 to 299
+    bytes, an empty one (value 5), and one PNG file (value 7)."""
+    rng = np.random.default_rng(3)
+    out = [rng.bytes(int(k)) for k in rng.integers(0, 300, n)]
+    out[5] = b""
+    out[7] = png_file(7)
+    return out
+
+
+def check_blobs(root: str, n: int) -> None:
+    """The collection at `root` holds `blobs(n)` as ``uint8`` records of
+    its column ``blob``, at the positions its column ``id`` names, each once."""
+    from loaderx import collection
+
+    col = collection.open(root)
+    assert col.schema["blob"]["kind"] == "ragged"
+    ids = col["id"][:]
+    assert sorted(ids.tolist()) == list(range(n))
+    want = blobs(n)
+    for g, i in enumerate(ids.tolist()):
+        got = col["blob"][g]
+        assert got.dtype == np.uint8 and got.tobytes() == want[i], i
+    col.close()

@@ -6,7 +6,6 @@ commit makes its directory a collection."""
 
 from __future__ import annotations
 
-import io
 import os
 
 import numpy as np
@@ -17,6 +16,7 @@ ray = pytest.importorskip("ray")
 import loaderx  # noqa: E402
 import loaderx.ray as lray  # noqa: E402
 from loaderx import collection as lc  # noqa: E402
+from conftest import blobs, check_blobs, png_file  # noqa: E402
 
 N = 40
 
@@ -38,21 +38,13 @@ def session():
     ray.shutdown()
 
 
-def _png(i: int) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.full((3 + i % 3, 4, 3), i, dtype=np.uint8)).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def _rows() -> list[dict]:
     return [
         {
             "id": np.int64(i),
             "x": np.arange(6, dtype=np.float32).reshape(2, 3) + i,
             "tokens": np.arange(1 + i % 4, dtype=np.int32) * i,
-            "image": _png(i),
+            "image": png_file(i),
         }
         for i in range(N)
     ]
@@ -84,36 +76,14 @@ def _check(root: str, storage_options=None) -> None:
     col.close()
 
 
-def _blobs() -> list[bytes]:
-    """Binary values that are not all images: random bytes of 0 to 299
-    bytes, an empty one, and one PNG file among them."""
-    rng = np.random.default_rng(3)
-    blobs = [rng.bytes(int(n)) for n in rng.integers(0, 300, N)]
-    blobs[5] = b""
-    blobs[7] = _png(7)
-    return blobs
-
-
-def _check_blobs(root: str) -> None:
-    col = lc.open(root)
-    assert col.schema["blob"]["kind"] == "ragged"
-    ids = col["id"][:]
-    assert sorted(ids.tolist()) == list(range(N))
-    blobs = _blobs()
-    for g, i in enumerate(ids.tolist()):
-        got = col["blob"][g]
-        assert got.dtype == np.uint8 and got.tobytes() == blobs[i], i
-    col.close()
-
-
 def test_other_binary_columns_are_uint8_records_byte_for_byte(session, tmp_path):
     """A binary column that is not all JPEG or PNG files is stored as
     ``uint8`` Ragged records holding each value's bytes exactly (the PNG
     among them kept as bytes, not decoded; the empty value empty)."""
-    rows = [{"id": np.int64(i), "blob": b} for i, b in enumerate(_blobs())]
+    rows = [{"id": np.int64(i), "blob": b} for i, b in enumerate(blobs(N))]
     root = str(tmp_path / "blobs")
     assert lray.write(session.data.from_items(rows).repartition(4), root) == []
-    _check_blobs(root)
+    check_blobs(root, N)
 
 
 def test_ray_write_reads_back_byte_for_byte(session, tmp_path):

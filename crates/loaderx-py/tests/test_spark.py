@@ -7,7 +7,6 @@ directory a collection."""
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 
@@ -21,6 +20,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 import loaderx  # noqa: E402
 import loaderx.spark as lspark  # noqa: E402
 from loaderx import collection as lc  # noqa: E402
+from conftest import blobs, check_blobs, png_file  # noqa: E402
 
 N = 40
 
@@ -51,17 +51,9 @@ def spark():
     session.stop()
 
 
-def _png(i: int) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.full((3 + i % 3, 4, 3), i, dtype=np.uint8)).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def _frame(spark):
     rows = [
-        (i, [float(i + k) for k in range(6)], [i * k for k in range(1 + i % 4)], _png(i))
+        (i, [float(i + k) for k in range(6)], [i * k for k in range(1 + i % 4)], png_file(i))
         for i in range(N)
     ]
     schema = "id long, x array<float>, tokens array<int>, image binary"
@@ -87,37 +79,15 @@ def _check(root: str, storage_options=None) -> None:
     col.close()
 
 
-def _blobs() -> list[bytes]:
-    """Binary values that are not all images: random bytes of 0 to 299
-    bytes, an empty one, and one PNG file among them."""
-    rng = np.random.default_rng(3)
-    blobs = [rng.bytes(int(n)) for n in rng.integers(0, 300, N)]
-    blobs[5] = b""
-    blobs[7] = _png(7)
-    return blobs
-
-
-def _check_blobs(root: str) -> None:
-    col = lc.open(root)
-    assert col.schema["blob"]["kind"] == "ragged"
-    ids = col["id"][:]
-    assert sorted(ids.tolist()) == list(range(N))
-    blobs = _blobs()
-    for g, i in enumerate(ids.tolist()):
-        got = col["blob"][g]
-        assert got.dtype == np.uint8 and got.tobytes() == blobs[i], i
-    col.close()
-
-
 def test_other_binary_columns_are_uint8_records_byte_for_byte(spark, tmp_path):
     """A binary column that is not all JPEG or PNG files is stored as
     ``uint8`` Ragged records holding each value's bytes exactly (the PNG
     among them kept as bytes, not decoded; the empty value empty)."""
-    rows = [(i, b) for i, b in enumerate(_blobs())]
+    rows = [(i, b) for i, b in enumerate(blobs(N))]
     frame = spark.createDataFrame(rows, "id long, blob binary").repartition(4)
     root = str(tmp_path / "blobs")
     lspark.write(frame, root)
-    _check_blobs(root)
+    check_blobs(root, N)
 
 
 def test_spark_write_reads_back_byte_for_byte(spark, tmp_path):
