@@ -434,3 +434,18 @@ def check_blobs(root: str, n: int) -> None:
         got = col["blob"][g]
         assert got.dtype == np.uint8 and got.tobytes() == want[i], i
     col.close()
+
+
+class KilledWhenRead:
+    """A column of `n` records that kills the process reading them (an
+    engine's worker, in the middle of writing a part: the part's other
+    columns are already written under its temporary name)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        os._exit(1)

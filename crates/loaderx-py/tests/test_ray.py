@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray")
 import loaderx  # noqa: E402
 import loaderx.ray as lray  # noqa: E402
 from loaderx import collection as lc  # noqa: E402
-from conftest import blobs, check_blobs, png_file  # noqa: E402
+from conftest import KilledWhenRead, blobs, check_blobs, png_file  # noqa: E402
 
 N = 40
 
@@ -117,20 +117,6 @@ class _DiesOnce(lray.CollectionDatasink):
             os._exit(1)
 
 
-class _KilledWhenRead:
-    """A column whose records kill the process when they are read: the
-    part's other columns are already written under its temporary name."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self):
-        os._exit(1)
-
-
 class _DiesMidWrite(lray.CollectionDatasink):
     """Kills its worker process in the middle of writing part 1 the first
     time (its last column not yet written): Ray retries the task."""
@@ -147,7 +133,7 @@ class _DiesMidWrite(lray.CollectionDatasink):
                 pass
             else:
                 columns = {k: v for k, v in columns.items() if k != "image"}
-                columns["image"] = _KilledWhenRead(len(columns["id"]))
+                columns["image"] = KilledWhenRead(len(columns["id"]))
         super()._write_part(name, columns)
 
 

@@ -20,7 +20,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 import loaderx  # noqa: E402
 import loaderx.spark as lspark  # noqa: E402
 from loaderx import collection as lc  # noqa: E402
-from conftest import blobs, check_blobs, png_file  # noqa: E402
+from conftest import KilledWhenRead, blobs, check_blobs, png_file  # noqa: E402
 
 N = 40
 
@@ -132,20 +132,6 @@ def test_a_task_retried_by_spark_leaves_every_record_once(spark, tmp_path):
     assert sorted(os.listdir(root)) == ["manifest.zc"] + [f"part-{i:05d}" for i in range(4)]
 
 
-class _KilledWhenRead:
-    """A column whose records kill the Python worker when they are read:
-    the part's other columns are already written under its temporary name."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self):
-        os._exit(1)
-
-
 def _dies_mid_write(root, part, columns, codec):
     if part == 1:
         try:
@@ -154,7 +140,7 @@ def _dies_mid_write(root, part, columns, codec):
             pass
         else:
             columns = {k: v for k, v in columns.items() if k != "image"}
-            columns["image"] = _KilledWhenRead(len(columns["id"]))
+            columns["image"] = KilledWhenRead(len(columns["id"]))
     return lc.write_part(root, part, columns, codec=codec)
 
 
