@@ -377,19 +377,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
                 _ => return Ok(false),
             }
         }
-        let mut ranges = [(FileId::Meta, 0, 0); MAX_CHUNKS];
-        for (range, (id, end)) in ranges.iter_mut().zip(runs.chunks()) {
-            let Ok(lent) = usize::try_from(end) else {
-                return Ok(false);
-            };
-            if !self
-                .current_chunk_len(id, Some(drained))
-                .is_ok_and(|held| end <= held)
-            {
-                return Ok(false);
-            }
-            *range = (FileId::Chunk(id), 0, lent);
-        }
+        let Some(ranges) = self.indexed_chunks(&runs, Some(drained)) else {
+            return Ok(false);
+        };
         let ranges = &ranges[..runs.chunks().len()];
         let finder = runs.finder();
         let copied = self.files.with_many_bytes(ranges, "read", |maps| {
@@ -680,6 +670,29 @@ impl<C: Codec, S: Storage> Store<C, S> {
         ))
     }
 
+    /// The ranges to borrow for a gather the run index covers: each chunk
+    /// file it spans (at most [`MAX_CHUNKS`]), up to where its indexed
+    /// records end, in the index's order. `None` when a file no longer
+    /// holds them (cut behind the store's back: the general path names the
+    /// records lost, or reads those still there) or its length cannot be
+    /// had; lengths are checked against `drained` when given.
+    fn indexed_chunks(
+        &self,
+        runs: &crate::runs::RawRuns,
+        drained: Option<&crate::storage::Drained>,
+    ) -> Option<[(FileId, u64, usize); MAX_CHUNKS]> {
+        let mut ranges = [(FileId::Meta, 0, 0); MAX_CHUNKS];
+        for (range, (id, end)) in ranges.iter_mut().zip(runs.chunks()) {
+            let lent = usize::try_from(end).ok()?;
+            let held = self.current_chunk_len(id, drained).ok()?;
+            if end > held {
+                return None;
+            }
+            *range = (FileId::Chunk(id), 0, lent);
+        }
+        Some(ranges)
+    }
+
     /// Gathers a batch of small raw records the handle's index covers
     /// (`runs.rs`) into strided or exact places: every chunk file the index
     /// spans (at most [`MAX_CHUNKS`]) checked against its length now and
@@ -727,22 +740,9 @@ impl<C: Codec, S: Storage> Store<C, S> {
         {
             return Ok(false);
         }
-        // Each chunk up to where its indexed records end, unless the file
-        // no longer holds them (cut behind the store's back: the general
-        // path names the records lost, or reads those still there).
-        let mut ranges = [(FileId::Meta, 0, 0); MAX_CHUNKS];
-        for (range, (id, end)) in ranges.iter_mut().zip(runs.chunks()) {
-            let Ok(lent) = usize::try_from(end) else {
-                return Ok(false);
-            };
-            if !self
-                .current_chunk_len(id, None)
-                .is_ok_and(|held| end <= held)
-            {
-                return Ok(false);
-            }
-            *range = (FileId::Chunk(id), 0, lent);
-        }
+        let Some(ranges) = self.indexed_chunks(&runs, None) else {
+            return Ok(false);
+        };
         let ranges = &ranges[..runs.chunks().len()];
         let bytes = (idxs.len() * len) as u64;
         let prefetch = bytes <= PREFETCH_RECORDS_UP_TO;
